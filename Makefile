@@ -1,0 +1,77 @@
+# dbkeeper — the targets a newcomer needs are `make demo` and `make test`.
+
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+
+# The test control plane and code generators, built from the Go module proxy
+# into a per-user cache (see test/tools/install.sh). KUBEBUILDER_ASSETS, when
+# set, names a directory with etcd, kube-apiserver and kubectl instead.
+TOOLS_BIN := $(shell test/tools/install.sh --print)
+CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
+export KUBEBUILDER_ASSETS ?= $(TOOLS_BIN)
+
+IMG ?= ghcr.io/dbkeeper/dbkeeper:dev
+GO_TEST_FLAGS ?=
+
+.PHONY: all
+all: build
+
+##@ Development
+
+.PHONY: tools
+tools: ## Build the test control plane and code generators (cached; minutes only the first time).
+	test/tools/install.sh >/dev/null
+
+.PHONY: generate
+generate: tools ## Generate deepcopy and apply configurations from the API types.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./apis/...
+	$(CONTROLLER_GEN) applyconfiguration:headerFile=hack/boilerplate.go.txt paths=./apis/...
+
+.PHONY: manifests
+manifests: tools ## Generate the CRD and RBAC manifests from markers.
+	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=dbkeeper-manager paths=./internal/... output:rbac:artifacts:config=config/rbac
+
+.PHONY: fmt
+fmt: ## Format the Go code.
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: vet
+vet: ## Vet the Go code.
+	go vet ./...
+
+.PHONY: test
+test: tools ## Run every test: unit, integration on a real kube-apiserver, with the race detector.
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	go vet ./...
+	go test -race -count=1 $(GO_TEST_FLAGS) ./...
+
+.PHONY: test-unit
+test-unit: ## Run the tests that need no API server.
+	go test -race -count=1 -short $(GO_TEST_FLAGS) ./...
+
+##@ Build
+
+.PHONY: build
+build: ## Build the manager binary into bin/.
+	go build -o bin/manager ./cmd/manager
+
+.PHONY: run
+run: ## Run the manager against the current kubeconfig.
+	go run ./cmd/manager
+
+.PHONY: install
+install: tools ## Install the CRDs into the current kubeconfig's cluster.
+	$(TOOLS_BIN)/kubectl apply --server-side -f config/crd/bases
+
+.PHONY: uninstall
+uninstall: tools ## Remove the CRDs (and every Database!) from the current cluster.
+	$(TOOLS_BIN)/kubectl delete -f config/crd/bases
+
+.PHONY: docker-build
+docker-build: ## Build the manager image (needs a Docker engine).
+	docker build -t $(IMG) .
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-14s %s\n", $$1, $$2} /^##@/ {printf "\n%s\n", substr($$0, 5)}' $(MAKEFILE_LIST)

@@ -1,0 +1,106 @@
+package v1
+
+// Condition types of a Database. Each facet controller owns exactly one; the
+// readiness controller derives Ready from the others.
+const (
+	// ConditionStatefulSetReady says whether the engine's StatefulSet has all
+	// its pods ready at the current revision.
+	ConditionStatefulSetReady = "StatefulSetReady"
+	// ConditionServiceReady says whether the client and headless Services
+	// exist as specified.
+	ConditionServiceReady = "ServiceReady"
+	// ConditionCredentialsReady says whether the credentials Secret exists
+	// and holds a username and a password.
+	ConditionCredentialsReady = "CredentialsReady"
+	// ConditionBackupReady says whether backups are scheduled and recent.
+	ConditionBackupReady = "BackupReady"
+	// ConditionDeleting reports the progress of cleanup; it is present only
+	// while the Database is terminating.
+	ConditionDeleting = "Deleting"
+	// ConditionReady is the summary of the enabled facets.
+	ConditionReady = "Ready"
+)
+
+// Reasons shared by every facet condition.
+const (
+	// ReasonControllerDisabled: the facet's controller is switched off with
+	// --controllers, so nobody keeps this facet; the condition is Unknown.
+	ReasonControllerDisabled = "ControllerDisabled"
+	// ReasonPaused: spec.paused is true, so the facet's children are left
+	// as they are; the condition is Unknown.
+	ReasonPaused = "Paused"
+	// ReasonApplyFailed: the API server refused the facet's child object;
+	// the message says why.
+	ReasonApplyFailed = "ApplyFailed"
+)
+
+// Reasons of StatefulSetReady.
+const (
+	// ReasonStatefulSetReady: every replica is ready at the current revision.
+	ReasonStatefulSetReady = "Ready"
+	// ReasonProgressing: the StatefulSet is rolling out or its pods are not
+	// ready yet.
+	ReasonProgressing = "Progressing"
+	// ReasonScaledToZero: spec.replicas is 0, so no pod runs; the data is
+	// kept.
+	ReasonScaledToZero = "ScaledToZero"
+)
+
+// Reasons of ServiceReady.
+const (
+	// ReasonServicesReady: the client and headless Services are in place.
+	ReasonServicesReady = "Ready"
+)
+
+// Reasons of CredentialsReady.
+const (
+	// ReasonSecretGenerated: dbkeeper generated the credentials Secret (once)
+	// and keeps it.
+	ReasonSecretGenerated = "Generated"
+	// ReasonSecretProvided: the user's Secret named in
+	// spec.credentials.secretName exists and holds both keys.
+	ReasonSecretProvided = "Provided"
+	// ReasonSecretNotFound: the user's Secret does not exist yet.
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonSecretInvalid: the user's Secret lacks the username or password
+	// key.
+	ReasonSecretInvalid = "SecretInvalid"
+)
+
+// Reasons of BackupReady.
+const (
+	// ReasonBackupScheduled: the backup CronJob is in place and the last
+	// backup, if any, succeeded.
+	ReasonBackupScheduled = "Scheduled"
+	// ReasonBackupSuspended: spec.backup.suspend is true.
+	ReasonBackupSuspended = "Suspended"
+	// ReasonLastBackupFailed: the most recent backup Job failed; the message
+	// names the Job and why.
+	ReasonLastBackupFailed = "LastBackupFailed"
+	// ReasonBackupStale: the last successful backup is older than
+	// spec.backup.maxAge, or none succeeded that long after creation.
+	ReasonBackupStale = "BackupStale"
+)
+
+// Reasons of Deleting.
+const (
+	// ReasonCleaningUp: the deletion policy is being carried out.
+	ReasonCleaningUp = "CleaningUp"
+	// ReasonDeletionBlocked: the deletion policy holds the Database.
+	ReasonDeletionBlocked = "DeletionBlocked"
+)
+
+// Reasons of Ready.
+const (
+	// ReasonReady: every enabled facet is True at the current generation.
+	ReasonReady = "Ready"
+	// ReasonReconciling: some enabled facet has not reported on the current
+	// generation yet.
+	ReasonReconciling = "Reconciling"
+	// ReasonDeleting: the Database is being deleted.
+	ReasonDeleting = "Deleting"
+)
+
+// Finalizer is the finalizer of the cleanup controller; it holds a deleted
+// Database until its deletion policy has been carried out.
+const Finalizer = "database.dbkeeper.io/cleanup"

@@ -1,0 +1,317 @@
+package v1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Engine names a database engine that dbkeeper can run.
+// +kubebuilder:validation:Enum=postgres
+type Engine string
+
+// EnginePostgres is PostgreSQL, run from the official postgres image.
+const EnginePostgres Engine = "postgres"
+
+// DeletionPolicy says what happens to a Database's data when the Database is
+// deleted.
+// +kubebuilder:validation:Enum=Delete;Retain;WipeOut;DoNotDelete
+type DeletionPolicy string
+
+const (
+	// DeletionPolicyDelete deletes the data volumes and the credentials
+	// Secret, and keeps the backup volume.
+	DeletionPolicyDelete DeletionPolicy = "Delete"
+	// DeletionPolicyRetain keeps the data volumes, the credentials Secret and
+	// the backup volume; a new Database of the same name adopts them.
+	DeletionPolicyRetain DeletionPolicy = "Retain"
+	// DeletionPolicyWipeOut deletes the data volumes, the credentials Secret
+	// and the backup volume.
+	DeletionPolicyWipeOut DeletionPolicy = "WipeOut"
+	// DeletionPolicyDoNotDelete refuses deletion until the policy is changed.
+	DeletionPolicyDoNotDelete DeletionPolicy = "DoNotDelete"
+)
+
+// Database is a managed database: dbkeeper runs the engine in a StatefulSet,
+// exposes it through Services, keeps its credentials in a Secret and backs it
+// up on a schedule, and reports each of those facets as a condition.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=db,categories=dbkeeper
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:printcolumn:name="Engine",type=string,JSONPath=`.spec.engine`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="StatefulSet",type=string,JSONPath=`.status.conditions[?(@.type=="StatefulSetReady")].status`
+// +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.status.conditions[?(@.type=="ServiceReady")].status`
+// +kubebuilder:printcolumn:name="Credentials",type=string,JSONPath=`.status.conditions[?(@.type=="CredentialsReady")].status`
+// +kubebuilder:printcolumn:name="Backup",type=string,JSONPath=`.status.conditions[?(@.type=="BackupReady")].status`
+// +kubebuilder:printcolumn:name="Last Backup",type=date,JSONPath=`.status.backup.lastSuccessfulTime`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`,priority=1
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
+// +kubebuilder:printcolumn:name="Generation",type=integer,JSONPath=`.metadata.generation`,priority=1
+// +kubebuilder:printcolumn:name="Observed",type=integer,JSONPath=`.status.observedGeneration`,priority=1
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 45",message="metadata.name must be at most 45 characters: the names of the Database's children (such as <name>-backup and its Jobs) must fit in 63"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must start with a lower-case letter and contain only lower-case letters, digits and '-': it names Services, which must be DNS-1035 labels"
+type Database struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the database the user asks for.
+	// +kubebuilder:default={}
+	Spec DatabaseSpec `json:"spec,omitempty"`
+	// Status is what dbkeeper observed, one condition per facet.
+	Status DatabaseStatus `json:"status,omitempty"`
+}
+
+// DatabaseSpec is the desired state of a Database.
+//
+// +kubebuilder:validation:XValidation:rule="self.engine != 'postgres' || self.version in ['14', '15', '16', '17']",message="spec.version must be one of 14, 15, 16, 17 for engine postgres"
+// +kubebuilder:validation:XValidation:rule="has(self.credentials) == has(oldSelf.credentials)",message="spec.credentials cannot be added or removed after creation: the data directory was initialised with the first credentials"
+type DatabaseSpec struct {
+	// Engine is the database engine. It cannot change after creation.
+	// +kubebuilder:default=postgres
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.engine is immutable: create a new Database to change the engine"
+	Engine Engine `json:"engine,omitempty"`
+
+	// Version is the engine's major version; it picks the image from the
+	// engine's catalog (PostgreSQL: 14, 15, 16, 17). A major version cannot
+	// change in place, because the data directory is tied to it.
+	// +kubebuilder:default="17"
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.version is immutable: a major-version upgrade needs a dump and restore into a new Database"
+	Version string `json:"version,omitempty"`
+
+	// Image overrides the catalog image for the version, for example to pin a
+	// digest or use a mirror. It must run the same engine and major version.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[^\s]+$`
+	Image string `json:"image,omitempty"`
+
+	// Replicas is the number of engine instances (pods). Zero stops the
+	// database and keeps its data.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=9
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Storage is the data volume of each instance.
+	// +kubebuilder:default={}
+	Storage StorageSpec `json:"storage,omitempty"`
+
+	// Resources are the compute resources of the engine container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Credentials names the Secret with the superuser credentials. It is
+	// set once, at creation.
+	// +optional
+	Credentials *CredentialsSpec `json:"credentials,omitempty"`
+
+	// Service shapes the client Service.
+	// +kubebuilder:default={}
+	Service ServiceSpec `json:"service,omitempty"`
+
+	// Backup configures the scheduled backups.
+	// +kubebuilder:default={}
+	Backup BackupSpec `json:"backup,omitempty"`
+
+	// DeletionPolicy says what happens to the data when the Database is
+	// deleted: Delete (data volumes and Secret go, backups stay), Retain
+	// (everything stays for a new Database of the same name), WipeOut
+	// (everything goes, backups too) or DoNotDelete (deletion is refused).
+	// +kubebuilder:default=Delete
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// Paused stops dbkeeper from changing the Database's children; every
+	// facet condition then reads Paused. Deletion is still honoured.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// StorageSpec is a volume request.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName)",message="storageClassName cannot be added or removed after creation: volumes already exist in the class they were created with"
+type StorageSpec struct {
+	// Size is the requested capacity. It may grow (when the storage class
+	// allows volume expansion) but never shrink.
+	// +kubebuilder:default="10Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).sign() > 0",message="size must be greater than zero"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="size may only grow: a volume cannot be shrunk"
+	Size resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName is the StorageClass of the volume; empty uses the
+	// cluster's default class. It cannot change after creation.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="storageClassName is immutable: volumes cannot move between storage classes"
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// CredentialsSpec names the Secret with the database superuser credentials.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.secretName) == has(oldSelf.secretName)",message="spec.credentials.secretName cannot be added or removed after creation: the data directory was initialised with the first credentials"
+type CredentialsSpec struct {
+	// SecretName names an existing Secret in the Database's namespace with
+	// the keys username and password. dbkeeper reads it and never modifies
+	// it. When empty, dbkeeper generates <name>-credentials once and keeps it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.credentials.secretName is immutable: the data directory was initialised with these credentials"
+	SecretName string `json:"secretName,omitempty"`
+}
+
+// ServiceSpec shapes the client Service.
+type ServiceSpec struct {
+	// Type is the client Service's type.
+	// +kubebuilder:default=ClusterIP
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	Type corev1.ServiceType `json:"type,omitempty"`
+
+	// Annotations are added to the client Service, for example to configure
+	// a cloud load balancer.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// BackupSpec configures the scheduled backups.
+type BackupSpec struct {
+	// Schedule is the cron schedule of the backups: five fields (minute hour
+	// day-of-month month day-of-week) or a macro such as @daily.
+	// +kubebuilder:default="0 3 * * *"
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|[0-9*/,?LW#A-Za-z-]+( +[0-9*/,?LW#A-Za-z-]+){4})$')",message="schedule must be a cron expression of five fields (minute hour day-of-month month day-of-week), such as \"0 3 * * *\", or a macro such as @daily"
+	Schedule string `json:"schedule,omitempty"`
+
+	// Suspend stops new scheduled backups; existing backups are kept.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// Retention is the number of newest dumps kept in the backup volume.
+	// +kubebuilder:default=7
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Retention int32 `json:"retention,omitempty"`
+
+	// MaxAge is how old the last successful backup may be before BackupReady
+	// turns False with reason BackupStale.
+	// +kubebuilder:default="26h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="maxAge must be a positive duration such as 26h"
+	MaxAge metav1.Duration `json:"maxAge,omitempty"`
+
+	// Storage is the backup volume, shared by all dumps of the Database.
+	// +kubebuilder:default={size: "20Gi"}
+	Storage StorageSpec `json:"storage,omitempty"`
+}
+
+// Phase is a one-word summary of a Database for humans, derived from the
+// Ready condition. Programs should read the conditions instead.
+// +kubebuilder:validation:Enum=Pending;Progressing;Ready;Degraded;Paused;Deleting
+type Phase string
+
+// The phases of a Database.
+const (
+	PhasePending     Phase = "Pending"
+	PhaseProgressing Phase = "Progressing"
+	PhaseReady       Phase = "Ready"
+	PhaseDegraded    Phase = "Degraded"
+	PhasePaused      Phase = "Paused"
+	PhaseDeleting    Phase = "Deleting"
+)
+
+// DatabaseStatus is the observed state of a Database. Each field is written
+// by exactly one of dbkeeper's controllers.
+type DatabaseStatus struct {
+	// ObservedGeneration is the generation that every enabled controller has
+	// reconciled; written by the readiness controller.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase summarises the Ready condition for humans.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// Conditions holds one condition per facet (StatefulSetReady,
+	// ServiceReady, CredentialsReady, BackupReady, Deleting) and the derived
+	// Ready condition.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// Endpoint is the host:port clients connect to.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// CredentialsSecret names the Secret with the credentials in use.
+	// +optional
+	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+
+	// Replicas is the number of engine pods that exist.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// ReadyReplicas is the number of engine pods that are ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// Selector is the label selector of the engine pods, for the scale
+	// subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// Backup is what dbkeeper knows of the last backups.
+	// +optional
+	Backup *BackupStatus `json:"backup,omitempty"`
+}
+
+// BackupStatus is the truth about the last backups, read from the backup
+// CronJob and its Jobs.
+type BackupStatus struct {
+	// LastScheduleTime is when the CronJob last started a backup Job.
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+
+	// LastSuccessfulTime is when the last successful backup Job completed.
+	// +optional
+	LastSuccessfulTime *metav1.Time `json:"lastSuccessfulTime,omitempty"`
+
+	// LastFailedTime is when the last backup Job failed.
+	// +optional
+	LastFailedTime *metav1.Time `json:"lastFailedTime,omitempty"`
+
+	// LastJob names the most recent backup Job.
+	// +optional
+	LastJob string `json:"lastJob,omitempty"`
+
+	// LastFailedJob names the most recent failed backup Job.
+	// +optional
+	LastFailedJob string `json:"lastFailedJob,omitempty"`
+
+	// LastFailureMessage says why the last failed backup Job failed.
+	// +optional
+	LastFailureMessage string `json:"lastFailureMessage,omitempty"`
+}
+
+// DatabaseList is a list of Databases.
+//
+// +kubebuilder:object:root=true
+type DatabaseList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the Databases.
+	Items []Database `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Database{}, &DatabaseList{})
+}

@@ -1,0 +1,89 @@
+// Command manager runs dbkeeper: one manager process hosting the narrow
+// controllers selected by --controllers.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/go-logr/zapr"
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/dbkeeper/dbkeeper/internal/controller"
+	"github.com/dbkeeper/dbkeeper/internal/manager"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	var (
+		o               manager.Options
+		controllers     string
+		watchNamespaces string
+	)
+	fs.StringVar(&controllers, "controllers", "*", fmt.Sprintf(
+		"Controllers to run: * for all, a comma-separated list to run only those, -name to switch one off (\"*,-backup\"). Known: %s.",
+		strings.Join(controller.Names(), ", ")))
+	fs.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch; empty watches every namespace.")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 2, "Databases each controller reconciles at once.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Address of the /metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 disables them.")
+	fs.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader, so that only one replica of the manager is active.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election lease; empty means the manager's own.")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "dbkeeper.database.dbkeeper.io", "Name of the leader-election lease.")
+	fs.DurationVar(&o.SyncPeriod, "sync-period", 0, "How often every Database is reconciled without an event; 0 keeps controller-runtime's default of 10h.")
+	zapOpts := zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
+	zapOpts.BindFlags(fs)
+	fs.String("kubeconfig", "", "Path to a kubeconfig; empty uses the in-cluster config or $KUBECONFIG.")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+
+	set, err := controller.ParseControllers(controllers, controller.Names())
+	if err != nil {
+		return err
+	}
+	o.Controllers = set
+	for _, ns := range strings.Split(watchNamespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			o.WatchNamespaces = append(o.WatchNamespaces, ns)
+		}
+	}
+
+	logger := zapr.NewLogger(zap.NewRaw(zap.UseFlagOptions(&zapOpts)))
+	ctrl.SetLogger(logger)
+	logger.Info("Starting dbkeeper",
+		"controllers", set.Enabled(controller.Names()),
+		"watchNamespaces", o.WatchNamespaces,
+		"leaderElection", o.LeaderElection)
+
+	if kc := fs.Lookup("kubeconfig").Value.String(); kc != "" {
+		os.Setenv("KUBECONFIG", kc)
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	mgr, err := manager.New(cfg, o)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}

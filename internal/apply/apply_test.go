@@ -1,0 +1,63 @@
+package apply
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/utils/ptr"
+)
+
+func liveStatefulSet() *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", ResourceVersion: "7",
+			Labels: map[string]string{"a": "1", "other": "x"}},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:             ptr.To[int32](3),
+			RevisionHistoryLimit: ptr.To[int32](10),
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "engine", Image: "pg:17", TerminationMessagePath: "/dev/termination-log"}},
+			}},
+		},
+		Status: appsv1.StatefulSetStatus{Replicas: 3},
+	}
+}
+
+func desiredStatefulSet(replicas int32, image string) *appsv1ac.StatefulSetApplyConfiguration {
+	return appsv1ac.StatefulSet("db", "ns").
+		WithLabels(map[string]string{"a": "1"}).
+		WithSpec(appsv1ac.StatefulSetSpec().
+			WithReplicas(replicas).
+			WithTemplate(corev1ac.PodTemplateSpec().WithSpec(corev1ac.PodSpec().
+				WithContainers(corev1ac.Container().WithName("engine").WithImage(image).
+					WithResources(corev1ac.ResourceRequirements())))))
+}
+
+func TestHolds(t *testing.T) {
+	tests := []struct {
+		name    string
+		desired *appsv1ac.StatefulSetApplyConfiguration
+		want    bool
+	}{
+		{"same fields, live has defaults and more", desiredStatefulSet(3, "pg:17"), true},
+		{"scalar differs", desiredStatefulSet(1, "pg:17"), false},
+		{"nested list element differs", desiredStatefulSet(3, "pg:16"), false},
+		{"label missing in live", desiredStatefulSet(3, "pg:17").WithLabels(map[string]string{"new": "y"}), false},
+		{"list length differs", desiredStatefulSet(3, "pg:17").WithSpec(appsv1ac.StatefulSetSpec().WithReplicas(3).
+			WithTemplate(corev1ac.PodTemplateSpec().WithSpec(corev1ac.PodSpec().WithContainers(
+				corev1ac.Container().WithName("engine").WithImage("pg:17"),
+				corev1ac.Container().WithName("sidecar"))))), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Holds(liveStatefulSet(), tt.desired)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}

@@ -1,0 +1,147 @@
+// Package backup is the controller of a Database's backups: the backup PVC,
+// the CronJob that dumps into it, and the truth about the last backups, read
+// from the Jobs. It owns the BackupReady condition and status.backup.
+package backup
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/apply"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "backup"
+
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
+// +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Controller is the backup controller.
+type Controller struct{}
+
+// New returns the backup controller.
+func New() Controller { return Controller{} }
+
+// Name implements controller.Controller.
+func (Controller) Name() string { return Name }
+
+// ConditionType implements controller.Controller.
+func (Controller) ConditionType() string { return dbv1.ConditionBackupReady }
+
+// SetupWithManager implements controller.Controller.
+func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
+	r := &facet.Reconciler{
+		Client:        mgr.GetClient(),
+		Writer:        facet.NewWriter(mgr, Name),
+		ConditionType: c.ConditionType(),
+		Syncer:        &syncer{client: mgr.GetClient(), now: time.Now},
+		Options:       o,
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		For(&dbv1.Database{}, facet.ForDatabase()).
+		Owns(&batchv1.CronJob{}).
+		Owns(&corev1.PersistentVolumeClaim{}).
+		// Backup Jobs belong to the CronJob, not to the Database: find the
+		// Database by the instance label the job template gives them.
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(databaseOfJob)).
+		WithOptions(facet.ControllerOptions(o)).
+		Complete(r)
+}
+
+// SetupDisabled implements controller.Controller.
+func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
+	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
+}
+
+func databaseOfJob(_ context.Context, obj client.Object) []reconcile.Request {
+	l := obj.GetLabels()
+	if l[resources.LabelComponent] != resources.ComponentBackup || l[resources.LabelInstance] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: l[resources.LabelInstance]}}}
+}
+
+type syncer struct {
+	client client.Client
+	now    func() time.Time
+}
+
+func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
+	eng, err := engine.For(db.Spec.Engine)
+	if err != nil {
+		return facet.Outcome{}, reconcile.TerminalError(err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := s.apply(ctx, db, pvc, resources.BackupPVC(db), "PVC"); err != nil {
+		return facet.Outcome{}, err
+	}
+	desired, err := resources.BackupCronJob(db, eng)
+	if err != nil {
+		return facet.Outcome{}, reconcile.TerminalError(err)
+	}
+	cron := &batchv1.CronJob{}
+	if err := s.apply(ctx, db, cron, desired, "CronJob"); err != nil {
+		return facet.Outcome{}, err
+	}
+
+	jobs := &batchv1.JobList{}
+	sel := labels.SelectorFromSet(resources.Labels(db, resources.ComponentBackup))
+	if err := s.client.List(ctx, jobs, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return facet.Outcome{}, fmt.Errorf("listing backup Jobs: %w", err)
+	}
+	history := Observe(cron, jobs.Items)
+	cond, after := Assess(db, history, s.now())
+	return facet.Outcome{Condition: cond, Status: statusOf(history), RequeueAfter: after}, nil
+}
+
+// apply fetches live by the name of desired and applies desired over it.
+func (s *syncer) apply(ctx context.Context, db *dbv1.Database, live client.Object, desired namedApplyConfiguration, kind string) error {
+	name := *desired.GetName()
+	if err := s.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, live); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("getting backup %s %s: %w", kind, name, err)
+		}
+		live = nil
+	}
+	wrote, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name))
+	if err != nil {
+		return fmt.Errorf("applying backup %s %s: %w", kind, name, err)
+	}
+	if wrote {
+		log.FromContext(ctx).Info("Applied backup "+kind, "name", name)
+	}
+	return nil
+}
+
+func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
+	if db.Status.Backup == nil {
+		return nil
+	}
+	b := db.Status.Backup
+	return statusOf(History{
+		LastSchedule: b.LastScheduleTime, LastSuccess: b.LastSuccessfulTime, LastFailure: b.LastFailedTime,
+		LastJob: b.LastJob, LastFailedJob: b.LastFailedJob, LastFailureMessage: b.LastFailureMessage,
+	})
+}

@@ -1,0 +1,143 @@
+package backup
+
+import (
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
+)
+
+// namedApplyConfiguration is an apply configuration of a named object.
+type namedApplyConfiguration interface {
+	runtime.ApplyConfiguration
+	GetName() *string
+}
+
+// History is what the CronJob and its Jobs tell about the last backups.
+type History struct {
+	LastSchedule       *metav1.Time
+	LastSuccess        *metav1.Time
+	LastFailure        *metav1.Time
+	LastJob            string
+	LastFailedJob      string
+	LastFailureMessage string
+	// lastFinishedFailed is true when the most recently finished Job failed.
+	lastFinishedFailed bool
+}
+
+// Observe reads the history off the CronJob (which may be nil) and the
+// backup Jobs. Only finished Jobs count as successes or failures.
+func Observe(cron *batchv1.CronJob, jobs []batchv1.Job) History {
+	var h History
+	if cron != nil {
+		h.LastSchedule = cron.Status.LastScheduleTime
+	}
+	var newest, lastFinished time.Time
+	for i := range jobs {
+		j := &jobs[i]
+		if t := j.CreationTimestamp.Time; t.After(newest) {
+			newest, h.LastJob = t, j.Name
+		}
+		done, failed, at, msg := finished(j)
+		if !done {
+			continue
+		}
+		if at.After(lastFinished) {
+			lastFinished, h.lastFinishedFailed = at, failed
+		}
+		switch {
+		case failed && (h.LastFailure == nil || at.After(h.LastFailure.Time)):
+			h.LastFailure, h.LastFailedJob, h.LastFailureMessage = &metav1.Time{Time: at}, j.Name, msg
+		case !failed && (h.LastSuccess == nil || at.After(h.LastSuccess.Time)):
+			h.LastSuccess = &metav1.Time{Time: at}
+		}
+	}
+	return h
+}
+
+// finished reports whether a Job has finished, whether it failed, when, and
+// why it failed.
+func finished(j *batchv1.Job) (done, failed bool, at time.Time, msg string) {
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			at = c.LastTransitionTime.Time
+			if j.Status.CompletionTime != nil {
+				at = j.Status.CompletionTime.Time
+			}
+			return true, false, at, ""
+		case batchv1.JobFailed:
+			msg = c.Reason
+			if c.Message != "" {
+				msg += ": " + c.Message
+			}
+			return true, true, c.LastTransitionTime.Time, msg
+		}
+	}
+	return false, false, time.Time{}, ""
+}
+
+// Assess turns the history into BackupReady and says when to look again,
+// because staleness comes with time alone:
+//   - Suspended (True) when spec.backup.suspend is set;
+//   - LastBackupFailed (False) when the most recently finished Job failed;
+//   - BackupStale (False) when the last success, or the Database's creation
+//     if none succeeded, is older than spec.backup.maxAge;
+//   - Scheduled (True) otherwise.
+func Assess(db *dbv1.Database, h History, now time.Time) (metav1.Condition, time.Duration) {
+	t := dbv1.ConditionBackupReady
+	if db.Spec.Backup.Suspend {
+		return conditions.True(t, dbv1.ReasonBackupSuspended, "spec.backup.suspend is true: no backup is scheduled"), 0
+	}
+	if h.lastFinishedFailed {
+		return conditions.False(t, dbv1.ReasonLastBackupFailed, fmt.Sprintf("backup Job %s failed at %s: %s",
+			h.LastFailedJob, h.LastFailure.UTC().Format(time.RFC3339), h.LastFailureMessage)), 0
+	}
+	maxAge := db.Spec.Backup.MaxAge.Duration
+	since, what := db.CreationTimestamp.Time, "no backup has succeeded since the Database was created"
+	if h.LastSuccess != nil {
+		since, what = h.LastSuccess.Time, "the last successful backup finished"
+	}
+	if maxAge > 0 {
+		if age := now.Sub(since); age > maxAge {
+			return conditions.False(t, dbv1.ReasonBackupStale, fmt.Sprintf("%s at %s, more than spec.backup.maxAge (%s) ago",
+				what, since.UTC().Format(time.RFC3339), maxAge)), 0
+		}
+	}
+	msg := fmt.Sprintf("backups run on schedule %q", db.Spec.Backup.Schedule)
+	if h.LastSuccess != nil {
+		msg += "; the last one succeeded at " + h.LastSuccess.UTC().Format(time.RFC3339)
+	}
+	var after time.Duration
+	if maxAge > 0 {
+		after = since.Add(maxAge).Sub(now) + time.Second
+	}
+	return conditions.True(t, dbv1.ReasonBackupScheduled, msg), after
+}
+
+func statusOf(h History) *dbv1ac.DatabaseStatusApplyConfiguration {
+	b := dbv1ac.BackupStatus()
+	if h.LastSchedule != nil {
+		b.WithLastScheduleTime(*h.LastSchedule)
+	}
+	if h.LastSuccess != nil {
+		b.WithLastSuccessfulTime(*h.LastSuccess)
+	}
+	if h.LastFailure != nil {
+		b.WithLastFailedTime(*h.LastFailure).WithLastFailedJob(h.LastFailedJob).WithLastFailureMessage(h.LastFailureMessage)
+	}
+	if h.LastJob != "" {
+		b.WithLastJob(h.LastJob)
+	}
+	return dbv1ac.DatabaseStatus().WithBackup(b)
+}

@@ -1,0 +1,236 @@
+// Package cleanup is the controller of a Database's deletion. It adds the
+// finalizer before any child exists and, when the Database is deleted,
+// carries out spec.deletionPolicy before letting it go. It owns the Deleting
+// condition, present only while the Database is terminating.
+package cleanup
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "cleanup"
+
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Controller is the cleanup controller.
+type Controller struct{}
+
+// New returns the cleanup controller.
+func New() Controller { return Controller{} }
+
+// Name implements controller.Controller.
+func (Controller) Name() string { return Name }
+
+// ConditionType implements controller.Controller.
+func (Controller) ConditionType() string { return dbv1.ConditionDeleting }
+
+// SetupWithManager implements controller.Controller.
+func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
+	r := &reconciler{client: mgr.GetClient(), writer: facet.NewWriter(mgr, Name)}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		For(&dbv1.Database{}, facet.ForDatabase()).
+		WithOptions(facet.ControllerOptions(o)).
+		Complete(r)
+}
+
+// SetupDisabled implements controller.Controller. With cleanup off nobody
+// would ever remove the finalizer, so the stand-in removes it from every
+// Database: deletion then relies on garbage collection alone, which takes
+// the children with owner references and leaves the data PVCs.
+func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name+"-disabled").
+		For(&dbv1.Database{}, facet.ForDatabase()).
+		WithOptions(facet.ControllerOptions(o)).
+		Complete(&releaser{client: mgr.GetClient()})
+}
+
+type reconciler struct {
+	client client.Client
+	writer conditions.Writer
+}
+
+func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	db := &dbv1.Database{}
+	if err := r.client.Get(ctx, req.NamespacedName, db); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if db.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.patchFinalizer(ctx, db, controllerutil.AddFinalizer)
+	}
+	if !controllerutil.ContainsFinalizer(db, dbv1.Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	t := dbv1.ConditionDeleting
+	if db.Spec.DeletionPolicy == dbv1.DeletionPolicyDoNotDelete {
+		cond := conditions.False(t, dbv1.ReasonDeletionBlocked,
+			"spec.deletionPolicy is DoNotDelete: the Database stays until you change the policy to Delete, Retain or WipeOut")
+		return ctrl.Result{}, r.writer.Apply(ctx, db, cond, nil)
+	}
+	plan := planFor(db.Spec.DeletionPolicy)
+	cond := conditions.True(t, dbv1.ReasonCleaningUp, fmt.Sprintf("carrying out deletionPolicy %s: %s", db.Spec.DeletionPolicy, plan))
+	if err := r.writer.Apply(ctx, db, cond, nil); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.carryOut(ctx, db, plan); err != nil {
+		return ctrl.Result{}, fmt.Errorf("carrying out deletionPolicy %s: %w", db.Spec.DeletionPolicy, err)
+	}
+	log.FromContext(ctx).Info("Removing finalizer", "deletionPolicy", db.Spec.DeletionPolicy)
+	return ctrl.Result{}, r.patchFinalizer(ctx, db, controllerutil.RemoveFinalizer)
+}
+
+// plan says, for each kind of kept data, whether a policy deletes it.
+type plan struct {
+	deleteData, deleteSecret, deleteBackup bool
+}
+
+func planFor(p dbv1.DeletionPolicy) plan {
+	switch p {
+	case dbv1.DeletionPolicyRetain:
+		return plan{}
+	case dbv1.DeletionPolicyWipeOut:
+		return plan{deleteData: true, deleteSecret: true, deleteBackup: true}
+	}
+	return plan{deleteData: true, deleteSecret: true}
+}
+
+func (p plan) String() string {
+	word := func(del bool) string {
+		if del {
+			return "delete"
+		}
+		return "keep"
+	}
+	return fmt.Sprintf("%s the data PVCs, %s the generated credentials Secret, %s the backup PVC",
+		word(p.deleteData), word(p.deleteSecret), word(p.deleteBackup))
+}
+
+// carryOut deletes what the plan deletes and takes the owner reference off
+// what it keeps, so that garbage collection cannot take it either. Every
+// step treats "already gone" as done.
+func (r *reconciler) carryOut(ctx context.Context, db *dbv1.Database, p plan) error {
+	data := &corev1.PersistentVolumeClaimList{}
+	if err := r.list(ctx, db, resources.ComponentDatabase, data); err != nil {
+		return err
+	}
+	for i := range data.Items {
+		if err := r.deleteOrKeep(ctx, db, &data.Items[i], p.deleteData); err != nil {
+			return err
+		}
+	}
+	backup := &corev1.PersistentVolumeClaimList{}
+	if err := r.list(ctx, db, resources.ComponentBackup, backup); err != nil {
+		return err
+	}
+	for i := range backup.Items {
+		if err := r.deleteOrKeep(ctx, db, &backup.Items[i], p.deleteBackup); err != nil {
+			return err
+		}
+	}
+	if resources.UserSecret(db) {
+		return nil // the user's Secret is never touched
+	}
+	secrets := &metav1.PartialObjectMetadataList{}
+	secrets.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	if err := r.list(ctx, db, resources.ComponentCredentials, secrets); err != nil {
+		return err
+	}
+	for i := range secrets.Items {
+		if err := r.deleteOrKeep(ctx, db, &secrets.Items[i], p.deleteSecret); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *reconciler) list(ctx context.Context, db *dbv1.Database, component string, list client.ObjectList) error {
+	sel := labels.SelectorFromSet(resources.Labels(db, component))
+	if err := r.client.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return fmt.Errorf("listing %s objects: %w", component, err)
+	}
+	return nil
+}
+
+func (r *reconciler) deleteOrKeep(ctx context.Context, db *dbv1.Database, obj client.Object, del bool) error {
+	logger := log.FromContext(ctx).WithValues("object", obj.GetName())
+	if del {
+		logger.Info("Deleting by deletion policy")
+		if err := r.client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting %s: %w", obj.GetName(), err)
+		}
+		return nil
+	}
+	refs := obj.GetOwnerReferences()
+	kept := refs[:0:0]
+	for _, ref := range refs {
+		if ref.UID != db.UID {
+			kept = append(kept, ref)
+		}
+	}
+	if len(kept) == len(refs) {
+		return nil
+	}
+	logger.Info("Keeping by deletion policy: removing the owner reference")
+	before := obj.DeepCopyObject().(client.Object)
+	obj.SetOwnerReferences(kept)
+	if err := r.client.Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing owner reference from %s: %w", obj.GetName(), err)
+	}
+	return nil
+}
+
+func (r *reconciler) patchFinalizer(ctx context.Context, db *dbv1.Database, change func(client.Object, string) bool) error {
+	before := db.DeepCopy()
+	if !change(db, dbv1.Finalizer) {
+		return nil
+	}
+	if err := r.client.Patch(ctx, db, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("patching finalizers: %w", err))
+	}
+	return nil
+}
+
+// releaser removes the finalizer when the cleanup controller is disabled.
+type releaser struct {
+	client client.Client
+}
+
+func (r *releaser) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	db := &dbv1.Database{}
+	if err := r.client.Get(ctx, req.NamespacedName, db); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := db.DeepCopy()
+	if !controllerutil.RemoveFinalizer(db, dbv1.Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	log.FromContext(ctx).Info("Removing finalizer: the cleanup controller is disabled")
+	if err := r.client.Patch(ctx, db, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("removing finalizer: %w", err))
+	}
+	return ctrl.Result{}, nil
+}
+

@@ -1,0 +1,140 @@
+// Package facet is what every facet controller shares: the reconcile loop
+// around a Syncer (fetch the Database, leave deletion to cleanup, honour
+// spec.paused, report one condition), the predicates on the Database, and
+// the stand-in that reports ControllerDisabled when a facet is switched off.
+package facet
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
+)
+
+// Options are the settings every controller of the manager gets.
+type Options struct {
+	// MaxConcurrentReconciles is the number of Databases a controller
+	// reconciles at once.
+	MaxConcurrentReconciles int
+	// Facets are the condition types of the enabled facet controllers, in
+	// the order the Ready summary reads them.
+	Facets []string
+	// WaitForFinalizer makes facet controllers create nothing until the
+	// cleanup controller has added its finalizer; true when cleanup runs.
+	WaitForFinalizer bool
+}
+
+// FieldOwner is the field manager of the named controller.
+func FieldOwner(controllerName string) string { return "dbkeeper-" + controllerName }
+
+// Outcome is what one sync of a facet observed.
+type Outcome struct {
+	// Condition is the facet's condition; its type is set by the Reconciler.
+	Condition metav1.Condition
+	// Status holds the facet's other status fields, if it has any.
+	Status *dbv1ac.DatabaseStatusApplyConfiguration
+	// RequeueAfter asks for another look after a while, for facets whose
+	// truth changes with time alone.
+	RequeueAfter time.Duration
+}
+
+// Syncer is the part of a facet controller that differs from facet to facet.
+type Syncer interface {
+	// Sync brings the facet's children in line with the Database and says
+	// what it observed. An error that the API server will keep returning
+	// until the spec changes should be wrapped with reconcile.TerminalError
+	// or be an Invalid error.
+	Sync(ctx context.Context, db *dbv1.Database) (Outcome, error)
+	// Carry returns the facet's status fields as they are now, to be
+	// re-applied when Sync does not run (paused, failed): server-side apply
+	// removes fields that their manager stops sending.
+	Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration
+}
+
+// Reconciler runs a Syncer for each Database and reports its condition.
+type Reconciler struct {
+	Client        client.Client
+	Writer        conditions.Writer
+	ConditionType string
+	Syncer        Syncer
+	Options       Options
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	db := &dbv1.Database{}
+	if err := r.Client.Get(ctx, req.NamespacedName, db); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !db.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // the cleanup controller's business
+	}
+	if r.Options.WaitForFinalizer && !controllerutil.ContainsFinalizer(db, dbv1.Finalizer) {
+		return ctrl.Result{}, nil // its arrival is an update that brings us back
+	}
+	if db.Spec.Paused {
+		cond := conditions.Unknown(r.ConditionType, dbv1.ReasonPaused, "spec.paused is true: the children are left as they are")
+		return ctrl.Result{}, r.Writer.Apply(ctx, db, cond, r.Syncer.Carry(db))
+	}
+
+	out, err := r.Syncer.Sync(ctx, db)
+	if err != nil {
+		cond := conditions.False(r.ConditionType, dbv1.ReasonApplyFailed, err.Error())
+		if werr := r.Writer.Apply(ctx, db, cond, r.Syncer.Carry(db)); werr != nil {
+			return ctrl.Result{}, errors.Join(err, werr)
+		}
+		if Terminal(err) {
+			log.FromContext(ctx).Error(err, "Giving up until the Database changes")
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	out.Condition.Type = r.ConditionType
+	if err := r.Writer.Apply(ctx, db, out.Condition, out.Status); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: out.RequeueAfter}, nil
+}
+
+// Terminal reports whether retrying err without a change to the Database is
+// pointless: the API server refused the object as invalid.
+func Terminal(err error) bool {
+	return errors.Is(err, reconcile.TerminalError(nil)) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}
+
+// DatabaseChanged lets through the Database events a facet acts on: a new
+// generation (spec), a change of annotations, labels or finalizers. Status
+// writes by the other controllers do not wake the facets.
+func DatabaseChanged() predicate.Predicate {
+	return predicate.Or(
+		predicate.GenerationChangedPredicate{},
+		predicate.AnnotationChangedPredicate{},
+		predicate.LabelChangedPredicate{},
+		predicate.Funcs{UpdateFunc: func(e eventUpdate) bool {
+			return len(e.ObjectOld.GetFinalizers()) != len(e.ObjectNew.GetFinalizers())
+		}},
+	)
+}
+
+// ForDatabase is the builder option that makes a controller react to the
+// Database events of DatabaseChanged.
+func ForDatabase() builder.ForOption { return builder.WithPredicates(DatabaseChanged()) }
+
+// ControllerOptions are the controller-runtime options of every controller.
+func ControllerOptions(o Options) controller.Options {
+	return controller.Options{MaxConcurrentReconciles: max(o.MaxConcurrentReconciles, 1)}
+}

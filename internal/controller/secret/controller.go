@@ -1,0 +1,230 @@
+// Package secret is the controller of a Database's credentials. It generates
+// the <name>-credentials Secret once and never regenerates it, or checks the
+// user's Secret named in spec.credentials.secretName and never modifies it.
+// It owns the CredentialsReady condition and status.credentialsSecret.
+package secret
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/apply"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "secret"
+
+// PasswordBytes is the number of random bytes in a generated password (256
+// bits), encoded as unpadded URL-safe base64.
+const PasswordBytes = 32
+
+// retryMissing is how often a Database whose user Secret is missing or
+// incomplete looks again; that Secret is not watched.
+const retryMissing = 30 * time.Second
+
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Controller is the secret controller.
+type Controller struct{}
+
+// New returns the secret controller.
+func New() Controller { return Controller{} }
+
+// Name implements controller.Controller.
+func (Controller) Name() string { return Name }
+
+// ConditionType implements controller.Controller.
+func (Controller) ConditionType() string { return dbv1.ConditionCredentialsReady }
+
+// SetupWithManager implements controller.Controller.
+func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
+	r := &facet.Reconciler{
+		Client:        mgr.GetClient(),
+		Writer:        facet.NewWriter(mgr, Name),
+		ConditionType: c.ConditionType(),
+		Syncer:        &syncer{client: mgr.GetClient(), reader: mgr.GetAPIReader()},
+		Options:       o,
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		For(&dbv1.Database{}, facet.ForDatabase()).
+		Owns(&corev1.Secret{}, builder.OnlyMetadata).
+		WithOptions(facet.ControllerOptions(o)).
+		Complete(r)
+}
+
+// SetupDisabled implements controller.Controller.
+func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
+	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
+}
+
+type syncer struct {
+	client client.Client
+	// reader reads Secrets from the API server: the cache holds only the
+	// metadata of dbkeeper's own Secrets, never a password.
+	reader client.Reader
+}
+
+func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
+	if resources.UserSecret(db) {
+		return s.checkUserSecret(ctx, db)
+	}
+	return s.ensureGenerated(ctx, db)
+}
+
+func (s *syncer) checkUserSecret(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
+	name := resources.CredentialsSecretName(db)
+	t := dbv1.ConditionCredentialsReady
+	sec := &corev1.Secret{}
+	err := s.reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec)
+	if apierrors.IsNotFound(err) {
+		return facet.Outcome{
+			Condition:    conditions.False(t, dbv1.ReasonSecretNotFound, fmt.Sprintf("Secret %s named in spec.credentials.secretName does not exist: create it with the keys %s and %s", name, engine.UsernameKey, engine.PasswordKey)),
+			RequeueAfter: retryMissing,
+		}, nil
+	}
+	if err != nil {
+		return facet.Outcome{}, fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	if missing := missingKeys(sec.Data); len(missing) > 0 {
+		return facet.Outcome{
+			Condition:    conditions.False(t, dbv1.ReasonSecretInvalid, fmt.Sprintf("Secret %s lacks the key(s) %s: add them (dbkeeper never modifies this Secret)", name, strings.Join(missing, ", "))),
+			RequeueAfter: retryMissing,
+		}, nil
+	}
+	return facet.Outcome{
+		Condition: conditions.True(t, dbv1.ReasonSecretProvided, fmt.Sprintf("using Secret %s from spec.credentials.secretName", name)),
+		Status:    dbv1ac.DatabaseStatus().WithCredentialsSecret(name),
+	}, nil
+}
+
+// ensureGenerated creates the generated Secret if it does not exist and keeps
+// its labels and owner reference. Its data is written exactly once, by
+// Create: a Secret that already exists, in the cache or only on the server,
+// keeps its password.
+func (s *syncer) ensureGenerated(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
+	name := resources.GeneratedSecretName(db)
+	t := dbv1.ConditionCredentialsReady
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	err := s.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, live)
+	switch {
+	case apierrors.IsNotFound(err):
+		created, err := s.create(ctx, db)
+		if err != nil {
+			return facet.Outcome{}, err
+		}
+		if !created {
+			// It exists on the server but not in our label-selected cache:
+			// a Secret somebody else made under the generated name.
+			return s.adoptForeign(ctx, db)
+		}
+	case err != nil:
+		return facet.Outcome{}, fmt.Errorf("getting Secret %s: %w", name, err)
+	default:
+		if _, err := apply.Apply(ctx, s.client, live, resources.CredentialsSecretMetadata(db), facet.FieldOwner(Name)); err != nil {
+			return facet.Outcome{}, fmt.Errorf("applying metadata of Secret %s: %w", name, err)
+		}
+	}
+	return facet.Outcome{
+		Condition: conditions.True(t, dbv1.ReasonSecretGenerated, fmt.Sprintf("dbkeeper generated Secret %s and keeps it", name)),
+		Status:    dbv1ac.DatabaseStatus().WithCredentialsSecret(name),
+	}, nil
+}
+
+// create makes the Secret with a new password; false means it already existed.
+func (s *syncer) create(ctx context.Context, db *dbv1.Database) (bool, error) {
+	eng, err := engine.For(db.Spec.Engine)
+	if err != nil {
+		return false, reconcile.TerminalError(err)
+	}
+	password, err := NewPassword()
+	if err != nil {
+		return false, err
+	}
+	sec := resources.CredentialsSecret(db, eng, password)
+	err = s.client.Create(ctx, sec, client.FieldOwner(facet.FieldOwner(Name)))
+	if apierrors.IsAlreadyExists(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("creating Secret %s: %w", sec.Name, err)
+	}
+	log.FromContext(ctx).Info("Generated credentials Secret", "secret", sec.Name)
+	return true, nil
+}
+
+// adoptForeign takes over a pre-existing Secret of the generated name when it
+// holds both keys; its data is kept as it is.
+func (s *syncer) adoptForeign(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
+	name := resources.GeneratedSecretName(db)
+	sec := &corev1.Secret{}
+	if err := s.reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
+		return facet.Outcome{}, fmt.Errorf("getting existing Secret %s: %w", name, err)
+	}
+	if missing := missingKeys(sec.Data); len(missing) > 0 {
+		return facet.Outcome{
+			Condition: conditions.False(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretInvalid, fmt.Sprintf(
+				"Secret %s already exists, is not dbkeeper's and lacks the key(s) %s: add them, delete the Secret, or name another in spec.credentials.secretName",
+				name, strings.Join(missing, ", "))),
+			RequeueAfter: retryMissing,
+		}, nil
+	}
+	if _, err := apply.Apply(ctx, s.client, nil, resources.CredentialsSecretMetadata(db), facet.FieldOwner(Name)); err != nil {
+		return facet.Outcome{}, fmt.Errorf("adopting Secret %s: %w", name, err)
+	}
+	log.FromContext(ctx).Info("Adopted existing credentials Secret", "secret", name)
+	return facet.Outcome{
+		Condition: conditions.True(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretGenerated, fmt.Sprintf("adopted existing Secret %s and keeps it", name)),
+		Status:    dbv1ac.DatabaseStatus().WithCredentialsSecret(name),
+	}, nil
+}
+
+func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
+	if db.Status.CredentialsSecret == "" {
+		return nil
+	}
+	return dbv1ac.DatabaseStatus().WithCredentialsSecret(db.Status.CredentialsSecret)
+}
+
+func missingKeys(data map[string][]byte) []string {
+	var missing []string
+	for _, k := range []string{engine.UsernameKey, engine.PasswordKey} {
+		if len(data[k]) == 0 {
+			missing = append(missing, k)
+		}
+	}
+	return missing
+}
+
+// NewPassword returns PasswordBytes bytes from crypto/rand as unpadded
+// URL-safe base64: safe in URIs and shells, and 256 bits of entropy.
+func NewPassword() (string, error) {
+	b := make([]byte, PasswordBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("reading random bytes for a password: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}

@@ -1,0 +1,171 @@
+// Package statefulset is the controller of the StatefulSet that runs a
+// Database's engine. It owns the StatefulSetReady condition and the
+// replica counts and selector in the Database's status.
+package statefulset
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/apply"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "statefulset"
+
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Controller is the statefulset controller.
+type Controller struct{}
+
+// New returns the statefulset controller.
+func New() Controller { return Controller{} }
+
+// Name implements controller.Controller.
+func (Controller) Name() string { return Name }
+
+// ConditionType implements controller.Controller.
+func (Controller) ConditionType() string { return dbv1.ConditionStatefulSetReady }
+
+// SetupWithManager implements controller.Controller.
+func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
+	r := &facet.Reconciler{
+		Client:        mgr.GetClient(),
+		Writer:        facet.NewWriter(mgr, Name),
+		ConditionType: c.ConditionType(),
+		Syncer:        &syncer{client: mgr.GetClient()},
+		Options:       o,
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		For(&dbv1.Database{}, facet.ForDatabase()).
+		Owns(&appsv1.StatefulSet{}).
+		WithOptions(facet.ControllerOptions(o)).
+		Complete(r)
+}
+
+// SetupDisabled implements controller.Controller.
+func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
+	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
+}
+
+type syncer struct {
+	client client.Client
+}
+
+func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
+	eng, err := engine.For(db.Spec.Engine)
+	if err != nil {
+		return facet.Outcome{}, reconcile.TerminalError(err)
+	}
+	desired, err := resources.StatefulSet(db, eng)
+	if err != nil {
+		return facet.Outcome{}, reconcile.TerminalError(err)
+	}
+	live := &appsv1.StatefulSet{}
+	if err := s.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}, live); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return facet.Outcome{}, fmt.Errorf("getting StatefulSet: %w", err)
+		}
+		live = nil
+	}
+	resources.PinClaimTemplate(desired, live)
+	wrote, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name))
+	if err != nil {
+		return facet.Outcome{}, fmt.Errorf("applying StatefulSet: %w", err)
+	}
+	if wrote {
+		log.FromContext(ctx).Info("Applied StatefulSet", "statefulset", resources.StatefulSetName(db))
+	}
+	if live != nil {
+		if err := s.growVolumes(ctx, db); err != nil {
+			return facet.Outcome{}, err
+		}
+	}
+
+	out := facet.Outcome{Condition: observe(db, live, wrote), Status: s.Carry(db)}
+	if live != nil {
+		out.Status.WithReplicas(live.Status.Replicas).WithReadyReplicas(live.Status.ReadyReplicas)
+	}
+	return out, nil
+}
+
+// growVolumes asks each data PVC for the grown spec.storage.size: the
+// StatefulSet's claim template cannot change, its PVCs can.
+func (s *syncer) growVolumes(ctx context.Context, db *dbv1.Database) error {
+	pvcs := &corev1.PersistentVolumeClaimList{}
+	sel := labels.SelectorFromSet(resources.Labels(db, resources.ComponentDatabase))
+	if err := s.client.List(ctx, pvcs, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return fmt.Errorf("listing data PVCs: %w", err)
+	}
+	want := db.Spec.Storage.Size
+	for i := range pvcs.Items {
+		pvc := &pvcs.Items[i]
+		have := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+		if have.Cmp(want) >= 0 {
+			continue
+		}
+		log.FromContext(ctx).Info("Growing data PVC", "pvc", pvc.Name, "from", have.String(), "to", want.String())
+		grow := corev1ac.PersistentVolumeClaim(pvc.Name, pvc.Namespace).
+			WithSpec(corev1ac.PersistentVolumeClaimSpec().WithResources(corev1ac.VolumeResourceRequirements().
+				WithRequests(corev1.ResourceList{corev1.ResourceStorage: want})))
+		if _, err := apply.Apply(ctx, s.client, pvc, grow, facet.FieldOwner(Name)); err != nil {
+			return fmt.Errorf("growing PVC %s: %w", pvc.Name, err)
+		}
+	}
+	return nil
+}
+
+func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
+	st := dbv1ac.DatabaseStatus().
+		WithReplicas(db.Status.Replicas).
+		WithReadyReplicas(db.Status.ReadyReplicas)
+	sel := labels.SelectorFromSet(resources.PodSelectorLabels(db)).String()
+	return st.WithSelector(sel)
+}
+
+// observe reads the StatefulSetReady condition off the StatefulSet as it
+// was before this sync; after a write the rollout has not started yet.
+func observe(db *dbv1.Database, sts *appsv1.StatefulSet, wrote bool) metav1.Condition {
+	want := ptr.Deref(db.Spec.Replicas, 1)
+	t := dbv1.ConditionStatefulSetReady
+	switch {
+	case sts == nil:
+		return conditions.False(t, dbv1.ReasonProgressing, "created the StatefulSet; waiting for its pods")
+	case wrote:
+		return conditions.False(t, dbv1.ReasonProgressing, "updated the StatefulSet; waiting for the rollout")
+	case sts.Status.ObservedGeneration < sts.Generation:
+		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("waiting for the StatefulSet controller to observe generation %d", sts.Generation))
+	case want == 0 && sts.Status.Replicas == 0:
+		return conditions.True(t, dbv1.ReasonScaledToZero, "spec.replicas is 0: no pod runs, the data is kept")
+	case sts.Status.UpdatedReplicas < want || (sts.Status.UpdateRevision != "" && sts.Status.CurrentRevision != sts.Status.UpdateRevision):
+		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("rolling out: %d of %d replicas updated", sts.Status.UpdatedReplicas, want))
+	case sts.Status.ReadyReplicas < want:
+		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("%d of %d replicas ready", sts.Status.ReadyReplicas, want))
+	case sts.Status.Replicas > want:
+		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("scaling down: %d replicas, %d wanted", sts.Status.Replicas, want))
+	}
+	return conditions.True(t, dbv1.ReasonStatefulSetReady, fmt.Sprintf("%d of %d replicas ready", sts.Status.ReadyReplicas, want))
+}

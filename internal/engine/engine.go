@@ -1,0 +1,96 @@
+// Package engine holds what differs between database engines: the image
+// catalog, the port, the environment, the probes, the pod's user and the
+// dump command. Adding an engine is adding one file that implements Engine
+// and one entry in the catalog below.
+package engine
+
+import (
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+)
+
+// Credentials are the keys of a credentials Secret that every engine reads.
+const (
+	UsernameKey = "username"
+	PasswordKey = "password"
+)
+
+// Engine describes how to run one database engine in Kubernetes.
+type Engine interface {
+	// Name is the engine as spelled in spec.engine.
+	Name() dbv1.Engine
+	// Image returns the catalog image of a major version.
+	Image(version string) (string, error)
+	// Versions lists the major versions of the catalog, oldest first.
+	Versions() []string
+	// Port is the TCP port clients connect to.
+	Port() int32
+	// PortName names that port in containers and Services.
+	PortName() string
+	// User is the numeric user and group the engine's image runs as.
+	User() int64
+	// DataMountPath is where the data volume is mounted.
+	DataMountPath() string
+	// Env is the engine container's environment, reading the credentials
+	// from the named Secret.
+	Env(secretName string) []corev1.EnvVar
+	// ScratchMounts are the writable directories the engine needs besides
+	// its data volume (the root filesystem is read-only).
+	ScratchMounts() []string
+	// StartupProbe, ReadinessProbe and LivenessProbe check the engine.
+	StartupProbe() *corev1.Probe
+	ReadinessProbe() *corev1.Probe
+	LivenessProbe() *corev1.Probe
+	// BackupEnv is the environment of the backup container, which connects
+	// to host over the network with the credentials of the named Secret.
+	BackupEnv(host, secretName string) []corev1.EnvVar
+	// BackupCommand is the backup container's command. It dumps the
+	// database into dir, keeps the newest retention dumps and exits non-zero
+	// on any failure, leaving no partial dump behind.
+	BackupCommand(dir, prefix string, retention int32) []string
+}
+
+var catalog = map[dbv1.Engine]Engine{
+	dbv1.EnginePostgres: Postgres{},
+}
+
+// For returns the engine named in a spec.
+func For(name dbv1.Engine) (Engine, error) {
+	e, ok := catalog[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown engine %q: known engines are %v", name, Names())
+	}
+	return e, nil
+}
+
+// Names lists the known engines, sorted.
+func Names() []string {
+	names := make([]string, 0, len(catalog))
+	for n := range catalog {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	return names
+}
+
+// ImageFor returns the image a Database runs: spec.image when set, else the
+// engine's catalog image for spec.version.
+func ImageFor(e Engine, db *dbv1.Database) (string, error) {
+	if db.Spec.Image != "" {
+		return db.Spec.Image, nil
+	}
+	return e.Image(db.Spec.Version)
+}
+
+func secretEnv(name, secretName, key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
+		SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: secretName},
+			Key:                  key,
+		},
+	}}
+}

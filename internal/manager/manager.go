@@ -1,0 +1,130 @@
+// Package manager builds dbkeeper's controller-runtime manager: the scheme,
+// the cache discipline, the metrics and health endpoints, leader election,
+// and the registry of controllers. cmd/manager turns flags into Options;
+// the integration tests build the very same manager.
+package manager
+
+import (
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// Options configure the manager.
+type Options struct {
+	// Controllers are the enabled controllers.
+	Controllers controller.Set
+	// WatchNamespaces limits the manager to these namespaces; empty means
+	// every namespace.
+	WatchNamespaces []string
+	// MaxConcurrentReconciles is per controller.
+	MaxConcurrentReconciles int
+	// MetricsBindAddress serves /metrics; "0" disables it.
+	MetricsBindAddress string
+	// HealthProbeBindAddress serves /healthz and /readyz; "0" disables it.
+	HealthProbeBindAddress string
+	// LeaderElection makes one replica of the manager active at a time.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the lease; empty means the namespace the
+	// manager runs in.
+	LeaderElectionNamespace string
+	// LeaderElectionID names the lease.
+	LeaderElectionID string
+	// SyncPeriod is how often every Database is reconciled without an event;
+	// zero means controller-runtime's default (10 hours).
+	SyncPeriod time.Duration
+}
+
+// Scheme is the scheme of the manager: the built-in types and dbkeeper's.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(dbv1.AddToScheme(s))
+	return s
+}
+
+// New builds the manager with every enabled controller registered.
+func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	id := o.LeaderElectionID
+	if id == "" {
+		id = "dbkeeper.database.dbkeeper.io"
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Cache:                   CacheOptions(o.WatchNamespaces, o.SyncPeriod),
+		Client:                  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        id,
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		// The lease is given up on a clean stop, so a new leader need not
+		// wait for it to expire; the manager exits right after.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding ready check: %w", err)
+	}
+	if err := controller.Setup(mgr, o.Controllers, o.MaxConcurrentReconciles); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// CacheOptions keep the operator's memory independent of what else runs in
+// the cluster: children are cached only when dbkeeper labelled them,
+// managedFields are stripped from everything, and Secrets are cached as
+// metadata only (typed Secret reads go to the API server, see New), so no
+// password is ever held in the cache.
+func CacheOptions(namespaces []string, syncPeriod time.Duration) cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedBy})
+	byLabel := cache.ByObject{Label: managed}
+	secretMeta := &metav1.PartialObjectMetadata{}
+	secretMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	o := cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&appsv1.StatefulSet{}:           byLabel,
+			&corev1.Service{}:               byLabel,
+			&corev1.PersistentVolumeClaim{}: byLabel,
+			&batchv1.CronJob{}:              byLabel,
+			&batchv1.Job{}:                  byLabel,
+			&corev1.Secret{}:                byLabel,
+			secretMeta:                      byLabel,
+		},
+	}
+	if syncPeriod > 0 {
+		o.SyncPeriod = &syncPeriod
+	}
+	if len(namespaces) > 0 {
+		o.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			o.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return o
+}

@@ -1,0 +1,87 @@
+package resources
+
+import (
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+)
+
+// BackupMountPath is where the backup PVC is mounted in backup Jobs.
+const BackupMountPath = "/backups"
+
+const (
+	backupVolume    = "backups"
+	backupContainer = "backup"
+	// Bounded, so that a hung dump fails and is reported instead of
+	// blocking every later schedule (concurrencyPolicy is Forbid).
+	backupActiveDeadlineSeconds = 6 * 60 * 60
+	backupStartingDeadline      = 30 * 60
+	backupHistory               = 3
+)
+
+// BackupPVC is the volume that holds a Database's dumps. It carries an owner
+// reference like every child; the cleanup controller removes it when the
+// deletion policy keeps the backups.
+func BackupPVC(db *dbv1.Database) *corev1ac.PersistentVolumeClaimApplyConfiguration {
+	spec := corev1ac.PersistentVolumeClaimSpec().
+		WithAccessModes(corev1.ReadWriteOnce).
+		WithResources(corev1ac.VolumeResourceRequirements().
+			WithRequests(corev1.ResourceList{corev1.ResourceStorage: db.Spec.Backup.Storage.Size}))
+	if db.Spec.Backup.Storage.StorageClassName != nil {
+		spec.WithStorageClassName(*db.Spec.Backup.Storage.StorageClassName)
+	}
+	return corev1ac.PersistentVolumeClaim(BackupName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentBackup)).
+		WithOwnerReferences(OwnerReference(db)).
+		WithSpec(spec)
+}
+
+// BackupCronJob is the CronJob that dumps the database into the backup PVC
+// on spec.backup.schedule with the engine's own dump tool, over the network
+// through the client Service.
+func BackupCronJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.CronJobApplyConfiguration, error) {
+	image, err := engine.ImageFor(eng, db)
+	if err != nil {
+		return nil, err
+	}
+	host := ClientServiceName(db) + "." + db.Namespace + ".svc"
+	container := corev1ac.Container().
+		WithName(backupContainer).
+		WithImage(image).
+		WithCommand(eng.BackupCommand(BackupMountPath, db.Name, db.Spec.Backup.Retention)...).
+		WithEnv(envApply(eng.BackupEnv(host, CredentialsSecretName(db)))...).
+		WithSecurityContext(restrictedContainer(eng.User())).
+		WithVolumeMounts(corev1ac.VolumeMount().WithName(backupVolume).WithMountPath(BackupMountPath))
+	pod := corev1ac.PodSpec().
+		WithRestartPolicy(corev1.RestartPolicyNever).
+		WithEnableServiceLinks(false).
+		WithSecurityContext(restrictedPod(eng.User())).
+		WithVolumes(corev1ac.Volume().WithName(backupVolume).
+			WithPersistentVolumeClaim(corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(BackupName(db))))
+	addScratch(pod, container, []string{"/tmp"})
+	pod.WithContainers(container)
+
+	labels := Labels(db, ComponentBackup)
+	return batchv1ac.CronJob(BackupName(db), db.Namespace).
+		WithLabels(labels).
+		WithOwnerReferences(OwnerReference(db)).
+		WithSpec(batchv1ac.CronJobSpec().
+			WithSchedule(db.Spec.Backup.Schedule).
+			WithSuspend(db.Spec.Backup.Suspend).
+			WithConcurrencyPolicy(batchv1.ForbidConcurrent).
+			WithStartingDeadlineSeconds(backupStartingDeadline).
+			WithSuccessfulJobsHistoryLimit(backupHistory).
+			WithFailedJobsHistoryLimit(backupHistory).
+			WithJobTemplate(batchv1ac.JobTemplateSpec().
+				WithLabels(labels).
+				WithSpec(batchv1ac.JobSpec().
+					WithBackoffLimit(0).
+					WithActiveDeadlineSeconds(backupActiveDeadlineSeconds).
+					WithTemplate(corev1ac.PodTemplateSpec().
+						WithLabels(labels).
+						WithSpec(pod))))), nil
+}

@@ -1,0 +1,74 @@
+package resources
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+)
+
+// GeneratedUsername is the user (and database) of a generated Secret.
+const GeneratedUsername = "app"
+
+// Keys a generated Secret holds besides username and password, for clients.
+const (
+	DatabaseKey = "database"
+	HostKey     = "host"
+	PortKey     = "port"
+	URIKey      = "uri"
+)
+
+// CredentialsSecret is the Secret dbkeeper generates, once, for a Database
+// without spec.credentials.secretName. It is created, never applied, so a
+// later reconcile can never overwrite the password.
+func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string) *corev1.Secret {
+	host := fmt.Sprintf("%s.%s.svc", ClientServiceName(db), db.Namespace)
+	port := strconv.Itoa(int(eng.Port()))
+	uri := url.URL{
+		Scheme: string(eng.Name()),
+		User:   url.UserPassword(GeneratedUsername, password),
+		Host:   host + ":" + port,
+		Path:   "/" + GeneratedUsername,
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      GeneratedSecretName(db),
+			Namespace: db.Namespace,
+			Labels:    Labels(db, ComponentCredentials),
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion:         dbv1.GroupVersion.String(),
+				Kind:               "Database",
+				Name:               db.Name,
+				UID:                db.UID,
+				Controller:         ptr.To(true),
+				BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{
+			engine.UsernameKey: []byte(GeneratedUsername),
+			engine.PasswordKey: []byte(password),
+			DatabaseKey:        []byte(GeneratedUsername),
+			HostKey:            []byte(host),
+			PortKey:            []byte(port),
+			URIKey:             []byte(uri.String()),
+		},
+	}
+}
+
+// CredentialsSecretMetadata is what dbkeeper keeps applied on a generated
+// Secret after creating it: labels and the owner reference, never data, so
+// an adopted Secret (for example one kept by the Retain policy) keeps its
+// password.
+func CredentialsSecretMetadata(db *dbv1.Database) *corev1ac.SecretApplyConfiguration {
+	return corev1ac.Secret(GeneratedSecretName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentCredentials)).
+		WithOwnerReferences(OwnerReference(db))
+}

@@ -1,0 +1,56 @@
+package resources
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+)
+
+// ClientService is the Service clients connect to, of spec.service.type and
+// with spec.service.annotations.
+func ClientService(db *dbv1.Database, eng engine.Engine) *corev1ac.ServiceApplyConfiguration {
+	svc := corev1ac.Service(ClientServiceName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentDatabase)).
+		WithOwnerReferences(OwnerReference(db)).
+		WithSpec(corev1ac.ServiceSpec().
+			WithType(serviceType(db)).
+			WithSelector(PodSelectorLabels(db)).
+			WithPorts(servicePort(eng)))
+	if len(db.Spec.Service.Annotations) > 0 {
+		svc.WithAnnotations(db.Spec.Service.Annotations)
+	}
+	return svc
+}
+
+// HeadlessService is the StatefulSet's governing Service: it gives each pod a
+// stable DNS name and publishes pods before they are ready, so peers can
+// find each other during start-up.
+func HeadlessService(db *dbv1.Database, eng engine.Engine) *corev1ac.ServiceApplyConfiguration {
+	return corev1ac.Service(HeadlessServiceName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentDatabase)).
+		WithOwnerReferences(OwnerReference(db)).
+		WithSpec(corev1ac.ServiceSpec().
+			WithType(corev1.ServiceTypeClusterIP).
+			WithClusterIP(corev1.ClusterIPNone).
+			WithPublishNotReadyAddresses(true).
+			WithSelector(PodSelectorLabels(db)).
+			WithPorts(servicePort(eng)))
+}
+
+func serviceType(db *dbv1.Database) corev1.ServiceType {
+	if db.Spec.Service.Type == "" {
+		return corev1.ServiceTypeClusterIP
+	}
+	return db.Spec.Service.Type
+}
+
+func servicePort(eng engine.Engine) *corev1ac.ServicePortApplyConfiguration {
+	return corev1ac.ServicePort().
+		WithName(eng.PortName()).
+		WithPort(eng.Port()).
+		WithProtocol(corev1.ProtocolTCP).
+		WithTargetPort(intstr.FromString(eng.PortName()))
+}

@@ -1,0 +1,139 @@
+package resources
+
+import (
+	"fmt"
+	"path"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+)
+
+const engineContainer = "engine"
+
+// StatefulSet is the desired StatefulSet that runs the engine.
+func StatefulSet(db *dbv1.Database, eng engine.Engine) (*appsv1ac.StatefulSetApplyConfiguration, error) {
+	image, err := engine.ImageFor(eng, db)
+	if err != nil {
+		return nil, err
+	}
+	podLabels := PodSelectorLabels(db)
+	for k, v := range Labels(db, ComponentDatabase) {
+		podLabels[k] = v
+	}
+
+	container := corev1ac.Container().
+		WithName(engineContainer).
+		WithImage(image).
+		WithPorts(corev1ac.ContainerPort().WithName(eng.PortName()).WithContainerPort(eng.Port()).WithProtocol(corev1.ProtocolTCP)).
+		WithEnv(envApply(eng.Env(CredentialsSecretName(db)))...).
+		WithResources(resourcesApply(db.Spec.Resources)).
+		WithStartupProbe(probeApply(eng.StartupProbe())).
+		WithReadinessProbe(probeApply(eng.ReadinessProbe())).
+		WithLivenessProbe(probeApply(eng.LivenessProbe())).
+		WithSecurityContext(restrictedContainer(eng.User())).
+		WithVolumeMounts(corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(eng.DataMountPath()))
+
+	pod := corev1ac.PodSpec().
+		WithEnableServiceLinks(false).
+		WithTerminationGracePeriodSeconds(60).
+		WithSecurityContext(restrictedPod(eng.User()))
+	addScratch(pod, container, eng.ScratchMounts())
+	pod.WithContainers(container)
+
+	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentDatabase)).
+		WithOwnerReferences(OwnerReference(db)).
+		WithSpec(appsv1ac.StatefulSetSpec().
+			WithReplicas(ptr.Deref(db.Spec.Replicas, 1)).
+			WithServiceName(HeadlessServiceName(db)).
+			WithPodManagementPolicy(appsv1.OrderedReadyPodManagement).
+			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().WithType(appsv1.RollingUpdateStatefulSetStrategyType)).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(PodSelectorLabels(db))).
+			WithTemplate(corev1ac.PodTemplateSpec().
+				WithLabels(podLabels).
+				WithSpec(pod)).
+			WithVolumeClaimTemplates(DataVolumeClaimTemplate(db))), nil
+}
+
+// DataVolumeClaimTemplate is the claim template of the data volumes.
+// StatefulSets never change their claim templates, so a grown
+// spec.storage.size reaches the PVCs through DataVolumeClaimSize instead.
+func DataVolumeClaimTemplate(db *dbv1.Database) *corev1ac.PersistentVolumeClaimApplyConfiguration {
+	spec := corev1ac.PersistentVolumeClaimSpec().
+		WithAccessModes(corev1.ReadWriteOnce).
+		WithResources(corev1ac.VolumeResourceRequirements().
+			WithRequests(corev1.ResourceList{corev1.ResourceStorage: db.Spec.Storage.Size}))
+	if db.Spec.Storage.StorageClassName != nil {
+		spec.WithStorageClassName(*db.Spec.Storage.StorageClassName)
+	}
+	// No kind, apiVersion or namespace: the API server stores templates
+	// without them.
+	claim := &corev1ac.PersistentVolumeClaimApplyConfiguration{}
+	return claim.WithName(DataVolumeName).
+		WithLabels(Labels(db, ComponentDatabase)).
+		WithSpec(spec)
+}
+
+// PinClaimTemplate keeps the claim template of an existing StatefulSet,
+// whose templates the API server never lets change, in the desired one.
+func PinClaimTemplate(desired *appsv1ac.StatefulSetApplyConfiguration, live *appsv1.StatefulSet) {
+	if live == nil || len(live.Spec.VolumeClaimTemplates) == 0 {
+		return
+	}
+	for i := range desired.Spec.VolumeClaimTemplates {
+		t := &desired.Spec.VolumeClaimTemplates[i]
+		for _, l := range live.Spec.VolumeClaimTemplates {
+			if t.Name != nil && l.Name == *t.Name {
+				t.Spec.Resources.Requests = &l.Spec.Resources.Requests
+			}
+		}
+	}
+}
+
+// DataPVCName is the name of the data PVC of one replica.
+func DataPVCName(db *dbv1.Database, ordinal int) string {
+	return fmt.Sprintf("%s-%s-%d", DataVolumeName, StatefulSetName(db), ordinal)
+}
+
+func restrictedPod(uid int64) *corev1ac.PodSecurityContextApplyConfiguration {
+	return corev1ac.PodSecurityContext().
+		WithRunAsNonRoot(true).
+		WithRunAsUser(uid).
+		WithRunAsGroup(uid).
+		WithFSGroup(uid).
+		WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
+		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
+}
+
+func restrictedContainer(uid int64) *corev1ac.SecurityContextApplyConfiguration {
+	return corev1ac.SecurityContext().
+		WithRunAsNonRoot(true).
+		WithRunAsUser(uid).
+		WithRunAsGroup(uid).
+		WithAllowPrivilegeEscalation(false).
+		WithReadOnlyRootFilesystem(true).
+		WithPrivileged(false).
+		WithCapabilities(corev1ac.Capabilities().WithDrop(corev1.Capability("ALL"))).
+		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
+}
+
+// addScratch must run before the container is added to the pod, because
+// WithContainers copies it.
+//
+// addScratch gives the container an emptyDir for each writable directory it
+// needs besides its volumes, because its root filesystem is read-only.
+func addScratch(pod *corev1ac.PodSpecApplyConfiguration, c *corev1ac.ContainerApplyConfiguration, dirs []string) {
+	for _, dir := range dirs {
+		name := "scratch-" + strings.ReplaceAll(strings.Trim(path.Clean(dir), "/"), "/", "-")
+		pod.WithVolumes(corev1ac.Volume().WithName(name).WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
+		c.WithVolumeMounts(corev1ac.VolumeMount().WithName(name).WithMountPath(dir))
+	}
+}

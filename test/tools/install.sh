@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the test control plane and the code generators from the Go module
+# proxy, at the versions pinned by the go.mod files beside this script, into a
+# per-user cache outside the clone. A binary already built at its version is
+# not built again, so only the first run on a machine pays (about 11 minutes on
+# 2 cores).
+#
+#   test/tools/install.sh            build what is missing, print the bin dir
+#   test/tools/install.sh --print    print the bin dir only
+#
+# The bin dir holds one symlink per tool (etcd, kube-apiserver, kubectl, ...),
+# pointing at the versioned binary; it is what KUBEBUILDER_ASSETS names.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cache=${DBKEEPER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dbkeeper/tools}
+bin=$cache/bin
+
+if [[ ${1:-} == --print ]]; then
+	echo "$bin"
+	exit 0
+fi
+
+# module-dir  binary-name  package  version-module
+tools=(
+	"etcd            etcd                     go.etcd.io/etcd/server/v3                     go.etcd.io/etcd/server/v3"
+	"kubernetes      kube-apiserver           k8s.io/kubernetes/cmd/kube-apiserver          k8s.io/kubernetes"
+	"kubernetes      kube-controller-manager  k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes"
+	"kubernetes      kube-scheduler           k8s.io/kubernetes/cmd/kube-scheduler          k8s.io/kubernetes"
+	"kubernetes      kubectl                  k8s.io/kubernetes/cmd/kubectl                 k8s.io/kubernetes"
+	"kwok            kwok                     sigs.k8s.io/kwok/cmd/kwok                     sigs.k8s.io/kwok"
+	"helm            helm                     helm.sh/helm/v3/cmd/helm                      helm.sh/helm/v3"
+	"controller-gen  controller-gen           sigs.k8s.io/controller-tools/cmd/controller-gen sigs.k8s.io/controller-tools"
+)
+
+mkdir -p "$bin"
+for line in "${tools[@]}"; do
+	read -r dir name pkg mod <<<"$line"
+	version=$(cd "$here/$dir" && go list -m -f '{{.Version}}' "$mod")
+	target=$cache/$name-$version
+	if [[ ! -x $target ]]; then
+		echo "building $name $version (first run on this machine; cached in $cache)" >&2
+		start=$SECONDS
+		(cd "$here/$dir" && go build -trimpath -ldflags='-s -w' -o "$target.tmp" "$pkg")
+		mv "$target.tmp" "$target"
+		echo "built $name $version in $((SECONDS - start))s" >&2
+	fi
+	ln -sfn "../$name-$version" "$bin/$name"
+done
+echo "$bin"

@@ -1,0 +1,563 @@
+// Package validation_test checks the Database CRD's validation — OpenAPI
+// bounds, enums, patterns and CEL x-kubernetes-validations, at creation and on
+// update — against a real kube-apiserver started by envtest.
+package validation_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+)
+
+// k8s is a typed client of the envtest apiserver; nil under -short.
+var k8s client.Client
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	env, cfg, err := envtestutil.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "validation tests:", err)
+		os.Exit(1)
+	}
+	code := func() int {
+		scheme := runtime.NewScheme()
+		if err := clientgoscheme.AddToScheme(scheme); err != nil {
+			fmt.Fprintln(os.Stderr, "validation tests:", err)
+			return 1
+		}
+		if err := dbv1.AddToScheme(scheme); err != nil {
+			fmt.Fprintln(os.Stderr, "validation tests:", err)
+			return 1
+		}
+		k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "validation tests:", err)
+			return 1
+		}
+		return m.Run()
+	}()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "validation tests: stopping envtest:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// setup skips under -short and returns a context bounded by the test's
+// lifetime and a fresh namespace.
+func setup(t *testing.T) (context.Context, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a kube-apiserver (envtest); skipped under -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "validation-"}}
+	require.NoError(t, k8s.Create(ctx, ns))
+	// envtest runs no namespace controller, so deleting the namespace would
+	// leave it Terminating; the whole apiserver goes away at the end anyway.
+	return ctx, ns.Name
+}
+
+// rawDatabase is a Database as the JSON a user would send: fields are only
+// present when spec names them, so the CRD's defaults apply to the rest.
+// Numbers must be int64 (unstructured content).
+func rawDatabase(ns, name string, spec map[string]any) *unstructured.Unstructured {
+	if spec == nil {
+		spec = map[string]any{}
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": dbv1.GroupVersion.String(),
+		"kind":       "Database",
+		"metadata":   map[string]any{"name": name, "namespace": ns},
+		"spec":       spec,
+	}}
+}
+
+// assertInvalid asserts that err is an Invalid (422) status error whose
+// message contains every fragment in want.
+func assertInvalid(t *testing.T, err error, want ...string) {
+	t.Helper()
+	require.Error(t, err, "the apiserver accepted an object that should be refused (want %q)", want)
+	t.Logf("refused: %v", err)
+	assert.Truef(t, apierrors.IsInvalid(err), "want an Invalid error, got %v: %v", apierrors.ReasonForError(err), err)
+	for _, w := range want {
+		assert.Containsf(t, err.Error(), w, "error message lacks the expected fragment")
+	}
+}
+
+const (
+	msgEngineEnum     = `spec.engine: Unsupported value: "mysql"`
+	msgVersionCatalog = "spec.version must be one of 14, 15, 16, 17 for engine postgres"
+	msgVersionImmut   = "spec.version is immutable"
+	msgSizePositive   = "size must be greater than zero"
+	msgSizeGrow       = "size may only grow: a volume cannot be shrunk"
+	msgClassImmut     = "storageClassName is immutable"
+	msgClassAddRemove = "storageClassName cannot be added or removed after creation"
+	msgSecretImmut    = "spec.credentials.secretName is immutable"
+	msgSecretAddRem   = "spec.credentials.secretName cannot be added or removed after creation"
+	msgCredsAddRemove = "spec.credentials cannot be added or removed after creation"
+	msgSchedule       = "schedule must be a cron expression of five fields"
+	msgMaxAge         = "maxAge must be a positive duration such as 26h"
+	msgNameLength     = "metadata.name must be at most 45 characters"
+	msgNameDNS1035    = "metadata.name must start with a lower-case letter"
+)
+
+// TestCreateRefused creates Databases that break a create-time rule and
+// expects the apiserver to refuse each with the rule's message.
+func TestCreateRefused(t *testing.T) {
+	ctx, ns := setup(t)
+
+	cases := []struct {
+		name   string
+		dbName string // default "db"
+		spec   map[string]any
+		want   []string
+	}{
+		{
+			name: "engine not in enum",
+			spec: map[string]any{"engine": "mysql"},
+			want: []string{msgEngineEnum, `supported values: "postgres"`},
+		},
+		{
+			name: "version not in catalog",
+			spec: map[string]any{"version": "13"},
+			want: []string{"spec: Invalid value", msgVersionCatalog},
+		},
+		{
+			name: "version not in catalog, minor version",
+			spec: map[string]any{"version": "17.2"},
+			want: []string{msgVersionCatalog},
+		},
+		{
+			name: "version too long",
+			spec: map[string]any{"version": "17.2.3.4.5"},
+			want: []string{"spec.version: Too long", "8"},
+		},
+		{
+			name: "image with whitespace",
+			spec: map[string]any{"image": "postgres:17 alpine"},
+			want: []string{"spec.image: Invalid value", "should match"},
+		},
+		{
+			name: "image too long",
+			spec: map[string]any{"image": "registry.example.com/" + strings.Repeat("a", 500) + ":17"},
+			want: []string{"spec.image: Too long", "512"},
+		},
+		{
+			name: "replicas negative",
+			spec: map[string]any{"replicas": int64(-1)},
+			want: []string{"spec.replicas: Invalid value", "should be greater than or equal to 0"},
+		},
+		{
+			name: "replicas above 9",
+			spec: map[string]any{"replicas": int64(10)},
+			want: []string{"spec.replicas: Invalid value", "should be less than or equal to 9"},
+		},
+		{
+			name: "storage size zero",
+			spec: map[string]any{"storage": map[string]any{"size": "0"}},
+			want: []string{"spec.storage.size: Invalid value", msgSizePositive},
+		},
+		{
+			name: "storage size zero as an integer",
+			spec: map[string]any{"storage": map[string]any{"size": int64(0)}},
+			want: []string{"spec.storage.size: Invalid value", msgSizePositive},
+		},
+		{
+			name: "storage size negative",
+			spec: map[string]any{"storage": map[string]any{"size": "-1Gi"}},
+			want: []string{"spec.storage.size: Invalid value", msgSizePositive},
+		},
+		{
+			name: "storage size not a quantity",
+			spec: map[string]any{"storage": map[string]any{"size": "ten gigs"}},
+			want: []string{"spec.storage.size: Invalid value", "should match"},
+		},
+		{
+			name: "storage class name too long",
+			spec: map[string]any{"storage": map[string]any{"storageClassName": strings.Repeat("s", 254)}},
+			want: []string{"spec.storage.storageClassName: Too long", "253"},
+		},
+		{
+			name: "backup storage size zero",
+			spec: map[string]any{"backup": map[string]any{"storage": map[string]any{"size": "0"}}},
+			want: []string{"spec.backup.storage.size: Invalid value", msgSizePositive},
+		},
+		{
+			name: "credentials secretName not a DNS name",
+			spec: map[string]any{"credentials": map[string]any{"secretName": "Bad_Name"}},
+			want: []string{"spec.credentials.secretName: Invalid value", "should match"},
+		},
+		{
+			name: "credentials secretName empty string",
+			spec: map[string]any{"credentials": map[string]any{"secretName": ""}},
+			want: []string{"spec.credentials.secretName: Invalid value", "should match"},
+		},
+		{
+			name: "service type ExternalName",
+			spec: map[string]any{"service": map[string]any{"type": "ExternalName"}},
+			want: []string{`spec.service.type: Unsupported value: "ExternalName"`},
+		},
+		{
+			name: "backup schedule with 4 fields",
+			spec: map[string]any{"backup": map[string]any{"schedule": "0 3 * *"}},
+			want: []string{"spec.backup.schedule: Invalid value", msgSchedule},
+		},
+		{
+			name: "backup schedule with 6 fields",
+			spec: map[string]any{"backup": map[string]any{"schedule": "0 0 3 * * *"}},
+			want: []string{"spec.backup.schedule: Invalid value", msgSchedule},
+		},
+		{
+			name: "backup schedule garbage",
+			spec: map[string]any{"backup": map[string]any{"schedule": "every day"}},
+			want: []string{"spec.backup.schedule: Invalid value", msgSchedule},
+		},
+		{
+			name: "backup schedule unknown macro",
+			spec: map[string]any{"backup": map[string]any{"schedule": "@fortnightly"}},
+			want: []string{"spec.backup.schedule: Invalid value", msgSchedule},
+		},
+		{
+			name: "backup retention zero",
+			spec: map[string]any{"backup": map[string]any{"retention": int64(0)}},
+			want: []string{"spec.backup.retention: Invalid value", "should be greater than or equal to 1"},
+		},
+		{
+			name: "backup retention 1001",
+			spec: map[string]any{"backup": map[string]any{"retention": int64(1001)}},
+			want: []string{"spec.backup.retention: Invalid value", "should be less than or equal to 1000"},
+		},
+		{
+			name: "backup maxAge zero",
+			spec: map[string]any{"backup": map[string]any{"maxAge": "0s"}},
+			want: []string{"spec.backup.maxAge: Invalid value", msgMaxAge},
+		},
+		{
+			name: "backup maxAge not a duration",
+			spec: map[string]any{"backup": map[string]any{"maxAge": "tomorrow"}},
+			want: []string{"spec.backup.maxAge: Invalid value", "should match"},
+		},
+		{
+			name: "backup maxAge negative",
+			spec: map[string]any{"backup": map[string]any{"maxAge": "-1h"}},
+			want: []string{"spec.backup.maxAge: Invalid value", "should match"},
+		},
+		{
+			name: "deletionPolicy Keep",
+			spec: map[string]any{"deletionPolicy": "Keep"},
+			want: []string{`spec.deletionPolicy: Unsupported value: "Keep"`},
+		},
+		{
+			name:   "metadata.name of 46 characters",
+			dbName: "a" + strings.Repeat("b", 45),
+			want:   []string{msgNameLength},
+		},
+		{
+			name:   "metadata.name starting with a digit",
+			dbName: "1db",
+			want:   []string{msgNameDNS1035},
+		},
+		{
+			name:   "metadata.name with a dot",
+			dbName: "db.prod",
+			want:   []string{msgNameDNS1035},
+		},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name := tc.dbName
+			if name == "" {
+				name = fmt.Sprintf("db-%d", i)
+			}
+			err := k8s.Create(ctx, rawDatabase(ns, name, tc.spec))
+			assertInvalid(t, err, tc.want...)
+		})
+	}
+}
+
+// TestUpdateRefused creates a valid Database, then updates it with the typed
+// client in a way a transition rule forbids, and expects the refusal.
+func TestUpdateRefused(t *testing.T) {
+	ctx, ns := setup(t)
+
+	withClass := map[string]any{"storage": map[string]any{"storageClassName": "standard"}}
+	withBackupClass := map[string]any{"backup": map[string]any{"storage": map[string]any{"size": "20Gi", "storageClassName": "standard"}}}
+	withSecret := map[string]any{"credentials": map[string]any{"secretName": "db-superuser"}}
+	withEmptyCredentials := map[string]any{"credentials": map[string]any{}}
+
+	cases := []struct {
+		name   string
+		base   map[string]any // spec created first
+		mutate func(*dbv1.Database)
+		want   []string
+	}{
+		{
+			// The engine enum has a single value, so any change is refused
+			// by the enum before the immutability rule is evaluated.
+			name:   "engine change",
+			mutate: func(db *dbv1.Database) { db.Spec.Engine = "mysql" },
+			want:   []string{msgEngineEnum},
+		},
+		{
+			name:   "version change within the catalog",
+			mutate: func(db *dbv1.Database) { db.Spec.Version = "16" },
+			want:   []string{"spec.version: Invalid value", msgVersionImmut},
+		},
+		{
+			name:   "version change out of the catalog",
+			mutate: func(db *dbv1.Database) { db.Spec.Version = "13" },
+			want:   []string{msgVersionImmut, msgVersionCatalog},
+		},
+		{
+			name:   "storage shrink",
+			mutate: func(db *dbv1.Database) { db.Spec.Storage.Size = resource.MustParse("5Gi") },
+			want:   []string{"spec.storage.size: Invalid value", msgSizeGrow},
+		},
+		{
+			name:   "storage size to zero",
+			mutate: func(db *dbv1.Database) { db.Spec.Storage.Size = resource.MustParse("0") },
+			want:   []string{msgSizePositive, msgSizeGrow},
+		},
+		{
+			name:   "storage class change",
+			base:   withClass,
+			mutate: func(db *dbv1.Database) { db.Spec.Storage.StorageClassName = ptr.To("fast") },
+			want:   []string{"spec.storage.storageClassName: Invalid value", msgClassImmut},
+		},
+		{
+			name:   "storage class removal",
+			base:   withClass,
+			mutate: func(db *dbv1.Database) { db.Spec.Storage.StorageClassName = nil },
+			want:   []string{"spec.storage: Invalid value", msgClassAddRemove},
+		},
+		{
+			name:   "storage class added after creation",
+			mutate: func(db *dbv1.Database) { db.Spec.Storage.StorageClassName = ptr.To("fast") },
+			want:   []string{"spec.storage: Invalid value", msgClassAddRemove},
+		},
+		{
+			name:   "backup storage shrink",
+			mutate: func(db *dbv1.Database) { db.Spec.Backup.Storage.Size = resource.MustParse("10Gi") },
+			want:   []string{"spec.backup.storage.size: Invalid value", msgSizeGrow},
+		},
+		{
+			name:   "backup storage class change",
+			base:   withBackupClass,
+			mutate: func(db *dbv1.Database) { db.Spec.Backup.Storage.StorageClassName = ptr.To("fast") },
+			want:   []string{"spec.backup.storage.storageClassName: Invalid value", msgClassImmut},
+		},
+		{
+			name:   "backup storage class removal",
+			base:   withBackupClass,
+			mutate: func(db *dbv1.Database) { db.Spec.Backup.Storage.StorageClassName = nil },
+			want:   []string{"spec.backup.storage: Invalid value", msgClassAddRemove},
+		},
+		{
+			name:   "backup storage class added after creation",
+			mutate: func(db *dbv1.Database) { db.Spec.Backup.Storage.StorageClassName = ptr.To("fast") },
+			want:   []string{"spec.backup.storage: Invalid value", msgClassAddRemove},
+		},
+		{
+			name:   "credentials secretName change",
+			base:   withSecret,
+			mutate: func(db *dbv1.Database) { db.Spec.Credentials.SecretName = "other-superuser" },
+			want:   []string{"spec.credentials.secretName: Invalid value", msgSecretImmut},
+		},
+		{
+			name:   "credentials secretName removal",
+			base:   withSecret,
+			mutate: func(db *dbv1.Database) { db.Spec.Credentials = &dbv1.CredentialsSpec{} },
+			want:   []string{"spec.credentials: Invalid value", msgSecretAddRem},
+		},
+		{
+			name:   "credentials secretName added after creation",
+			base:   withEmptyCredentials,
+			mutate: func(db *dbv1.Database) { db.Spec.Credentials.SecretName = "db-superuser" },
+			want:   []string{"spec.credentials: Invalid value", msgSecretAddRem},
+		},
+		{
+			name:   "credentials removal",
+			base:   withSecret,
+			mutate: func(db *dbv1.Database) { db.Spec.Credentials = nil },
+			want:   []string{"spec: Invalid value", msgCredsAddRemove},
+		},
+		{
+			name:   "credentials added after creation",
+			mutate: func(db *dbv1.Database) { db.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "db-superuser"} },
+			want:   []string{"spec: Invalid value", msgCredsAddRemove},
+		},
+		{
+			name:   "replicas above 9 on update",
+			mutate: func(db *dbv1.Database) { db.Spec.Replicas = ptr.To[int32](10) },
+			want:   []string{"spec.replicas: Invalid value", "should be less than or equal to 9"},
+		},
+		{
+			name:   "maxAge to zero on update",
+			mutate: func(db *dbv1.Database) { db.Spec.Backup.MaxAge = metav1.Duration{} },
+			want:   []string{"spec.backup.maxAge: Invalid value", msgMaxAge},
+		},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name := fmt.Sprintf("db-%d", i)
+			require.NoError(t, k8s.Create(ctx, rawDatabase(ns, name, tc.base)), "creating the valid base Database")
+			var db dbv1.Database
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &db))
+			tc.mutate(&db)
+			err := k8s.Update(ctx, &db)
+			assertInvalid(t, err, tc.want...)
+		})
+	}
+}
+
+// TestMinimalDatabaseGetsDefaults creates `spec: {}` (and no spec at all) and
+// checks every default the CRD promises.
+func TestMinimalDatabaseGetsDefaults(t *testing.T) {
+	ctx, ns := setup(t)
+
+	for _, tc := range []struct {
+		name string
+		obj  *unstructured.Unstructured
+	}{
+		{name: "empty spec", obj: rawDatabase(ns, "minimal", nil)},
+		{name: "no spec", obj: func() *unstructured.Unstructured {
+			u := rawDatabase(ns, "nospec", nil)
+			delete(u.Object, "spec")
+			return u
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, k8s.Create(ctx, tc.obj))
+			var db dbv1.Database
+			require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(tc.obj), &db))
+			s := db.Spec
+			assert.Equal(t, dbv1.EnginePostgres, s.Engine, "engine")
+			assert.Equal(t, "17", s.Version, "version")
+			if assert.NotNil(t, s.Replicas, "replicas") {
+				assert.Equal(t, int32(1), *s.Replicas, "replicas")
+			}
+			assert.Equal(t, "10Gi", s.Storage.Size.String(), "storage.size")
+			assert.Nil(t, s.Storage.StorageClassName, "storage.storageClassName")
+			assert.Nil(t, s.Credentials, "credentials")
+			assert.Equal(t, corev1.ServiceTypeClusterIP, s.Service.Type, "service.type")
+			assert.Equal(t, "0 3 * * *", s.Backup.Schedule, "backup.schedule")
+			assert.Equal(t, int32(7), s.Backup.Retention, "backup.retention")
+			assert.Equal(t, 26*time.Hour, s.Backup.MaxAge.Duration, "backup.maxAge")
+			assert.Equal(t, "20Gi", s.Backup.Storage.Size.String(), "backup.storage.size")
+			assert.Nil(t, s.Backup.Storage.StorageClassName, "backup.storage.storageClassName")
+			assert.Equal(t, dbv1.DeletionPolicyDelete, s.DeletionPolicy, "deletionPolicy")
+			assert.False(t, s.Paused, "paused")
+			assert.False(t, s.Backup.Suspend, "backup.suspend")
+		})
+	}
+}
+
+// TestValidUpdateAccepted grows the storage and scales up, which the rules
+// allow, and changes the fields that are not immutable.
+func TestValidUpdateAccepted(t *testing.T) {
+	ctx, ns := setup(t)
+
+	spec := map[string]any{
+		"storage":     map[string]any{"storageClassName": "standard"},
+		"credentials": map[string]any{"secretName": "db-superuser"},
+	}
+	require.NoError(t, k8s.Create(ctx, rawDatabase(ns, "grow", spec)))
+	key := client.ObjectKey{Namespace: ns, Name: "grow"}
+	var db dbv1.Database
+	require.NoError(t, k8s.Get(ctx, key, &db))
+	require.Equal(t, int32(1), *db.Spec.Replicas)
+	require.Equal(t, "10Gi", db.Spec.Storage.Size.String())
+
+	db.Spec.Storage.Size = resource.MustParse("20Gi")
+	db.Spec.Replicas = ptr.To[int32](3)
+	db.Spec.Backup.Storage.Size = resource.MustParse("50Gi")
+	db.Spec.Backup.Schedule = "@hourly"
+	db.Spec.Backup.Retention = 30
+	db.Spec.Backup.MaxAge = metav1.Duration{Duration: 2 * time.Hour}
+	db.Spec.DeletionPolicy = dbv1.DeletionPolicyRetain
+	db.Spec.Service.Type = corev1.ServiceTypeLoadBalancer
+	db.Spec.Image = "docker.io/library/postgres:17.2"
+	db.Spec.Paused = true
+	require.NoError(t, k8s.Update(ctx, &db))
+
+	var got dbv1.Database
+	require.NoError(t, k8s.Get(ctx, key, &got))
+	assert.Equal(t, "20Gi", got.Spec.Storage.Size.String())
+	assert.Equal(t, int32(3), *got.Spec.Replicas)
+	assert.Equal(t, "50Gi", got.Spec.Backup.Storage.Size.String())
+	assert.Equal(t, "standard", ptr.Deref(got.Spec.Storage.StorageClassName, ""))
+	assert.Equal(t, "db-superuser", got.Spec.Credentials.SecretName)
+
+	// Scaling to zero stops the database and is allowed; so is an update
+	// that changes nothing of the immutable fields.
+	got.Spec.Replicas = ptr.To[int32](0)
+	require.NoError(t, k8s.Update(ctx, &got))
+}
+
+// TestValidCreateAccepted guards against rules that are tighter than the API
+// documents: each of these must be accepted.
+func TestValidCreateAccepted(t *testing.T) {
+	ctx, ns := setup(t)
+
+	cases := []struct {
+		name   string
+		dbName string
+		spec   map[string]any
+	}{
+		{name: "version 14", spec: map[string]any{"version": "14"}},
+		{name: "version 15", spec: map[string]any{"version": "15"}},
+		{name: "version 16", spec: map[string]any{"version": "16"}},
+		{name: "image with digest", spec: map[string]any{"image": "docker.io/library/postgres@sha256:" + strings.Repeat("0", 64)}},
+		{name: "replicas 0", spec: map[string]any{"replicas": int64(0)}},
+		{name: "replicas 9", spec: map[string]any{"replicas": int64(9)}},
+		{name: "storage size integer", spec: map[string]any{"storage": map[string]any{"size": int64(1 << 30)}}},
+		{name: "storage size decimal", spec: map[string]any{"storage": map[string]any{"size": "1.5Gi"}}},
+		{name: "secretName with dots", spec: map[string]any{"credentials": map[string]any{"secretName": "db.superuser-1"}}},
+		{name: "credentials without secretName", spec: map[string]any{"credentials": map[string]any{}}},
+		{name: "service NodePort", spec: map[string]any{"service": map[string]any{"type": "NodePort"}}},
+		{name: "schedule macro", spec: map[string]any{"backup": map[string]any{"schedule": "@daily"}}},
+		{name: "schedule step", spec: map[string]any{"backup": map[string]any{"schedule": "*/15 * * * *"}}},
+		{name: "schedule names", spec: map[string]any{"backup": map[string]any{"schedule": "30 2 * JAN-DEC MON-FRI"}}},
+		{name: "retention bounds", spec: map[string]any{"backup": map[string]any{"retention": int64(1000)}}},
+		{name: "maxAge compound", spec: map[string]any{"backup": map[string]any{"maxAge": "1h30m"}}},
+		{name: "deletionPolicy WipeOut", spec: map[string]any{"deletionPolicy": "WipeOut"}},
+		{name: "deletionPolicy DoNotDelete", spec: map[string]any{"deletionPolicy": "DoNotDelete"}},
+		{name: "name of 45 characters", dbName: "a" + strings.Repeat("b", 44)},
+		{name: "name of one letter", dbName: "a"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name := tc.dbName
+			if name == "" {
+				name = fmt.Sprintf("ok-%d", i)
+			}
+			assert.NoError(t, k8s.Create(ctx, rawDatabase(ns, name, tc.spec)))
+		})
+	}
+}
