@@ -30,7 +30,7 @@ func BackupPVC(db *dbv1.Database) *corev1ac.PersistentVolumeClaimApplyConfigurat
 	spec := corev1ac.PersistentVolumeClaimSpec().
 		WithAccessModes(corev1.ReadWriteOnce).
 		WithResources(corev1ac.VolumeResourceRequirements().
-			WithRequests(corev1.ResourceList{corev1.ResourceStorage: db.Spec.Backup.Storage.Size}))
+			WithRequests(corev1.ResourceList{corev1.ResourceStorage: db.Spec.BackupSize()}))
 	if db.Spec.Backup.Storage.StorageClassName != nil {
 		spec.WithStorageClassName(*db.Spec.Backup.Storage.StorageClassName)
 	}

@@ -70,7 +70,7 @@ func DataVolumeClaimTemplate(db *dbv1.Database) *corev1ac.PersistentVolumeClaimA
 	spec := corev1ac.PersistentVolumeClaimSpec().
 		WithAccessModes(corev1.ReadWriteOnce).
 		WithResources(corev1ac.VolumeResourceRequirements().
-			WithRequests(corev1.ResourceList{corev1.ResourceStorage: db.Spec.Storage.Size}))
+			WithRequests(corev1.ResourceList{corev1.ResourceStorage: db.Spec.DataSize()}))
 	if db.Spec.Storage.StorageClassName != nil {
 		spec.WithStorageClassName(*db.Spec.Storage.StorageClassName)
 	}

@@ -336,12 +336,12 @@ func TestUpdateRefused(t *testing.T) {
 		},
 		{
 			name:   "storage shrink",
-			mutate: func(db *dbv1.Database) { db.Spec.Storage.Size = resource.MustParse("5Gi") },
+			mutate: func(db *dbv1.Database) { db.Spec.Storage.Size = ptr.To(resource.MustParse("5Gi")) },
 			want:   []string{"spec.storage.size: Invalid value", msgSizeGrow},
 		},
 		{
 			name:   "storage size to zero",
-			mutate: func(db *dbv1.Database) { db.Spec.Storage.Size = resource.MustParse("0") },
+			mutate: func(db *dbv1.Database) { db.Spec.Storage.Size = ptr.To(resource.MustParse("0")) },
 			want:   []string{msgSizePositive, msgSizeGrow},
 		},
 		{
@@ -363,7 +363,7 @@ func TestUpdateRefused(t *testing.T) {
 		},
 		{
 			name:   "backup storage shrink",
-			mutate: func(db *dbv1.Database) { db.Spec.Backup.Storage.Size = resource.MustParse("10Gi") },
+			mutate: func(db *dbv1.Database) { db.Spec.Backup.Storage.Size = ptr.To(resource.MustParse("10Gi")) },
 			want:   []string{"spec.backup.storage.size: Invalid value", msgSizeGrow},
 		},
 		{
@@ -419,7 +419,7 @@ func TestUpdateRefused(t *testing.T) {
 		},
 		{
 			name:   "maxAge to zero on update",
-			mutate: func(db *dbv1.Database) { db.Spec.Backup.MaxAge = metav1.Duration{} },
+			mutate: func(db *dbv1.Database) { db.Spec.Backup.MaxAge = &metav1.Duration{} },
 			want:   []string{"spec.backup.maxAge: Invalid value", msgMaxAge},
 		},
 	}
@@ -494,12 +494,12 @@ func TestValidUpdateAccepted(t *testing.T) {
 	require.Equal(t, int32(1), *db.Spec.Replicas)
 	require.Equal(t, "10Gi", db.Spec.Storage.Size.String())
 
-	db.Spec.Storage.Size = resource.MustParse("20Gi")
+	db.Spec.Storage.Size = ptr.To(resource.MustParse("20Gi"))
 	db.Spec.Replicas = ptr.To[int32](3)
-	db.Spec.Backup.Storage.Size = resource.MustParse("50Gi")
+	db.Spec.Backup.Storage.Size = ptr.To(resource.MustParse("50Gi"))
 	db.Spec.Backup.Schedule = "@hourly"
 	db.Spec.Backup.Retention = 30
-	db.Spec.Backup.MaxAge = metav1.Duration{Duration: 2 * time.Hour}
+	db.Spec.Backup.MaxAge = &metav1.Duration{Duration: 2 * time.Hour}
 	db.Spec.DeletionPolicy = dbv1.DeletionPolicyRetain
 	db.Spec.Service.Type = corev1.ServiceTypeLoadBalancer
 	db.Spec.Image = "docker.io/library/postgres:17.2"

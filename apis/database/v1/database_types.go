@@ -69,7 +69,7 @@ type Database struct {
 
 // DatabaseSpec is the desired state of a Database.
 //
-// +kubebuilder:validation:XValidation:rule="self.engine != 'postgres' || self.version in ['14', '15', '16', '17']",message="spec.version must be one of 14, 15, 16, 17 for engine postgres"
+// +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.version) || self.engine != 'postgres' || self.version in ['14', '15', '16', '17']",message="spec.version must be one of 14, 15, 16, 17 for engine postgres"
 // +kubebuilder:validation:XValidation:rule="has(self.credentials) == has(oldSelf.credentials)",message="spec.credentials cannot be added or removed after creation: the data directory was initialised with the first credentials"
 type DatabaseSpec struct {
 	// Engine is the database engine. It cannot change after creation.
@@ -140,9 +140,9 @@ type StorageSpec struct {
 	// Size is the requested capacity. It may grow (when the storage class
 	// allows volume expansion) but never shrink.
 	// +kubebuilder:default="10Gi"
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).sign() > 0",message="size must be greater than zero"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="size must be greater than zero"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="size may only grow: a volume cannot be shrunk"
-	Size resource.Quantity `json:"size,omitempty"`
+	Size *resource.Quantity `json:"size,omitempty"`
 
 	// StorageClassName is the StorageClass of the volume; empty uses the
 	// cluster's default class. It cannot change after creation.
@@ -204,7 +204,7 @@ type BackupSpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="maxAge must be a positive duration such as 26h"
-	MaxAge metav1.Duration `json:"maxAge,omitempty"`
+	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
 
 	// Storage is the backup volume, shared by all dumps of the Database.
 	// +kubebuilder:default={size: "20Gi"}

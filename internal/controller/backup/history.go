@@ -103,7 +103,7 @@ func Assess(db *dbv1.Database, h History, now time.Time) (metav1.Condition, time
 		return conditions.False(t, dbv1.ReasonLastBackupFailed, fmt.Sprintf("backup Job %s failed at %s: %s",
 			h.LastFailedJob, h.LastFailure.UTC().Format(time.RFC3339), h.LastFailureMessage)), 0
 	}
-	maxAge := db.Spec.Backup.MaxAge.Duration
+	maxAge := db.Spec.BackupMaxAge()
 	since, what := db.CreationTimestamp.Time, "no backup has succeeded since the Database was created"
 	if h.LastSuccess != nil {
 		since, what = h.LastSuccess.Time, "the last successful backup finished"

@@ -233,4 +233,3 @@ func (r *releaser) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	}
 	return ctrl.Result{}, nil
 }
-

@@ -120,7 +120,7 @@ func (s *syncer) growVolumes(ctx context.Context, db *dbv1.Database) error {
 	if err := s.client.List(ctx, pvcs, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return fmt.Errorf("listing data PVCs: %w", err)
 	}
-	want := db.Spec.Storage.Size
+	want := db.Spec.DataSize()
 	for i := range pvcs.Items {
 		pvc := &pvcs.Items[i]
 		have := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
