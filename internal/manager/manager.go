@@ -51,6 +51,9 @@ type Options struct {
 	// SyncPeriod is how often every Database is reconciled without an event;
 	// zero means controller-runtime's default (10 hours).
 	SyncPeriod time.Duration
+	// NewClient, when set, replaces controller-runtime's client constructor;
+	// tests wrap the client with it to count the operator's writes.
+	NewClient client.NewClientFunc
 }
 
 // Scheme is the scheme of the manager: the built-in types and dbkeeper's.
@@ -71,6 +74,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Scheme:                  Scheme(),
 		Cache:                   CacheOptions(o.WatchNamespaces, o.SyncPeriod),
 		Client:                  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		NewClient:               o.NewClient,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		LeaderElection:          o.LeaderElection,
