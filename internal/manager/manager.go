@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -54,6 +56,11 @@ type Options struct {
 	// NewClient, when set, replaces controller-runtime's client constructor;
 	// tests wrap the client with it to count the operator's writes.
 	NewClient client.NewClientFunc
+	// Logger, when set, is the manager's logger instead of the global one.
+	Logger logr.Logger
+	// SkipNameValidation lets several managers with the same controllers run
+	// in one process, as the integration tests do.
+	SkipNameValidation bool
 }
 
 // Scheme is the scheme of the manager: the built-in types and dbkeeper's.
@@ -75,6 +82,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Cache:                   CacheOptions(o.WatchNamespaces, o.SyncPeriod),
 		Client:                  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 		NewClient:               o.NewClient,
+		Logger:                  o.Logger,
+		Controller:              config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		LeaderElection:          o.LeaderElection,

@@ -1,0 +1,90 @@
+package backup
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+)
+
+var t0 = time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
+
+func job(name string, created time.Time, cond batchv1.JobConditionType, at time.Time, reason string) batchv1.Job {
+	j := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)}}
+	if cond != "" {
+		j.Status.Conditions = []batchv1.JobCondition{{
+			Type: cond, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at), Reason: reason, Message: "pod exited 1",
+		}}
+		if cond == batchv1.JobComplete {
+			j.Status.CompletionTime = &metav1.Time{Time: at}
+		}
+	}
+	return j
+}
+
+func TestObserveAndAssess(t *testing.T) {
+	created := t0.Add(-48 * time.Hour)
+	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)}}
+	db.Spec.Backup.Schedule = "0 2 * * *"
+	ok1 := job("b-1", t0.Add(-24*time.Hour), batchv1.JobComplete, t0.Add(-23*time.Hour), "")
+	fail2 := job("b-2", t0, batchv1.JobFailed, t0.Add(time.Minute), "BackoffLimitExceeded")
+	ok3 := job("b-3", t0.Add(time.Hour), batchv1.JobComplete, t0.Add(61*time.Minute), "")
+	running := job("b-4", t0.Add(2*time.Hour), "", time.Time{}, "")
+
+	cases := []struct {
+		name    string
+		jobs    []batchv1.Job
+		now     time.Time
+		suspend bool
+		reason  string
+		status  metav1.ConditionStatus
+		contain string
+		requeue time.Duration
+	}{
+		{name: "never succeeded, young", jobs: nil, now: created.Add(time.Hour), reason: dbv1.ReasonBackupScheduled,
+			status: metav1.ConditionTrue, requeue: 25*time.Hour + time.Second},
+		{name: "never succeeded, older than maxAge", jobs: nil, now: t0, reason: dbv1.ReasonBackupStale,
+			status: metav1.ConditionFalse, contain: "no backup has succeeded"},
+		{name: "last succeeded recently", jobs: []batchv1.Job{ok1}, now: t0, reason: dbv1.ReasonBackupScheduled,
+			status: metav1.ConditionTrue, contain: "succeeded at", requeue: 3*time.Hour + time.Second},
+		{name: "last finished failed", jobs: []batchv1.Job{ok1, fail2}, now: t0.Add(2 * time.Minute), reason: dbv1.ReasonLastBackupFailed,
+			status: metav1.ConditionFalse, contain: "b-2 failed"},
+		{name: "a later success clears the failure", jobs: []batchv1.Job{fail2, ok1, ok3, running}, now: t0.Add(2 * time.Hour),
+			reason: dbv1.ReasonBackupScheduled, status: metav1.ConditionTrue, requeue: 25*time.Hour + time.Minute + time.Second},
+		{name: "stale success", jobs: []batchv1.Job{ok1}, now: t0.Add(4 * time.Hour), reason: dbv1.ReasonBackupStale,
+			status: metav1.ConditionFalse, contain: "last successful backup"},
+		{name: "suspended wins", jobs: []batchv1.Job{fail2}, now: t0.Add(time.Hour), suspend: true,
+			reason: dbv1.ReasonBackupSuspended, status: metav1.ConditionTrue},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := db.DeepCopy()
+			d.Spec.Backup.Suspend = tc.suspend
+			cond, requeue := Assess(d, Observe(nil, tc.jobs), tc.now)
+			assert.Equal(t, tc.reason, cond.Reason, cond.Message)
+			assert.Equal(t, tc.status, cond.Status)
+			assert.Contains(t, cond.Message, tc.contain)
+			assert.Equal(t, tc.requeue, requeue)
+		})
+	}
+}
+
+func TestObserveRecordsTheNewestOfEach(t *testing.T) {
+	fail2 := job("b-2", t0, batchv1.JobFailed, t0.Add(time.Minute), "DeadlineExceeded")
+	h := Observe(&batchv1.CronJob{Status: batchv1.CronJobStatus{LastScheduleTime: &metav1.Time{Time: t0}}}, []batchv1.Job{
+		job("b-1", t0.Add(-time.Hour), batchv1.JobComplete, t0.Add(-50*time.Minute), ""),
+		fail2,
+		job("b-3", t0.Add(time.Hour), "", time.Time{}, ""),
+	})
+	assert.Equal(t, t0, h.LastSchedule.Time)
+	assert.Equal(t, "b-3", h.LastJob, "the newest Job, finished or not")
+	assert.Equal(t, t0.Add(-50*time.Minute), h.LastSuccess.Time)
+	assert.Equal(t, "b-2", h.LastFailedJob)
+	assert.Equal(t, "DeadlineExceeded: pod exited 1", h.LastFailureMessage)
+	assert.True(t, h.lastFinishedFailed)
+}

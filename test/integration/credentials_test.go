@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+func password(t require.TestingT, namespace, secretName string) string {
+	sec := &corev1.Secret{}
+	require.NoError(t, admin.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: secretName}, sec))
+	return string(sec.Data["password"])
+}
+
+// TestPasswordIsNeverRegenerated checks the generated password survives a
+// spec edit, the Secret falling out of the operator's cache, and a restart
+// of the operator; and that it appears in no log, Event or status.
+func TestPasswordIsNeverRegenerated(t *testing.T) {
+	ns := newNamespace(t)
+	op := startOperator(t, ns, "*")
+	db := convergeReady(t, newDatabase(ns, "stable"))
+	ctx := context.Background()
+	secretName := resources.GeneratedSecretName(db)
+	original := password(t, ns, secretName)
+	raw, err := base64.RawURLEncoding.DecodeString(original)
+	require.NoError(t, err, "password is unpadded base64url")
+	assert.GreaterOrEqual(t, len(raw)*8, 128, "password entropy in bits")
+
+	// A spec edit: new generation, every facet reconciles.
+	live := getDatabase(t, db)
+	patch := client.MergeFrom(live.DeepCopy())
+	live.Spec.Storage.Size = ptr.To(resource.MustParse("20Gi"))
+	require.NoError(t, admin.Patch(ctx, live, patch))
+	markStatefulSetReady(t, db)
+	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
+	assert.Equal(t, original, password(t, ns, secretName), "after a spec edit")
+
+	// Without the managed-by label the Secret leaves the label-selected
+	// cache; the operator must find it on the server, not make a new one.
+	sec := &corev1.Secret{}
+	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: secretName}, sec))
+	patch = client.MergeFrom(sec.DeepCopy())
+	delete(sec.Labels, resources.LabelManagedBy)
+	require.NoError(t, admin.Patch(ctx, sec, patch))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := &corev1.Secret{}
+		if assert.NoError(c, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: secretName}, got)) {
+			assert.Equal(c, resources.ManagedBy, got.Labels[resources.LabelManagedBy], "label restored")
+		}
+	}, timeout, tick)
+	assert.Equal(t, original, password(t, ns, secretName), "after the Secret left the cache")
+	waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionTrue, dbv1.ReasonSecretGenerated)
+
+	// A restart of the operator.
+	op.stop()
+	startOperator(t, ns, "*")
+	annotate(t, db, "example.com/poke", "after-restart")
+	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
+	assert.Equal(t, original, password(t, ns, secretName), "after a restart")
+
+	// The password is nowhere but in the Secret.
+	assert.NotContains(t, logs.String(), original, "password in the operator's logs")
+	events := &eventsv1.EventList{}
+	require.NoError(t, admin.List(ctx, events, client.InNamespace(ns)))
+	require.NotEmpty(t, events.Items)
+	for _, e := range events.Items {
+		assert.NotContains(t, e.Note, original, "password in Event %s", e.Name)
+	}
+	dbJSON, err := json.Marshal(getDatabase(t, db))
+	require.NoError(t, err)
+	assert.NotContains(t, string(dbJSON), original, "password in the Database")
+	assert.False(t, strings.Contains(logs.String(), base64.StdEncoding.EncodeToString([]byte(original))), "encoded password in the logs")
+}
+
+// TestUserSecret names a Secret the user manages: missing, then without a
+// password, then complete; dbkeeper reports each state and never modifies
+// the Secret.
+func TestUserSecret(t *testing.T) {
+	ns := newNamespace(t)
+	startOperator(t, ns, "*")
+	ctx := context.Background()
+	db := createDatabase(t, newDatabase(ns, "byo", func(db *dbv1.Database) {
+		db.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "byo-login"}
+	}))
+
+	cond := waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionFalse, dbv1.ReasonSecretNotFound)
+	assert.Contains(t, cond.Message, "byo-login")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ready := condition(c, db, dbv1.ConditionReady)
+		if assert.NotNil(c, ready) {
+			assert.Equal(c, metav1.ConditionFalse, ready.Status)
+			assert.Contains(c, ready.Message, dbv1.ConditionCredentialsReady+": ")
+		}
+	}, timeout, tick)
+
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "byo-login"},
+		Data:       map[string][]byte{"username": []byte("owner")},
+	}
+	require.NoError(t, admin.Create(ctx, sec))
+	// The user's Secret is not watched (only dbkeeper's are cached); an
+	// annotation makes the operator look again at once.
+	annotate(t, db, "example.com/poke", "1")
+	cond = waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionFalse, dbv1.ReasonSecretInvalid)
+	assert.Contains(t, cond.Message, "password")
+
+	patch := client.MergeFrom(sec.DeepCopy())
+	sec.Data["password"] = []byte("chosen-by-the-user")
+	require.NoError(t, admin.Patch(ctx, sec, patch))
+	annotate(t, db, "example.com/poke", "2")
+	waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionTrue, dbv1.ReasonSecretProvided)
+	markStatefulSetReady(t, db)
+	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
+
+	got := &corev1.Secret{}
+	require.NoError(t, admin.Get(ctx, client.ObjectKeyFromObject(sec), got))
+	assert.Equal(t, sec.ResourceVersion, got.ResourceVersion, "the user's Secret was modified")
+	assert.Empty(t, got.OwnerReferences)
+	assert.Equal(t, "byo-login", getDatabase(t, db).Status.CredentialsSecret)
+	assert.True(t, isNotFound(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "byo-credentials"}, &corev1.Secret{})),
+		"a Secret was generated although the user named one")
+}

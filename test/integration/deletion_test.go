@@ -1,0 +1,122 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// dataPVC plays the StatefulSet controller: it creates the claim of the
+// first replica as the StatefulSet would, from the claim template.
+func dataPVC(t *testing.T, db *dbv1.Database) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: db.Namespace,
+			Name:      "data-" + resources.StatefulSetName(db) + "-0",
+			Labels:    resources.Labels(db, resources.ComponentDatabase),
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")},
+			},
+		},
+	}
+	require.NoError(t, admin.Create(context.Background(), pvc))
+	return pvc
+}
+
+// gone reports whether the object no longer exists or is being deleted
+// (envtest runs no controller that would remove the PVC protection
+// finalizer, so a deleted PVC stays Terminating).
+func gone(t require.TestingT, obj client.Object) bool {
+	err := admin.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+	if isNotFound(err) {
+		return true
+	}
+	require.NoError(t, err)
+	return !obj.GetDeletionTimestamp().IsZero()
+}
+
+// TestDeletionPolicies deletes a Database under each policy and checks what
+// is deleted, what is kept, and that kept objects lose their owner
+// reference to the Database so garbage collection cannot take them.
+func TestDeletionPolicies(t *testing.T) {
+	cases := []struct {
+		policy                         dbv1.DeletionPolicy
+		keepData, keepSecret, keepBack bool
+	}{
+		{policy: dbv1.DeletionPolicyDelete, keepBack: true},
+		{policy: dbv1.DeletionPolicyRetain, keepData: true, keepSecret: true, keepBack: true},
+		{policy: dbv1.DeletionPolicyWipeOut},
+	}
+	ns := newNamespace(t)
+	startOperator(t, ns, "*")
+	ctx := context.Background()
+	for _, tc := range cases {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			db := convergeReady(t, newDatabase(ns, "del-"+strings.ToLower(string(tc.policy)), func(db *dbv1.Database) {
+				db.Spec.DeletionPolicy = tc.policy
+			}))
+			data := dataPVC(t, db)
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resources.GeneratedSecretName(db)}}
+			backup := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resources.BackupName(db)}}
+
+			require.NoError(t, admin.Delete(ctx, db))
+			require.Eventually(t, func() bool { return isNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
+				timeout, tick, "the Database was not released")
+
+			for _, c := range []struct {
+				obj  client.Object
+				keep bool
+			}{{data, tc.keepData}, {secret, tc.keepSecret}, {backup, tc.keepBack}} {
+				if !c.keep {
+					assert.True(t, gone(t, c.obj), "%T %s kept, policy %s deletes it", c.obj, c.obj.GetName(), tc.policy)
+					continue
+				}
+				require.False(t, gone(t, c.obj), "%T %s deleted, policy %s keeps it", c.obj, c.obj.GetName(), tc.policy)
+				for _, ref := range c.obj.GetOwnerReferences() {
+					assert.NotEqual(t, db.UID, ref.UID, "%T %s kept with an owner reference to the Database", c.obj, c.obj.GetName())
+				}
+			}
+		})
+	}
+}
+
+// TestDoNotDeleteHoldsTheDatabase checks a DoNotDelete Database stays, says
+// why, and goes once the policy is changed.
+func TestDoNotDeleteHoldsTheDatabase(t *testing.T) {
+	ns := newNamespace(t)
+	startOperator(t, ns, "*")
+	ctx := context.Background()
+	db := convergeReady(t, newDatabase(ns, "precious", func(db *dbv1.Database) {
+		db.Spec.DeletionPolicy = dbv1.DeletionPolicyDoNotDelete
+	}))
+	data := dataPVC(t, db)
+
+	require.NoError(t, admin.Delete(ctx, db))
+	cond := waitCondition(t, db, dbv1.ConditionDeleting, metav1.ConditionFalse, dbv1.ReasonDeletionBlocked)
+	assert.Contains(t, cond.Message, "DoNotDelete")
+	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionFalse, dbv1.ReasonDeleting)
+	assert.Equal(t, dbv1.PhaseDeleting, getDatabase(t, db).Status.Phase)
+	assert.Never(t, func() bool { return gone(t, data) }, quiet, tick, "data deleted while DoNotDelete holds it")
+
+	live := getDatabase(t, db)
+	patch := client.MergeFrom(live.DeepCopy())
+	live.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete
+	require.NoError(t, admin.Patch(ctx, live, patch))
+	require.Eventually(t, func() bool { return isNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
+		timeout, tick, "the Database was not released after the policy changed")
+	assert.True(t, gone(t, data), "data kept after the policy changed to Delete")
+}

@@ -1,0 +1,293 @@
+// Package integration runs the dbkeeper manager against a real kube-apiserver
+// and etcd (envtest, no controllers, no kubelet). Each test gets a namespace
+// and an operator watching only it, with every write it makes recorded and
+// every log line it prints captured, so tests can assert on both.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/zapr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller"
+	"github.com/dbkeeper/dbkeeper/internal/manager"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+)
+
+// Timeouts of Eventually: envtest answers in milliseconds, so a few seconds
+// is generous, and a converged state is watched for quiet long enough for a
+// stray write to show.
+const (
+	timeout = 20 * time.Second
+	tick    = 50 * time.Millisecond
+	quiet   = 2 * time.Second
+)
+
+var (
+	cfg   *rest.Config
+	admin client.Client
+	// logs holds every line every operator of the run logged, at every level.
+	logs = &syncBuffer{}
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctrl.SetLogger(zapr.NewLogger(newCapturingLogger("global")))
+	env, c, err := envtestutil.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+		}
+	}()
+	cfg = c
+	admin, err = client.New(cfg, client.Options{Scheme: manager.Scheme()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "admin client:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// newCapturingLogger logs every level, as JSON, into logs.
+func newCapturingLogger(name string) *zap.Logger {
+	enc := zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig())
+	core := zapcore.NewCore(enc, zapcore.AddSync(logs), zap.NewAtomicLevelAt(zapcore.Level(-10)))
+	return zap.New(core).Named(name)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// newNamespace creates a namespace for one test.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "it-" + rand.String(6)}}
+	require.NoError(t, admin.Create(context.Background(), ns))
+	return ns.Name
+}
+
+// operator is one dbkeeper manager running for a test.
+type operator struct {
+	namespace string
+	writes    *writeLog
+	stop      func()
+}
+
+// startOperator runs the manager with the given --controllers value,
+// watching namespace only, until stop is called or the test ends.
+func startOperator(t *testing.T, namespace, controllers string) *operator {
+	t.Helper()
+	set, err := controller.ParseControllers(controllers, controller.Names())
+	require.NoError(t, err)
+	writes := &writeLog{}
+	mgr, err := manager.New(cfg, manager.Options{
+		Controllers:            set,
+		WatchNamespaces:        []string{namespace},
+		MetricsBindAddress:     "0",
+		HealthProbeBindAddress: "0",
+		NewClient:              writes.newClient,
+		Logger:                 zapr.NewLogger(newCapturingLogger("operator")),
+		SkipNameValidation:     true,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	op := &operator{namespace: namespace, writes: writes}
+	op.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				assert.NoError(t, err, "manager stopped with an error")
+			case <-time.After(30 * time.Second):
+				t.Error("manager did not stop within 30s")
+			}
+		})
+	}
+	t.Cleanup(op.stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("operator writes:\n%s", strings.Join(writes.Since(0), "\n"))
+		}
+	})
+	return op
+}
+
+// newDatabase is a minimal valid Database; mutate tweaks it before creation.
+func newDatabase(namespace, name string, mutate ...func(*dbv1.Database)) *dbv1.Database {
+	db := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
+	}
+	for _, m := range mutate {
+		m(db)
+	}
+	return db
+}
+
+func createDatabase(t *testing.T, db *dbv1.Database) *dbv1.Database {
+	t.Helper()
+	require.NoError(t, admin.Create(context.Background(), db))
+	return db
+}
+
+func getDatabase(t require.TestingT, db *dbv1.Database) *dbv1.Database {
+	got := &dbv1.Database{}
+	require.NoError(t, admin.Get(context.Background(), client.ObjectKeyFromObject(db), got))
+	return got
+}
+
+// condition returns the named condition of the Database as stored now.
+func condition(t require.TestingT, db *dbv1.Database, condType string) *metav1.Condition {
+	return meta.FindStatusCondition(getDatabase(t, db).Status.Conditions, condType)
+}
+
+// waitCondition waits until the condition has the status and reason at the
+// Database's current generation, and returns it.
+func waitCondition(t *testing.T, db *dbv1.Database, condType string, status metav1.ConditionStatus, reason string) metav1.Condition {
+	t.Helper()
+	var got metav1.Condition
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		live := getDatabase(c, db)
+		cond := meta.FindStatusCondition(live.Status.Conditions, condType)
+		if !assert.NotNil(c, cond, "condition %s not reported yet", condType) {
+			return
+		}
+		assert.Equal(c, status, cond.Status, "%s status (message %q)", condType, cond.Message)
+		assert.Equal(c, reason, cond.Reason, "%s reason (message %q)", condType, cond.Message)
+		assert.Equal(c, live.Generation, cond.ObservedGeneration, "%s observedGeneration", condType)
+		got = *cond
+	}, timeout, tick)
+	return got
+}
+
+// markStatefulSetReady plays the StatefulSet controller and kubelet, which
+// envtest does not run: it reports every replica ready at the current
+// revision.
+func markStatefulSetReady(t *testing.T, db *dbv1.Database) {
+	t.Helper()
+	sts := &appsv1.StatefulSet{}
+	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		if !assert.NoError(c, admin.Get(context.Background(), key, sts)) {
+			return
+		}
+		n := *sts.Spec.Replicas
+		sts.Status = appsv1.StatefulSetStatus{
+			ObservedGeneration: sts.Generation,
+			Replicas:           n,
+			ReadyReplicas:      n,
+			AvailableReplicas:  n,
+			CurrentReplicas:    n,
+			UpdatedReplicas:    n,
+			CurrentRevision:    sts.Name + "-1",
+			UpdateRevision:     sts.Name + "-1",
+		}
+		assert.NoError(c, admin.Status().Update(context.Background(), sts))
+	}, timeout, tick)
+}
+
+// convergeReady creates the Database, fakes its StatefulSet ready and waits
+// for Ready=True.
+func convergeReady(t *testing.T, db *dbv1.Database) *dbv1.Database {
+	t.Helper()
+	createDatabase(t, db)
+	markStatefulSetReady(t, db)
+	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
+	return getDatabase(t, db)
+}
+
+// waitQuiet waits until the operator has made no write for the quiet period
+// and returns the number of writes so far.
+func (op *operator) waitQuiet(t *testing.T) int {
+	t.Helper()
+	n := op.writes.Len()
+	deadline := time.Now().Add(timeout)
+	for last := time.Now(); time.Since(last) < quiet; {
+		require.True(t, time.Now().Before(deadline), "the operator kept writing:\n%s", strings.Join(op.writes.Since(n), "\n"))
+		time.Sleep(tick)
+		if m := op.writes.Len(); m != n {
+			n, last = m, time.Now()
+		}
+	}
+	return n
+}
+
+// reconcileCounts reads controller_runtime_reconcile_total by controller.
+func reconcileCounts(t *testing.T) map[string]float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	counts := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" {
+					counts[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return counts
+}
+
+// annotate sets an annotation on the Database, which wakes every controller.
+func annotate(t *testing.T, db *dbv1.Database, key, value string) {
+	t.Helper()
+	live := getDatabase(t, db)
+	patch := client.MergeFrom(live.DeepCopy())
+	if live.Annotations == nil {
+		live.Annotations = map[string]string{}
+	}
+	live.Annotations[key] = value
+	require.NoError(t, admin.Patch(context.Background(), live, patch))
+}
