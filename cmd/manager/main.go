@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/dbkeeper/dbkeeper/internal/controller"
+	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 )
 
@@ -64,7 +65,7 @@ func run(args []string) error {
 		}
 	}
 
-	logger := zapr.NewLogger(zap.NewRaw(zap.UseFlagOptions(&zapOpts)))
+	logger := logging.Capped(zapr.NewLogger(zap.NewRaw(zap.UseFlagOptions(&zapOpts))))
 	ctrl.SetLogger(logger)
 	logger.Info("Starting dbkeeper",
 		"controllers", set.Enabled(controller.Names()),

@@ -45,7 +45,8 @@ func write(ctx context.Context, live client.Object, desired runtime.ApplyConfigu
 
 // Holds reports whether every field set in desired has the same value in
 // live. Fields that only live has (defaults, other managers' fields, status)
-// are ignored; lists must have the same length and hold element by element.
+// are ignored; lists of conditions are matched by type, other lists must have
+// the same length and hold element by element.
 func Holds(live any, desired any) (bool, error) {
 	l, err := toMap(live)
 	if err != nil {
@@ -98,6 +99,9 @@ func subset(want, have any) bool {
 		if !ok {
 			return len(w) == 0 && have == nil
 		}
+		if keyed(w, conditionKey) {
+			return subsetByKey(w, h, conditionKey)
+		}
 		if len(w) != len(h) {
 			return false
 		}
@@ -110,6 +114,48 @@ func subset(want, have any) bool {
 	default:
 		return reflect.DeepEqual(want, have)
 	}
+}
+
+// conditionKey is the map key of condition lists (+listType=map,
+// +listMapKey=type): there each controller applies its own entry and the
+// others' entries are not its business.
+const conditionKey = "type"
+
+// keyed reports whether every element of the list is a map with a string
+// value under key.
+func keyed(list []any, key string) bool {
+	for _, e := range list {
+		m, ok := e.(map[string]any)
+		if !ok {
+			return false
+		}
+		if _, ok := m[key].(string); !ok {
+			return false
+		}
+	}
+	return len(list) > 0
+}
+
+// subsetByKey reports whether each element of want is contained in the
+// element of have with the same key; have may hold more elements.
+func subsetByKey(want, have []any, key string) bool {
+	for _, w := range want {
+		k := w.(map[string]any)[key]
+		found := false
+		for _, h := range have {
+			if hm, ok := h.(map[string]any); ok && hm[key] == k {
+				if !subset(w, h) {
+					return false
+				}
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // isEmpty is true for values that the API server drops when stored, such as

@@ -61,3 +61,28 @@ func TestHolds(t *testing.T) {
 		})
 	}
 }
+
+// Each controller applies only its own condition; the entries of the others
+// in the same list are not a difference.
+func TestHoldsMatchesConditionsByType(t *testing.T) {
+	live := map[string]any{"status": map[string]any{"conditions": []any{
+		map[string]any{"type": "A", "status": "True", "reason": "Ok"},
+		map[string]any{"type": "B", "status": "False", "reason": "Broken"},
+	}}}
+	mine := func(status, reason string) map[string]any {
+		return map[string]any{"status": map[string]any{"conditions": []any{
+			map[string]any{"type": "B", "status": status, "reason": reason},
+		}}}
+	}
+	held, err := Holds(live, mine("False", "Broken"))
+	require.NoError(t, err)
+	assert.True(t, held, "own entry unchanged among others")
+
+	held, err = Holds(live, mine("True", "Fixed"))
+	require.NoError(t, err)
+	assert.False(t, held, "own entry changed")
+
+	held, err = Holds(live, map[string]any{"status": map[string]any{"conditions": []any{map[string]any{"type": "C"}}}})
+	require.NoError(t, err)
+	assert.False(t, held, "own entry missing")
+}

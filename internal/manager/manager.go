@@ -27,6 +27,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/controller"
+	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -57,11 +58,18 @@ type Options struct {
 	// tests wrap the client with it to count the operator's writes.
 	NewClient client.NewClientFunc
 	// Logger, when set, is the manager's logger instead of the global one.
+	// Either is capped with logging.Capped, so no verbosity flag can make
+	// client-go log a Secret's body.
 	Logger logr.Logger
 	// SkipNameValidation lets several managers with the same controllers run
 	// in one process, as the integration tests do.
 	SkipNameValidation bool
 }
+
+// Leader election holds a Lease in the manager's namespace (the kustomize
+// and Helm installs set it); the rule becomes a Role, not a ClusterRole.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=dbkeeper-system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=dbkeeper-system
 
 // Scheme is the scheme of the manager: the built-in types and dbkeeper's.
 func Scheme() *runtime.Scheme {
@@ -77,12 +85,16 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if id == "" {
 		id = "dbkeeper.database.dbkeeper.io"
 	}
+	logger := o.Logger
+	if logger.GetSink() == nil {
+		logger = ctrl.Log
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
 		Cache:                   CacheOptions(o.WatchNamespaces, o.SyncPeriod),
 		Client:                  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 		NewClient:               o.NewClient,
-		Logger:                  o.Logger,
+		Logger:                  logging.Capped(logger),
 		Controller:              config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,

@@ -7,6 +7,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -31,6 +32,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/controller"
+	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/envtestutil"
@@ -53,11 +55,16 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("skipping the integration suite under -short: it needs a kube-apiserver")
+		return
+	}
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
-	ctrl.SetLogger(zapr.NewLogger(newCapturingLogger("global")))
+	ctrl.SetLogger(logging.Capped(zapr.NewLogger(newCapturingLogger("global"))))
 	env, c, err := envtestutil.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -77,6 +77,13 @@ func applyTarget(obj runtime.ApplyConfiguration) (string, string) {
 	return head.Kind, head.Metadata.Namespace + "/" + head.Metadata.Name
 }
 
+// applyOwner is the field manager among apply options.
+func applyOwner(opts []client.ApplyOption) string {
+	o := &client.ApplyOptions{}
+	o.ApplyOptions(opts)
+	return o.FieldManager
+}
+
 func (c *recordingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
 	c.log.add("create", c.kind(obj), objectKey(obj))
 	return c.Client.Create(ctx, obj, opts...)
@@ -94,7 +101,7 @@ func (c *recordingClient) Patch(ctx context.Context, obj client.Object, patch cl
 
 func (c *recordingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
 	kind, key := applyTarget(obj)
-	c.log.add("apply", kind, key)
+	c.log.add("apply", kind, key+" by "+applyOwner(opts))
 	return c.Client.Apply(ctx, obj, opts...)
 }
 
@@ -137,6 +144,8 @@ func (s *recordingSubResource) Patch(ctx context.Context, obj client.Object, pat
 
 func (s *recordingSubResource) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
 	kind, key := applyTarget(obj)
-	s.parent.log.add("apply/"+s.name, kind, key)
+	o := &client.SubResourceApplyOptions{}
+	o.ApplyOpts(opts)
+	s.parent.log.add("apply/"+s.name, kind, key+" by "+o.FieldManager)
 	return s.SubResourceClient.Apply(ctx, obj, opts...)
 }
