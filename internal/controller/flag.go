@@ -40,7 +40,8 @@ func ParseControllers(value string, known []string) (Set, error) {
 			all, onlyDisables = true, false
 			continue
 		case name == "" || name == "*":
-			return nil, fmt.Errorf("invalid entry %q in --controllers: use *, a controller name, or -name to disable one", item)
+			return nil, fmt.Errorf("invalid entry %q in --controllers: use *, a controller name, or -name to disable one; valid controllers are %s",
+				item, strings.Join(known, ", "))
 		case !slices.Contains(known, name):
 			return nil, fmt.Errorf("unknown controller %q in --controllers: valid controllers are %s (and * for all of them)",
 				name, strings.Join(known, ", "))
