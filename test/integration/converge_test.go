@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -164,41 +165,16 @@ func childVersions(t *testing.T, db *dbv1.Database) map[string]string {
 	for kind, list := range lists {
 		require.NoError(t, admin.List(context.Background(), list, client.InNamespace(db.Namespace),
 			client.MatchingLabels{resources.LabelInstance: db.Name}))
-		items, err := metaItems(list)
+		items, err := meta.ExtractList(list)
 		require.NoError(t, err)
-		for _, o := range items {
+		for _, item := range items {
+			o, err := meta.Accessor(item)
+			require.NoError(t, err)
 			out[kind+"/"+o.GetName()] = o.GetResourceVersion()
 		}
 	}
 	require.Len(t, out, 6, "children: %v", out)
 	return out
-}
-
-func metaItems(list client.ObjectList) ([]metav1.Object, error) {
-	var out []metav1.Object
-	switch l := list.(type) {
-	case *appsv1.StatefulSetList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *corev1.ServiceList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *corev1.SecretList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *corev1.PersistentVolumeClaimList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *batchv1.CronJobList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	}
-	return out, nil
 }
 
 // TestDriftIsCorrected deletes and edits children and checks that the
