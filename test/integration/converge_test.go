@@ -130,7 +130,7 @@ func TestConvergedDatabaseGetsNoWrites(t *testing.T) {
 	ns := newNamespace(t)
 	op := startOperator(t, ns, "*")
 	db := convergeReady(t, newDatabase(ns, "idle"))
-	before := op.waitQuiet(t)
+	before := op.WaitQuiet(t, quiet, timeout)
 	versions := childVersions(t, db)
 	counts := reconcileCounts(t)
 
@@ -142,9 +142,9 @@ func TestConvergedDatabaseGetsNoWrites(t *testing.T) {
 			assert.Greater(c, now[name], counts[name], "controller %s has not reconciled since the poke", name)
 		}
 	}, timeout, tick)
-	op.waitQuiet(t)
+	op.WaitQuiet(t, quiet, timeout)
 
-	assert.Empty(t, op.writes.Since(before), "writes after a no-op reconcile")
+	assert.Empty(t, op.Writes.Since(before), "writes after a no-op reconcile")
 	assert.Equal(t, versions, childVersions(t, db), "children's resourceVersions")
 	assert.Equal(t, annotated, getDatabase(t, db).ResourceVersion, "the Database's resourceVersion moved after the annotation")
 }
@@ -234,7 +234,7 @@ func TestDriftIsCorrected(t *testing.T) {
 
 	markStatefulSetReady(t, db)
 	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
-	op.waitQuiet(t)
+	op.WaitQuiet(t, quiet, timeout)
 }
 
 // TestDisabledControllerIsReportedAndCreatesNothing runs the manager with

@@ -66,7 +66,7 @@ func TestPasswordIsNeverRegenerated(t *testing.T) {
 	waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionTrue, dbv1.ReasonSecretGenerated)
 
 	// A restart of the operator.
-	op.stop()
+	op.Stop()
 	startOperator(t, ns, "*")
 	annotate(t, db, "example.com/poke", "after-restart")
 	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)

@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,11 +30,11 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/controller"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/operator"
 )
 
 // Timeouts of Eventually: envtest answers in milliseconds, so a few seconds
@@ -117,53 +116,15 @@ func newNamespace(t *testing.T) string {
 	return ns.Name
 }
 
-// operator is one dbkeeper manager running for a test.
-type operator struct {
-	namespace string
-	writes    *writeLog
-	stop      func()
-}
-
 // startOperator runs the manager with the given --controllers value,
-// watching namespace only, until stop is called or the test ends.
-func startOperator(t *testing.T, namespace, controllers string) *operator {
+// watching namespace only, until stopped or the test ends; it logs into logs.
+func startOperator(t *testing.T, namespace, controllers string) *operator.Operator {
 	t.Helper()
-	set, err := controller.ParseControllers(controllers, controller.Names())
-	require.NoError(t, err)
-	writes := &writeLog{}
-	mgr, err := manager.New(cfg, manager.Options{
-		Controllers:            set,
-		WatchNamespaces:        []string{namespace},
-		MetricsBindAddress:     "0",
-		HealthProbeBindAddress: "0",
-		NewClient:              writes.newClient,
-		Logger:                 zapr.NewLogger(newCapturingLogger("operator")),
-		SkipNameValidation:     true,
+	return operator.Start(t, cfg, operator.Options{
+		Controllers: controllers,
+		Namespaces:  []string{namespace},
+		Logger:      logging.Capped(zapr.NewLogger(newCapturingLogger("operator"))),
 	})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	op := &operator{namespace: namespace, writes: writes}
-	op.stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				assert.NoError(t, err, "manager stopped with an error")
-			case <-time.After(30 * time.Second):
-				t.Error("manager did not stop within 30s")
-			}
-		})
-	}
-	t.Cleanup(op.stop)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("operator writes:\n%s", strings.Join(writes.Since(0), "\n"))
-		}
-	})
-	return op
 }
 
 // newDatabase is a minimal valid Database; mutate tweaks it before creation.
@@ -248,22 +209,6 @@ func convergeReady(t *testing.T, db *dbv1.Database) *dbv1.Database {
 	markStatefulSetReady(t, db)
 	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
 	return getDatabase(t, db)
-}
-
-// waitQuiet waits until the operator has made no write for the quiet period
-// and returns the number of writes so far.
-func (op *operator) waitQuiet(t *testing.T) int {
-	t.Helper()
-	n := op.writes.Len()
-	deadline := time.Now().Add(timeout)
-	for last := time.Now(); time.Since(last) < quiet; {
-		require.True(t, time.Now().Before(deadline), "the operator kept writing:\n%s", strings.Join(op.writes.Since(n), "\n"))
-		time.Sleep(tick)
-		if m := op.writes.Len(); m != n {
-			n, last = m, time.Now()
-		}
-	}
-	return n
 }
 
 // reconcileCounts reads controller_runtime_reconcile_total by controller.

@@ -1,4 +1,4 @@
-package integration
+package operator
 
 import (
 	"context"
@@ -11,36 +11,36 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// writeLog records every write an operator's client sends to the API server,
+// WriteLog records every write an operator's client sends to the API server,
 // as "verb kind namespace/name", so tests can count writes and say which.
-type writeLog struct {
+type WriteLog struct {
 	mu      sync.Mutex
 	entries []string
 }
 
-func (w *writeLog) add(verb string, kind, key string) {
+func (w *WriteLog) add(verb string, kind, key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.entries = append(w.entries, fmt.Sprintf("%s %s %s", verb, kind, key))
 }
 
 // Len is the number of writes so far.
-func (w *writeLog) Len() int {
+func (w *WriteLog) Len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.entries)
 }
 
 // Since returns the writes after the first n.
-func (w *writeLog) Since(n int) []string {
+func (w *WriteLog) Since(n int) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]string(nil), w.entries[n:]...)
 }
 
-// newClient is a client.NewClientFunc: controller-runtime's client, with its
+// NewClient is a client.NewClientFunc: controller-runtime's client, with its
 // writes recorded.
-func (w *writeLog) newClient(cfg *rest.Config, o client.Options) (client.Client, error) {
+func (w *WriteLog) NewClient(cfg *rest.Config, o client.Options) (client.Client, error) {
 	c, err := client.New(cfg, o)
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func (w *writeLog) newClient(cfg *rest.Config, o client.Options) (client.Client,
 
 type recordingClient struct {
 	client.Client
-	log *writeLog
+	log *WriteLog
 }
 
 func objectKey(obj client.Object) string { return obj.GetNamespace() + "/" + obj.GetName() }

@@ -1,0 +1,106 @@
+// Package operator runs the dbkeeper manager inside a test process, the way
+// cmd/manager builds it, with every write it makes recorded (WriteLog) and
+// its logs sent where the test wants them. Integration and end-to-end
+// suites share it.
+package operator
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
+
+	"github.com/dbkeeper/dbkeeper/internal/controller"
+	"github.com/dbkeeper/dbkeeper/internal/manager"
+)
+
+// Options of one operator run.
+type Options struct {
+	// Controllers is the --controllers value; empty means "*".
+	Controllers string
+	// Namespaces are watched; empty means every namespace.
+	Namespaces []string
+	// Logger receives the operator's logs; the zero value discards them.
+	Logger logr.Logger
+}
+
+// Operator is one running manager.
+type Operator struct {
+	// Writes holds every write the manager's client sent.
+	Writes *WriteLog
+	stop   func()
+}
+
+// Start runs the manager against cfg until Stop is called or the test ends.
+func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
+	t.Helper()
+	if o.Controllers == "" {
+		o.Controllers = "*"
+	}
+	set, err := controller.ParseControllers(o.Controllers, controller.Names())
+	require.NoError(t, err)
+	logger := o.Logger
+	if logger.GetSink() == nil {
+		logger = logr.Discard()
+	}
+	writes := &WriteLog{}
+	mgr, err := manager.New(cfg, manager.Options{
+		Controllers:            set,
+		WatchNamespaces:        o.Namespaces,
+		MetricsBindAddress:     "0",
+		HealthProbeBindAddress: "0",
+		NewClient:              writes.NewClient,
+		Logger:                 logger,
+		SkipNameValidation:     true,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	op := &Operator{Writes: writes}
+	op.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				assert.NoError(t, err, "manager stopped with an error")
+			case <-time.After(30 * time.Second):
+				t.Error("manager did not stop within 30s")
+			}
+		})
+	}
+	t.Cleanup(op.stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("operator writes:\n%s", strings.Join(writes.Since(0), "\n"))
+		}
+	})
+	return op
+}
+
+// Stop stops the manager and waits for it; calling it again does nothing.
+func (op *Operator) Stop() { op.stop() }
+
+// WaitQuiet waits until the operator has made no write for the quiet
+// period, failing after timeout, and returns the number of writes so far.
+func (op *Operator) WaitQuiet(t testing.TB, quiet, timeout time.Duration) int {
+	t.Helper()
+	const tick = 50 * time.Millisecond
+	n := op.Writes.Len()
+	deadline := time.Now().Add(timeout)
+	for last := time.Now(); time.Since(last) < quiet; {
+		require.True(t, time.Now().Before(deadline), "the operator kept writing:\n%s", strings.Join(op.Writes.Since(n), "\n"))
+		time.Sleep(tick)
+		if m := op.Writes.Len(); m != n {
+			n, last = m, time.Now()
+		}
+	}
+	return n
+}
