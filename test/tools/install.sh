@@ -47,4 +47,19 @@ for line in "${tools[@]}"; do
 	fi
 	ln -sfn "../$name-$version" "$bin/$name"
 done
+
+# kwok's ready-made Stages (node lifecycle, pods becoming Ready, deletion)
+# come from the kwok module itself, at the version built above; the local
+# cluster (test/cluster) reads them from $bin/kwok-stages.
+kwok_version=$(cd "$here/kwok" && go list -m -f '{{.Version}}' sigs.k8s.io/kwok)
+stages=$cache/kwok-stages-$kwok_version
+if [[ ! -d $stages ]]; then
+	src=$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+	mkdir -p "$stages.tmp"
+	cp "$src/node/fast/node-initialize.yaml" "$src/node/heartbeat/node-heartbeat.yaml" \
+		"$src/pod/fast/pod-ready.yaml" "$src/pod/fast/pod-delete.yaml" "$stages.tmp/"
+	chmod u+w "$stages.tmp"/*
+	mv "$stages.tmp" "$stages"
+fi
+ln -sfn "../kwok-stages-$kwok_version" "$bin/kwok-stages"
 echo "$bin"

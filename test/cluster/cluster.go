@@ -1,0 +1,353 @@
+// Package cluster starts a local Kubernetes cluster without containers, for
+// the end-to-end suite and `make demo`: etcd and kube-apiserver (through
+// envtest, which generates the certificates and the service-account key),
+// kube-controller-manager (garbage collector, StatefulSet, CronJob, Job, PV
+// binder, ...), kube-scheduler, kwok faking the nodes and what kubelets would
+// do (pods become Ready; Job pods complete, or fail when labelled so), and a
+// small volume provisioner so that claims bind. Everything listens on
+// 127.0.0.1 only, and Stop removes every process and temporary file.
+package cluster
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/dbkeeper/dbkeeper/internal/manager"
+	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+)
+
+// The names a test or a user of the cluster may rely on.
+const (
+	// NodeName is the fake node every pod is scheduled to.
+	NodeName = "kwok-node-0"
+	// StorageClassName is the default StorageClass; its claims bind at once.
+	StorageClassName = "standard"
+	// OutcomeLabel on a Job's pod template with the value OutcomeFail makes
+	// its pods fail instead of complete.
+	OutcomeLabel = "e2e.dbkeeper.io/outcome"
+	// OutcomeFail is the value of OutcomeLabel for failing pods.
+	OutcomeFail = "fail"
+)
+
+//go:embed job-outcome.yaml
+var jobOutcomeStages []byte
+
+// Options configure Start.
+type Options struct {
+	// Progress receives a line per step; nil discards them.
+	Progress io.Writer
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	// Config is the admin (system:masters) client configuration.
+	Config *rest.Config
+	// Client is an admin client with dbkeeper's scheme.
+	Client client.Client
+	// Kubeconfig is the path of an admin kubeconfig file.
+	Kubeconfig string
+	// Dir holds the kubeconfig, the components' logs and the volumes; Stop
+	// removes it.
+	Dir string
+	// Bin is the directory of the control-plane binaries and kubectl.
+	Bin string
+
+	progress  io.Writer
+	env       *envtest.Environment
+	procs     []*process
+	stopProvs context.CancelFunc
+	provsDone chan error
+}
+
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start starts a cluster and waits until its node is Ready and pods can be
+// created. On error nothing is left running.
+func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+	started := time.Now()
+	c = &Cluster{progress: o.Progress}
+	if c.progress == nil {
+		c.progress = io.Discard
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Stop())
+			c = nil
+		}
+	}()
+	root, err := envtestutil.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	if c.Bin, err = envtestutil.AssetsDir(); err != nil {
+		return nil, err
+	}
+	if c.Dir, err = os.MkdirTemp("", "dbkeeper-cluster-"); err != nil {
+		return nil, fmt.Errorf("creating the cluster directory: %w", err)
+	}
+
+	c.say("starting etcd and kube-apiserver")
+	c.env = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: c.Bin,
+	}
+	if _, err := c.env.Start(); err != nil {
+		return nil, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
+	}
+	admin, err := c.env.AddUser(envtest.User{Name: "dbkeeper-e2e-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding the admin user: %w", err)
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return nil, fmt.Errorf("writing the admin kubeconfig: %w", err)
+	}
+	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	if err := os.WriteFile(c.Kubeconfig, kubeconfig, 0o600); err != nil {
+		return nil, fmt.Errorf("writing the admin kubeconfig: %w", err)
+	}
+	c.Config = admin.Config()
+	if c.Client, err = client.New(c.Config, client.Options{Scheme: manager.Scheme()}); err != nil {
+		return nil, fmt.Errorf("creating the admin client: %w", err)
+	}
+
+	if err := c.startComponents(); err != nil {
+		return nil, err
+	}
+	if err := c.startProvisioner(); err != nil {
+		return nil, err
+	}
+	if err := c.createNodeAndStorage(ctx); err != nil {
+		return nil, err
+	}
+	c.say("waiting for the node to be Ready and the default ServiceAccount")
+	if err := c.waitUsable(ctx); err != nil {
+		return nil, err
+	}
+	c.say(fmt.Sprintf("cluster ready in %s; kubeconfig %s", time.Since(started).Round(100*time.Millisecond), c.Kubeconfig))
+	return c, nil
+}
+
+func (c *Cluster) say(msg string) { fmt.Fprintf(c.progress, "cluster: %s\n", msg) }
+
+func (c *Cluster) startComponents() error {
+	sa := filepath.Join(c.env.ControlPlane.APIServer.CertDir, "sa-signer.key")
+	kc := "--kubeconfig=" + c.Kubeconfig
+	stages := []string{}
+	shipped, err := filepath.Glob(filepath.Join(c.Bin, "kwok-stages", "*.yaml"))
+	if err != nil || len(shipped) == 0 {
+		return fmt.Errorf("no kwok stages in %s/kwok-stages (run `make tools`)", c.Bin)
+	}
+	for _, f := range shipped {
+		stages = append(stages, "--config="+f)
+	}
+	own := filepath.Join(c.Dir, "job-outcome.yaml")
+	if err := os.WriteFile(own, jobOutcomeStages, 0o600); err != nil {
+		return fmt.Errorf("writing kwok stages: %w", err)
+	}
+	stages = append(stages, "--config="+own)
+
+	components := []struct {
+		name string
+		args []string
+	}{
+		{"kube-controller-manager", []string{kc, "--leader-elect=false", "--secure-port=0", "--controllers=*",
+			"--use-service-account-credentials=false", "--service-account-private-key-file=" + sa,
+			"--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-gc-syncs=20"}},
+		{"kube-scheduler", []string{kc, "--leader-elect=false", "--secure-port=0", "--kube-api-qps=200", "--kube-api-burst=400"}},
+		{"kwok", append([]string{kc, "--manage-all-nodes=true", "--cidr=10.244.0.0/24", "--node-ip=10.244.0.1"}, stages...)},
+	}
+	for _, comp := range components {
+		c.say("starting " + comp.name)
+		if err := c.run(comp.name, comp.args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run starts one component with its output in <Dir>/<name>.log.
+func (c *Cluster) run(name string, args ...string) error {
+	logFile, err := os.Create(filepath.Join(c.Dir, name+".log"))
+	if err != nil {
+		return fmt.Errorf("creating the log of %s: %w", name, err)
+	}
+	cmd := exec.Command(filepath.Join(c.Bin, name), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	c.procs = append(c.procs, p)
+	return nil
+}
+
+func (c *Cluster) startProvisioner() error {
+	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Scheme:                 manager.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Logger:                 logr.Discard(),
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the volume provisioner: %w", err)
+	}
+	p := &provisioner{client: mgr.GetClient(), dir: c.Dir}
+	if err := p.setup(mgr); err != nil {
+		return fmt.Errorf("setting up the volume provisioner: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopProvs, c.provsDone = cancel, make(chan error, 1)
+	go func() { c.provsDone <- mgr.Start(ctx) }()
+	return nil
+}
+
+func (c *Cluster) createNodeAndStorage(ctx context.Context) error {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods:   resource.MustParse("5000"),
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        NodeName,
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+			Labels: map[string]string{
+				"kubernetes.io/hostname": NodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok",
+			},
+		},
+		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+	}
+	if err := c.Client.Create(ctx, node); err != nil {
+		return fmt.Errorf("creating node %s: %w", NodeName, err)
+	}
+	sc := &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        StorageClassName,
+			Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"},
+		},
+		Provisioner:          Provisioner,
+		AllowVolumeExpansion: ptr.To(true),
+		VolumeBindingMode:    ptr.To(storagev1.VolumeBindingImmediate),
+		ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
+	}
+	if err := c.Client.Create(ctx, sc); err != nil {
+		return fmt.Errorf("creating StorageClass %s: %w", StorageClassName, err)
+	}
+	return nil
+}
+
+// waitUsable waits for the node to be Ready and for the default
+// ServiceAccount, without which no pod can be created.
+func (c *Cluster) waitUsable(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		for _, p := range c.procs {
+			select {
+			case <-p.done:
+				return false, fmt.Errorf("%s exited: %v (log: %s)", p.name, p.err, filepath.Join(c.Dir, p.name+".log"))
+			default:
+			}
+		}
+		node := &corev1.Node{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: NodeName}, node); err != nil {
+			return false, nil
+		}
+		ready := false
+		for _, cond := range node.Status.Conditions {
+			ready = ready || (cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue)
+		}
+		sa := &corev1.ServiceAccount{}
+		err := c.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "default"}, sa)
+		return ready && err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the cluster to be usable: %w", err)
+	}
+	return nil
+}
+
+// Stop stops every component, then the API server and etcd, and removes
+// Dir. It is safe to call on a half-started cluster and more than once.
+func (c *Cluster) Stop() error {
+	var errs []error
+	if c.stopProvs != nil {
+		c.stopProvs()
+		if err := <-c.provsDone; err != nil {
+			errs = append(errs, fmt.Errorf("volume provisioner: %w", err))
+		}
+		c.stopProvs = nil
+	}
+	for _, p := range c.procs {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range c.procs {
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	c.procs = nil
+	if c.env != nil {
+		if err := c.env.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stopping kube-apiserver and etcd: %w", err))
+		}
+		c.env = nil
+	}
+	if c.Dir != "" {
+		if err := os.RemoveAll(c.Dir); err != nil {
+			errs = append(errs, err)
+		}
+		c.Dir = ""
+	}
+	return errors.Join(errs...)
+}
+
+// Log returns the log of a component ("kube-controller-manager",
+// "kube-scheduler", "kwok"), for a failing test to show.
+func (c *Cluster) Log(name string) string {
+	data, err := os.ReadFile(filepath.Join(c.Dir, name+".log"))
+	if err != nil {
+		return err.Error()
+	}
+	return string(data)
+}
