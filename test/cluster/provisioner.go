@@ -34,7 +34,9 @@ func (p *provisioner) setup(mgr ctrl.Manager) error {
 
 type ctrlFunc func(context.Context, ctrl.Request) (ctrl.Result, error)
 
-func (f ctrlFunc) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) { return f(ctx, req) }
+func (f ctrlFunc) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return f(ctx, req)
+}
 
 func (p *provisioner) provision(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
