@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // Provisioner is the name of the local cluster's volume provisioner.
@@ -25,17 +26,11 @@ type provisioner struct {
 
 func (p *provisioner) setup(mgr ctrl.Manager) error {
 	if err := ctrl.NewControllerManagedBy(mgr).Named("e2e-provisioner").
-		For(&corev1.PersistentVolumeClaim{}).Complete(ctrlFunc(p.provision)); err != nil {
+		For(&corev1.PersistentVolumeClaim{}).Complete(reconcile.Func(p.provision)); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("e2e-reclaimer").
-		For(&corev1.PersistentVolume{}).Complete(ctrlFunc(p.reclaim))
-}
-
-type ctrlFunc func(context.Context, ctrl.Request) (ctrl.Result, error)
-
-func (f ctrlFunc) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	return f(ctx, req)
+		For(&corev1.PersistentVolume{}).Complete(reconcile.Func(p.reclaim))
 }
 
 func (p *provisioner) provision(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
