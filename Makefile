@@ -50,6 +50,14 @@ test: tools ## Run every test: unit, integration on a real kube-apiserver, with 
 test-unit: ## Run the tests that need no API server.
 	go test -race -count=1 -short $(GO_TEST_FLAGS) ./...
 
+.PHONY: demo
+demo: tools build ## Start a local cluster with the operator and a sample Database; Ctrl-C tears it down.
+	go run ./test/demo --manager=bin/manager
+
+.PHONY: demo-down
+demo-down: ## Tear down a demo started elsewhere (same as Ctrl-C in its terminal).
+	@if [ -f bin/demo/demo.pid ]; then kill "$$(cat bin/demo/demo.pid)" && echo "demo: stopping"; else echo "demo: not running"; fi
+
 ##@ Build
 
 .PHONY: build

@@ -202,7 +202,7 @@ func (c *Cluster) run(name string, args ...string) error {
 	}
 	cmd := exec.Command(filepath.Join(c.Bin, name), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = SysProcAttr()
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("starting %s: %w", name, err)

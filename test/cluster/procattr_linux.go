@@ -2,8 +2,8 @@ package cluster
 
 import "syscall"
 
-// sysProcAttr makes a component die with the process that started it, so a
+// SysProcAttr makes a child process die with the process that started it, so a
 // test killed by a timeout or a signal leaves nothing running.
-func sysProcAttr() *syscall.SysProcAttr {
+func SysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

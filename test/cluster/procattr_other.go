@@ -4,4 +4,5 @@ package cluster
 
 import "syscall"
 
-func sysProcAttr() *syscall.SysProcAttr { return nil }
+// SysProcAttr is nil where the child cannot be tied to the parent.
+func SysProcAttr() *syscall.SysProcAttr { return nil }

@@ -1,0 +1,171 @@
+// Command demo is `make demo`: it starts the local cluster of test/cluster,
+// runs the dbkeeper manager binary against it, applies config/samples, waits
+// until the sample Database is Ready, shows it, and keeps everything running
+// until Ctrl-C (or `make demo-down`), which tears it all down.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/dbkeeper/dbkeeper/test/cluster"
+	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	managerBin := flag.String("manager", "bin/manager", "the dbkeeper manager binary")
+	stateDir := flag.String("dir", "bin/demo", "where the kubeconfig, the manager's log and the pid file go")
+	timeout := flag.Duration("timeout", 3*time.Minute, "how long to wait for the sample to be Ready")
+	flag.Parse()
+	// The cluster's own controllers (the volume provisioner) have nothing
+	// to say to a demo user.
+	ctrl.SetLogger(logr.Discard())
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root, err := envtestutil.RepoRoot()
+	if err != nil {
+		return err
+	}
+	state, err := filepath.Abs(*stateDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return err
+	}
+	pidFile := filepath.Join(state, "demo.pid")
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(pidFile)
+
+	c, err := cluster.Start(ctx, cluster.Options{Progress: os.Stdout})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Println("demo: tearing down")
+		if err := c.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "demo: stopping the cluster:", err)
+		}
+	}()
+	kubeconfig := filepath.Join(state, "kubeconfig")
+	data, err := os.ReadFile(c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(kubeconfig, data, 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(kubeconfig)
+
+	mgr, managerLog, err := startManager(*managerBin, kubeconfig, state)
+	if err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = mgr.Wait()
+		close(exited)
+	}()
+	defer func() {
+		_ = mgr.Process.Signal(syscall.SIGTERM)
+		<-exited
+	}()
+
+	kubectl := func(args ...string) error {
+		cmd := exec.CommandContext(ctx, filepath.Join(c.Bin, "kubectl"), append([]string{"--kubeconfig=" + kubeconfig}, args...)...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.Dir = root
+		return cmd.Run()
+	}
+	fmt.Println("demo: applying config/samples")
+	if err := kubectl("apply", "--namespace=default", "-k", "config/samples"); err != nil {
+		return fmt.Errorf("applying the samples: %w", err)
+	}
+	fmt.Printf("demo: waiting up to %s for the sample to be Ready\n", *timeout)
+	start := time.Now()
+	if err := kubectl("wait", "--namespace=default", "--for=condition=Ready", "databases", "--all", "--timeout="+timeout.String()); err != nil {
+		_ = kubectl("get", "databases", "-A", "-o", "wide")
+		return fmt.Errorf("the sample did not become Ready (manager log: %s): %w", managerLog, err)
+	}
+	fmt.Printf("demo: Ready after %s\n\n$ kubectl get databases -o wide\n", time.Since(start).Round(100*time.Millisecond))
+	_ = kubectl("get", "databases", "--namespace=default", "-o", "wide")
+	fmt.Println("\n$ kubectl describe database orders")
+	_ = kubectl("describe", "database", "--namespace=default", "orders")
+
+	fmt.Printf(`
+The local cluster keeps running. In another shell:
+
+  export KUBECONFIG=%s
+  %s/kubectl get databases -o wide
+  %s/kubectl get statefulsets,pods,services,pvc,secrets,cronjobs -l app.kubernetes.io/managed-by=dbkeeper
+
+The manager logs to %s.
+Ctrl-C here (or make demo-down) tears everything down.
+`, kubeconfig, c.Bin, c.Bin, managerLog)
+	select {
+	case <-ctx.Done():
+	case <-exited:
+		return errors.New("the manager exited; see " + managerLog)
+	}
+	return nil
+}
+
+// startManager runs the manager binary against the cluster, with its
+// endpoints on free loopback ports and its log in state/manager.log.
+func startManager(bin, kubeconfig, state string) (*exec.Cmd, string, error) {
+	metrics, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	health, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	logPath := filepath.Join(state, "manager.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address="+metrics,
+		"--health-probe-bind-address="+health, "--zap-log-level=debug")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = cluster.SysProcAttr()
+	fmt.Printf("demo: starting %s (metrics on http://%s/metrics)\n", bin, metrics)
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, "", fmt.Errorf("starting the manager: %w", err)
+	}
+	return cmd, logPath, nil
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
