@@ -1,0 +1,156 @@
+// Package e2e runs the dbkeeper manager against the local cluster of
+// test/cluster, where the StatefulSet, Job, CronJob, garbage-collection and
+// PV controllers run and kwok plays the kubelets: pods become Ready, Jobs
+// finish, owned objects are collected. Each test has its own namespace and an
+// operator watching only it.
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/zapr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/logging"
+	"github.com/dbkeeper/dbkeeper/test/cluster"
+	"github.com/dbkeeper/dbkeeper/test/operator"
+)
+
+const (
+	timeout = 90 * time.Second
+	tick    = 100 * time.Millisecond
+)
+
+var (
+	local *cluster.Cluster
+	k8s   client.Client
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("skipping the end-to-end suite under -short: it starts a local cluster")
+		return
+	}
+	ctrl.SetLogger(logr.Discard())
+	c, err := cluster.Start(context.Background(), cluster.Options{Progress: os.Stdout})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	local, k8s = c, c.Client
+	code := m.Run()
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: stopping the cluster:", err)
+		code = max(code, 1)
+	}
+	os.Exit(code)
+}
+
+// newNamespace creates a namespace for one test.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e-" + rand.String(6)}}
+	require.NoError(t, k8s.Create(context.Background(), ns))
+	return ns.Name
+}
+
+// startOperator runs an operator with every controller on namespace; its
+// log goes to a file that a failing test prints.
+func startOperator(t *testing.T, namespace string) *operator.Operator {
+	t.Helper()
+	path := fmt.Sprintf("%s/operator-%d.log", t.TempDir(), time.Now().UnixNano())
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(f), zapcore.Level(-2))
+	t.Cleanup(func() {
+		f.Close()
+		if t.Failed() {
+			data, _ := os.ReadFile(path)
+			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+			t.Logf("last operator log lines:\n%s", strings.Join(lines[max(0, len(lines)-60):], "\n"))
+		}
+	})
+	return operator.Start(t, local.Config, operator.Options{
+		Namespaces: []string{namespace},
+		Logger:     logging.Capped(zapr.NewLogger(zap.New(core))),
+	})
+}
+
+func newDatabase(namespace, name string, mutate ...func(*dbv1.Database)) *dbv1.Database {
+	db := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
+	}
+	for _, m := range mutate {
+		m(db)
+	}
+	return db
+}
+
+func getDatabase(t require.TestingT, db *dbv1.Database) *dbv1.Database {
+	got := &dbv1.Database{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got))
+	return got
+}
+
+// waitCondition waits until the condition has the status and reason at the
+// Database's current generation.
+func waitCondition(t *testing.T, db *dbv1.Database, condType string, status metav1.ConditionStatus, reason string) metav1.Condition {
+	t.Helper()
+	var got metav1.Condition
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		live := getDatabase(c, db)
+		cond := meta.FindStatusCondition(live.Status.Conditions, condType)
+		if !assert.NotNil(c, cond, "condition %s not reported yet", condType) {
+			return
+		}
+		assert.Equal(c, status, cond.Status, "%s status (message %q)", condType, cond.Message)
+		assert.Equal(c, reason, cond.Reason, "%s reason (message %q)", condType, cond.Message)
+		assert.Equal(c, live.Generation, cond.ObservedGeneration, "%s observedGeneration", condType)
+		got = *cond
+	}, timeout, tick)
+	return got
+}
+
+func waitReady(t *testing.T, db *dbv1.Database) *dbv1.Database {
+	t.Helper()
+	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
+	return getDatabase(t, db)
+}
+
+// patchDatabase applies mutate to the live Database with a merge patch.
+func patchDatabase(t *testing.T, db *dbv1.Database, mutate func(*dbv1.Database)) *dbv1.Database {
+	t.Helper()
+	live := getDatabase(t, db)
+	patch := client.MergeFrom(live.DeepCopy())
+	mutate(live)
+	require.NoError(t, k8s.Patch(context.Background(), live, patch))
+	return live
+}
+
+func password(t require.TestingT, namespace, name string) string {
+	sec := &corev1.Secret{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, sec))
+	return string(sec.Data["password"])
+}
+
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
