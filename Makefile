@@ -11,6 +11,8 @@ CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
 export KUBEBUILDER_ASSETS ?= $(TOOLS_BIN)
 
 IMG ?= ghcr.io/dbkeeper/dbkeeper:dev
+CHART := config/charts/dbkeeper
+HELM := $(TOOLS_BIN)/helm
 GO_TEST_FLAGS ?=
 
 .PHONY: all
@@ -31,6 +33,8 @@ generate: tools ## Generate deepcopy and apply configurations from the API types
 manifests: tools ## Generate the CRD and RBAC manifests from markers.
 	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=dbkeeper-manager paths=./internal/... output:rbac:artifacts:config=config/rbac
+	cp config/rbac/role.yaml $(CHART)/files/role.yaml
+	hack/chart-crds.sh config/crd/bases $(CHART)/templates/crds
 
 .PHONY: fmt
 fmt: ## Format the Go code.
@@ -49,6 +53,11 @@ test: tools ## Run every test: unit, integration on a real kube-apiserver, with 
 .PHONY: test-unit
 test-unit: ## Run the tests that need no API server.
 	go test -race -count=1 -short $(GO_TEST_FLAGS) ./...
+
+.PHONY: helm-lint
+helm-lint: tools ## Lint the Helm chart and render it with each values file of test/helm/testdata.
+	$(HELM) lint --strict $(CHART)
+	@for f in test/helm/testdata/*.values.yaml; do echo "helm template -f $$f"; $(HELM) template dbkeeper $(CHART) -f $$f >/dev/null; done
 
 .PHONY: demo
 demo: tools build ## Start a local cluster with the operator and a sample Database; Ctrl-C tears it down.

@@ -1,0 +1,74 @@
+{{/* The release's full name: "dbkeeper" for a release named so, else "<release>-dbkeeper". */}}
+{{- define "dbkeeper.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Cluster-scoped names carry the release namespace too, so that two installs in different namespaces coexist. */}}
+{{- define "dbkeeper.clusterName" -}}
+{{- printf "%s-%s" (include "dbkeeper.fullname" .) .Release.Namespace | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "dbkeeper.serviceAccountName" -}}
+{{- default (include "dbkeeper.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "dbkeeper.selectorLabels" -}}
+app.kubernetes.io/name: dbkeeper
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: manager
+{{- end -}}
+
+{{- define "dbkeeper.labels" -}}
+{{ include "dbkeeper.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The manager's image: repository@digest, or repository:tag (default appVersion). */}}
+{{- define "dbkeeper.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* --controllers: "*" when all are on, else "*,-a,-b". The order is the manager's registry order. */}}
+{{- define "dbkeeper.controllers" -}}
+{{- $off := list -}}
+{{- range $name := list "statefulset" "service" "secret" "backup" "cleanup" "readiness" -}}
+{{- if not (index $.Values.controllers $name).enabled -}}
+{{- $off = append $off (printf "-%s" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- prepend $off "*" | join "," -}}
+{{- end -}}
+
+{{- define "dbkeeper.leaderElection" -}}
+{{- if or .Values.leaderElection.enabled (gt (int .Values.replicas) 1) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The rules of the manager, read from the ClusterRole controller-gen generates (files/role.yaml, a copy of config/rbac/role.yaml). */}}
+{{- define "dbkeeper.rules" -}}
+{{- range $doc := splitList "---" (.Files.Get "files/role.yaml") -}}
+{{- $obj := fromYaml $doc -}}
+{{- if and $obj (eq (get $obj "kind") "ClusterRole") -}}
+{{- toYaml (get $obj "rules") -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The leader-election rules: the Role controller-gen generates for the manager's namespace. */}}
+{{- define "dbkeeper.leaderRules" -}}
+{{- range $doc := splitList "---" (.Files.Get "files/role.yaml") -}}
+{{- $obj := fromYaml $doc -}}
+{{- if and $obj (eq (get $obj "kind") "Role") -}}
+{{- toYaml (get $obj "rules") -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

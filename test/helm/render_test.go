@@ -1,0 +1,260 @@
+// Package helm tests the chart at config/charts/dbkeeper with the real helm
+// client: lint, the rendered objects for several values files, the schema,
+// drift against config/, and (install_test.go) an install into the local
+// cluster with the operator running as the chart's ServiceAccount.
+package helm
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+)
+
+// paths returns the repository root, the chart and the helm binary.
+func paths(t *testing.T) (root, chart, helmBin string) {
+	t.Helper()
+	root, err := envtestutil.RepoRoot()
+	require.NoError(t, err)
+	bin, err := envtestutil.AssetsDir()
+	require.NoError(t, err)
+	return root, filepath.Join(root, "config", "charts", "dbkeeper"), filepath.Join(bin, "helm")
+}
+
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	_, _, bin := paths(t)
+	cmd := exec.Command(bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String() + stderr.String(), err
+	}
+	return stdout.String(), nil
+}
+
+// render runs helm template and returns the objects by "Kind namespace/name".
+func render(t *testing.T, args ...string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	_, chart, _ := paths(t)
+	out, err := helm(t, append([]string{"template", "rel", chart, "--namespace=ops"}, args...)...)
+	require.NoError(t, err, out)
+	objs := map[string]*unstructured.Unstructured{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		objs[u.GetKind()+" "+u.GetNamespace()+"/"+u.GetName()] = u
+	}
+	require.NotEmpty(t, objs)
+	return objs
+}
+
+func managerArgs(t *testing.T, objs map[string]*unstructured.Unstructured) []string {
+	t.Helper()
+	d := objs["Deployment ops/rel-dbkeeper"]
+	require.NotNil(t, d, "no Deployment rel-dbkeeper in %v", keys(objs))
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	require.Len(t, containers, 1)
+	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	return args
+}
+
+func keys(m map[string]*unstructured.Unstructured) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// generatedRules are the rules controller-gen wrote into config/rbac for
+// the kind (ClusterRole: the controllers, Role: leader election).
+func generatedRules(t *testing.T, kind string) []any {
+	t.Helper()
+	root, _, _ := paths(t)
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	require.NoError(t, err)
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		u := map[string]any{}
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &u))
+		if u["kind"] == kind {
+			return u["rules"].([]any)
+		}
+	}
+	t.Fatalf("no %s in config/rbac/role.yaml", kind)
+	return nil
+}
+
+func rulesOf(t *testing.T, obj *unstructured.Unstructured) []any {
+	t.Helper()
+	require.NotNil(t, obj)
+	rules, ok := obj.Object["rules"].([]any)
+	require.True(t, ok, "%s has no rules", obj.GetName())
+	for _, r := range rules {
+		for _, field := range []string{"verbs", "resources", "apiGroups"} {
+			vals, _, _ := unstructured.NestedStringSlice(r.(map[string]any), field)
+			assert.NotContains(t, vals, "*", "%s grants * in %s", obj.GetName(), field)
+		}
+	}
+	return rules
+}
+
+func TestLint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs helm; skipped under -short")
+	}
+	root, chart, _ := paths(t)
+	files, err := filepath.Glob(filepath.Join(root, "test", "helm", "testdata", "*.values.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		out, err := helm(t, "lint", "--strict", chart, "-f", f)
+		assert.NoError(t, err, "helm lint -f %s:\n%s", filepath.Base(f), out)
+	}
+}
+
+func TestTemplateDefaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs helm; skipped under -short")
+	}
+	objs := render(t)
+	args := managerArgs(t, objs)
+	assert.Contains(t, args, "--controllers=*")
+	assert.Contains(t, args, "--zap-log-level=info")
+	for _, a := range args {
+		assert.False(t, strings.HasPrefix(a, "--watch-namespaces"), "cluster-wide install passes %s", a)
+		assert.False(t, strings.HasPrefix(a, "--leader-elect"), "one replica passes %s", a)
+	}
+
+	// Cluster-scoped names carry the release namespace, so that two
+	// installs coexist.
+	role := objs["ClusterRole /rel-dbkeeper-ops"]
+	assert.Equal(t, generatedRules(t, "ClusterRole"), rulesOf(t, role), "chart ClusterRole rules differ from config/rbac")
+	assert.NotNil(t, objs["ClusterRoleBinding /rel-dbkeeper-ops"])
+	assert.Equal(t, generatedRules(t, "Role"), rulesOf(t, objs["Role ops/rel-dbkeeper-leader-election"]))
+	assert.NotNil(t, objs["ServiceAccount ops/rel-dbkeeper"])
+	assert.NotNil(t, objs["Service ops/rel-dbkeeper-metrics"])
+	assert.NotNil(t, objs["ValidatingAdmissionPolicy /rel-dbkeeper-ops-deletion-protection"])
+	assert.NotNil(t, objs["ValidatingAdmissionPolicyBinding /rel-dbkeeper-ops-deletion-protection"])
+	assert.Nil(t, objs["PodDisruptionBudget ops/rel-dbkeeper"], "a PDB for one replica blocks drains")
+	assert.Nil(t, objs["ServiceMonitor ops/rel-dbkeeper"])
+	assert.Nil(t, objs["NetworkPolicy ops/rel-dbkeeper"])
+
+	crd := objs["CustomResourceDefinition /databases.database.dbkeeper.io"]
+	require.NotNil(t, crd)
+	assert.Equal(t, "keep", crd.GetAnnotations()["helm.sh/resource-policy"])
+
+	d := objs["Deployment ops/rel-dbkeeper"]
+	pod, _, _ := unstructured.NestedMap(d.Object, "spec", "template", "spec")
+	assert.Equal(t, true, pod["securityContext"].(map[string]any)["runAsNonRoot"])
+	sc := pod["containers"].([]any)[0].(map[string]any)["securityContext"].(map[string]any)
+	assert.Equal(t, true, sc["readOnlyRootFilesystem"])
+	assert.Equal(t, false, sc["allowPrivilegeEscalation"])
+	assert.Equal(t, []any{"ALL"}, sc["capabilities"].(map[string]any)["drop"])
+	image := pod["containers"].([]any)[0].(map[string]any)["image"]
+	assert.Equal(t, "ghcr.io/dbkeeper/dbkeeper:0.1.0", image, "the tag defaults to the appVersion")
+}
+
+func TestTemplateNamespaced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs helm; skipped under -short")
+	}
+	root, _, _ := paths(t)
+	objs := render(t, "-f", filepath.Join(root, "test", "helm", "testdata", "namespaced.values.yaml"))
+	args := managerArgs(t, objs)
+	assert.Contains(t, args, "--watch-namespaces=team-a,team-b")
+	assert.Contains(t, args, "--leader-elect")
+	assert.Contains(t, args, "--leader-election-namespace=ops")
+	assert.Nil(t, objs["ClusterRole /rel-dbkeeper-ops"], "a namespaced install needs no ClusterRole")
+	for _, ns := range []string{"team-a", "team-b"} {
+		assert.Equal(t, generatedRules(t, "ClusterRole"), rulesOf(t, objs["Role "+ns+"/rel-dbkeeper"]), "Role in %s", ns)
+		assert.NotNil(t, objs["RoleBinding "+ns+"/rel-dbkeeper"], "RoleBinding in %s", ns)
+	}
+	pdb := objs["PodDisruptionBudget ops/rel-dbkeeper"]
+	require.NotNil(t, pdb, "two replicas get a PDB")
+	binding := objs["ValidatingAdmissionPolicyBinding /rel-dbkeeper-ops-deletion-protection"]
+	require.NotNil(t, binding)
+	values, _, _ := unstructured.NestedSlice(binding.Object, "spec", "matchResources", "namespaceSelector", "matchExpressions")
+	assert.Len(t, values, 1, "deletion protection limited to the watched namespaces")
+}
+
+func TestTemplateWithoutBackup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs helm; skipped under -short")
+	}
+	root, _, _ := paths(t)
+	objs := render(t, "-f", filepath.Join(root, "test", "helm", "testdata", "no-backup.values.yaml"))
+	args := managerArgs(t, objs)
+	assert.Contains(t, args, "--controllers=*,-backup")
+	assert.Contains(t, args, "--zap-log-level=debug")
+	assert.Contains(t, args, "--zap-encoder=console")
+	assert.NotNil(t, objs["ServiceMonitor ops/rel-dbkeeper"])
+	assert.NotNil(t, objs["NetworkPolicy ops/rel-dbkeeper"])
+
+	objs = render(t, "--set", "controllers.statefulset.enabled=false,controllers.cleanup.enabled=false",
+		"--set", "crds.keep=false", "--set", "image.digest=sha256:"+strings.Repeat("a", 64))
+	assert.Contains(t, managerArgs(t, objs), "--controllers=*,-statefulset,-cleanup")
+	crd := objs["CustomResourceDefinition /databases.database.dbkeeper.io"]
+	require.NotNil(t, crd)
+	assert.NotContains(t, crd.GetAnnotations(), "helm.sh/resource-policy")
+
+	objs = render(t, "--set", "crds.enabled=false,deletionProtection.enabled=false")
+	assert.Nil(t, objs["CustomResourceDefinition /databases.database.dbkeeper.io"])
+	assert.Nil(t, objs["ValidatingAdmissionPolicy /rel-dbkeeper-ops-deletion-protection"])
+}
+
+func TestSchemaRefusesTypos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs helm; skipped under -short")
+	}
+	root, chart, _ := paths(t)
+	out, err := helm(t, "template", "rel", chart, "-f", filepath.Join(root, "test", "helm", "testdata", "typo.values.yml"))
+	require.Error(t, err, "a values file with a typo was accepted")
+	assert.Contains(t, out, "controlers")
+	assert.Contains(t, out, "additional properties")
+
+	for _, set := range []string{"replicas=-1", "log.format=xml", "image.pullPolicy=Sometimes", "watchNamespaces={Team_A}"} {
+		out, err := helm(t, "template", "rel", chart, "--set", set)
+		assert.Error(t, err, "--set %s accepted", set)
+		assert.Contains(t, out, "values don't meet the specifications of the schema", "--set %s", set)
+	}
+}
+
+// TestChartMatchesConfig: the chart's CRD and RBAC come from the same
+// generated sources as config/.
+func TestChartMatchesConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs helm; skipped under -short")
+	}
+	root, chart, _ := paths(t)
+	generated, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	require.NoError(t, err)
+	copied, err := os.ReadFile(filepath.Join(chart, "files", "role.yaml"))
+	require.NoError(t, err)
+	assert.Equal(t, string(generated), string(copied), "config/charts/dbkeeper/files/role.yaml is stale: run make manifests")
+
+	data, err := os.ReadFile(filepath.Join(root, "config", "crd", "bases", "database.dbkeeper.io_databases.yaml"))
+	require.NoError(t, err)
+	want := map[string]any{}
+	require.NoError(t, yaml.Unmarshal(data, &want))
+	crd := render(t, "--set", "crds.keep=false")["CustomResourceDefinition /databases.database.dbkeeper.io"]
+	require.NotNil(t, crd)
+	assert.Equal(t, want, crd.Object, "the chart's CRD differs from config/crd: run make manifests")
+}
