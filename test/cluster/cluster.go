@@ -58,6 +58,9 @@ var jobOutcomeStages []byte
 type Options struct {
 	// Progress receives a line per step; nil discards them.
 	Progress io.Writer
+	// WithoutCRDs leaves the Database CRD out, for tests that install it
+	// another way (the Helm chart).
+	WithoutCRDs bool
 }
 
 // Cluster is a running local cluster.
@@ -114,10 +117,10 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	}
 
 	c.say("starting etcd and kube-apiserver")
-	c.env = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: c.Bin,
+	c.env = &envtest.Environment{BinaryAssetsDirectory: c.Bin}
+	if !o.WithoutCRDs {
+		c.env.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases")}
+		c.env.ErrorIfCRDPathMissing = true
 	}
 	if _, err := c.env.Start(); err != nil {
 		return nil, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
