@@ -144,7 +144,9 @@ func TestInstallAndRunAsTheChartsServiceAccount(t *testing.T) {
 		createNamespace(t, admin, "apps")
 		db := converge(t, admin, "apps", "orders")
 		require.NoError(t, admin.Delete(ctx, db))
-		require.Eventually(t, func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
+		require.Eventually(t, func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
+		},
 			timeout, tick, "the Database was not deleted")
 		op.Stop()
 		assert.Empty(t, forbidden.seen(), "requests refused to the cluster-wide release's ServiceAccount")
@@ -156,7 +158,9 @@ func TestInstallAndRunAsTheChartsServiceAccount(t *testing.T) {
 		op := operator.Start(t, cfg, operator.Options{Namespaces: []string{"team-x"}})
 		db := converge(t, admin, "team-x", "ledger")
 		require.NoError(t, admin.Delete(ctx, db))
-		require.Eventually(t, func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
+		require.Eventually(t, func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
+		},
 			timeout, tick, "the Database was not deleted")
 		op.Stop()
 		assert.Empty(t, forbidden.seen(), "requests refused to the namespaced release's ServiceAccount")
