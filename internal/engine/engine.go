@@ -17,6 +17,9 @@ import (
 const (
 	UsernameKey = "username"
 	PasswordKey = "password"
+	// DatabaseKey is optional in a user's Secret: the database to dump and
+	// restore; without it, the one named like the user.
+	DatabaseKey = "database"
 )
 
 // Engine describes how to run one database engine in Kubernetes.
@@ -52,6 +55,10 @@ type Engine interface {
 	// database into dir, keeps the newest retention dumps and exits non-zero
 	// on any failure, leaving no partial dump behind.
 	BackupCommand(dir, prefix string, retention int32) []string
+	// RestoreCommand restores a dump written by BackupCommand into the
+	// database of the BackupEnv credentials, after checking its checksum;
+	// it exits non-zero on any failure.
+	RestoreCommand(file string) []string
 }
 
 var catalog = map[dbv1.Engine]Engine{
@@ -84,6 +91,14 @@ func ImageFor(e Engine, db *dbv1.Database) (string, error) {
 		return db.Spec.Image, nil
 	}
 	return e.Image(db.Spec.Version)
+}
+
+// optionalSecretEnv is secretEnv for a key the Secret may lack.
+func optionalSecretEnv(name, secretName, key string) corev1.EnvVar {
+	e := secretEnv(name, secretName, key)
+	optional := true
+	e.ValueFrom.SecretKeyRef.Optional = &optional
+	return e
 }
 
 func secretEnv(name, secretName, key string) corev1.EnvVar {

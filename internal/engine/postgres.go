@@ -99,6 +99,7 @@ func (Postgres) BackupEnv(host, secretName string) []corev1.EnvVar {
 		{Name: "PGPORT", Value: strconv.Itoa(postgresPort)},
 		secretEnv("PGUSER", secretName, UsernameKey),
 		secretEnv("PGPASSWORD", secretName, PasswordKey),
+		optionalSecretEnv("PGDATABASE", secretName, DatabaseKey),
 		{Name: "PGCONNECT_TIMEOUT", Value: "10"},
 	}
 }
@@ -109,6 +110,24 @@ func (Postgres) BackupEnv(host, secretName string) []corev1.EnvVar {
 func (Postgres) BackupCommand(dir, prefix string, retention int32) []string {
 	return []string{"/bin/bash", "-c", postgresBackupScript, "backup", dir, prefix, strconv.Itoa(int(retention))}
 }
+
+// RestoreCommand implements Engine: the checksum is verified, then
+// pg_restore replaces the objects of the dump in the target database in one
+// transaction, so a failed restore leaves the database as it was.
+func (Postgres) RestoreCommand(file string) []string {
+	return []string{"/bin/bash", "-c", postgresRestoreScript, "restore", file}
+}
+
+const postgresRestoreScript = `set -euo pipefail
+file=$1
+db=${PGDATABASE:-$PGUSER}
+test -f "$file" || { echo "no dump $file" >&2; exit 1; }
+test -f "$file.sha256" || { echo "no checksum $file.sha256: not a complete dbkeeper dump" >&2; exit 1; }
+(cd "$(dirname "$file")" && sha256sum --check --status "$(basename "$file").sha256") || { echo "checksum mismatch for $file" >&2; exit 1; }
+echo "restoring $file into database $db on $PGHOST:$PGPORT"
+pg_restore --no-password --clean --if-exists --no-owner --exit-on-error --single-transaction --dbname="$db" "$file"
+echo "restored $file"
+`
 
 // postgresBackupScript takes the backup directory, the dump file prefix and
 // the retention as $1, $2 and $3.

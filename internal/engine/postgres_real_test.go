@@ -1,0 +1,212 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/postgres"
+)
+
+// backupPod is what the backup CronJob's pod would run: its container's
+// command and environment, with the Secret's values filled in, the
+// Service's address replaced by the local server's, and the backup volume
+// by a local directory.
+type backupPod struct {
+	command []string
+	env     map[string]string
+	dir     string
+}
+
+func renderBackupPod(t *testing.T, db *dbv1.Database, eng engine.Engine, secret *corev1.Secret, srv *postgres.Server, dir string) backupPod {
+	t.Helper()
+	ac, err := resources.BackupCronJob(db, eng)
+	require.NoError(t, err)
+	raw, err := json.Marshal(ac)
+	require.NoError(t, err)
+	cron := &batchv1.CronJob{}
+	require.NoError(t, json.Unmarshal(raw, cron))
+	pod := cron.Spec.JobTemplate.Spec.Template.Spec
+	require.Len(t, pod.Containers, 1)
+	c := pod.Containers[0]
+	mount := ""
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != "/tmp" {
+			mount = m.MountPath
+		}
+	}
+	require.NotEmpty(t, mount, "the backup container mounts the backup volume")
+
+	p := backupPod{env: map[string]string{}, dir: dir}
+	for _, arg := range append(slices.Clone(c.Command), c.Args...) {
+		if arg == mount {
+			arg = dir
+		}
+		p.command = append(p.command, arg)
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			require.Equal(t, secret.Name, ref.Name, "env %s comes from another Secret", e.Name)
+			v, ok := secret.Data[ref.Key]
+			if !ok {
+				require.True(t, ptr.Deref(ref.Optional, false), "Secret %s lacks key %s", secret.Name, ref.Key)
+				continue
+			}
+			p.env[e.Name] = string(v)
+		default:
+			p.env[e.Name] = e.Value
+		}
+	}
+	// The pod reaches the server through the Service; here it is local.
+	require.Equal(t, resources.ClientServiceName(db)+"."+db.Namespace+".svc", p.env["PGHOST"])
+	p.env["PGHOST"], p.env["PGPORT"] = "127.0.0.1", strconv.Itoa(srv.Port)
+	return p
+}
+
+func (p backupPod) run(t *testing.T, srv *postgres.Server, command []string, override map[string]string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Env = []string{"PATH=" + srv.Bin + ":/usr/bin:/bin", "HOME=" + p.dir}
+	for k, v := range p.env {
+		if o, ok := override[k]; ok {
+			v = o
+		}
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// dumps lists the files of the backup directory.
+func dumps(t *testing.T, dir string) (complete, other []string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasSuffix(name, ".dump") && !strings.HasPrefix(name, "."):
+			complete = append(complete, name)
+		case strings.HasSuffix(name, ".dump.sha256") && !strings.HasPrefix(name, "."):
+		default:
+			other = append(other, name)
+		}
+	}
+	for _, d := range complete {
+		_, err := os.Stat(filepath.Join(dir, d+".sha256"))
+		assert.NoError(t, err, "dump %s has no checksum", d)
+	}
+	return complete, other
+}
+
+func closedPort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return strconv.Itoa(port)
+}
+
+// TestBackupAndRestoreOnARealServer runs the backup CronJob's command, as the
+// builder renders it, against a real PostgreSQL holding known rows: the dump
+// lands atomically with its checksum, retention prunes, failures exit
+// non-zero and leave nothing, and the restore command brings the rows back
+// in a fresh database.
+func TestBackupAndRestoreOnARealServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	srv := postgres.Start(t)
+	eng, err := engine.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	db := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
+	}
+	db.Spec.Backup.Retention = 2
+	secret := resources.CredentialsSecret(db, eng, "s3cret-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	user, password, database := string(secret.Data["username"]), string(secret.Data["password"]), string(secret.Data["database"])
+
+	srv.SQL(t, "postgres", fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", user, password))
+	srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE %s OWNER %s", database, user))
+	srv.SQL(t, database, fmt.Sprintf("SET ROLE %s; CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL); "+
+		"INSERT INTO items SELECT g, 'item-' || g FROM generate_series(1, 500) g", user))
+	want := srv.SQL(t, database, "SELECT count(*), sum(id), string_agg(name, ',' ORDER BY id) FROM items")
+
+	dir := t.TempDir()
+	pod := renderBackupPod(t, db, eng, secret, srv, dir)
+
+	out, err := pod.run(t, srv, pod.command, nil)
+	require.NoError(t, err, "backup: %s", out)
+	complete, other := dumps(t, dir)
+	require.Len(t, complete, 1, "one dump after one backup (output: %s)", out)
+	assert.Empty(t, other, "stray files")
+	assert.Regexp(t, `^orders-\d{8}T\d{6}Z\.dump$`, complete[0])
+	first := complete[0]
+
+	// Two more runs, a second apart (the file name has seconds): retention 2.
+	for range 2 {
+		time.Sleep(1100 * time.Millisecond)
+		out, err := pod.run(t, srv, pod.command, nil)
+		require.NoError(t, err, "backup: %s", out)
+	}
+	complete, other = dumps(t, dir)
+	require.Len(t, complete, 2, "retention keeps the newest 2: %v", complete)
+	assert.Empty(t, other)
+	assert.NotContains(t, complete, first, "the oldest dump was not pruned")
+
+	// Failures exit non-zero and leave nothing behind.
+	for name, override := range map[string]map[string]string{
+		"wrong password":     {"PGPASSWORD": "not-the-password"},
+		"unreachable server": {"PGPORT": closedPort(t)},
+		"missing database":   {"PGDATABASE": "nope"},
+	} {
+		time.Sleep(1100 * time.Millisecond)
+		out, err := pod.run(t, srv, pod.command, override)
+		assert.Error(t, err, "%s: the backup succeeded: %s", name, out)
+		after, other := dumps(t, dir)
+		assert.Equal(t, complete, after, "%s changed the dumps", name)
+		assert.Empty(t, other, "%s left files", name)
+	}
+
+	// Restore the newest dump into a fresh database.
+	slices.Sort(complete)
+	newest := complete[len(complete)-1]
+	srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE restored OWNER %s", user))
+	restore := eng.RestoreCommand(filepath.Join(dir, newest))
+	out, err = pod.run(t, srv, restore, map[string]string{"PGDATABASE": "restored"})
+	require.NoError(t, err, "restore: %s", out)
+	assert.Equal(t, want, srv.SQL(t, "restored", "SELECT count(*), sum(id), string_agg(name, ',' ORDER BY id) FROM items"))
+
+	// A dump whose checksum does not match is refused.
+	f := filepath.Join(dir, newest)
+	data, err := os.ReadFile(f)
+	require.NoError(t, err)
+	data[len(data)/2] ^= 0xff
+	require.NoError(t, os.WriteFile(f, data, 0o644))
+	srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE corrupt OWNER %s", user))
+	out, err = pod.run(t, srv, restore, map[string]string{"PGDATABASE": "corrupt"})
+	assert.Error(t, err, "a corrupt dump was restored: %s", out)
+	assert.Contains(t, out, "checksum mismatch")
+	assert.Equal(t, "0", srv.SQL(t, "corrupt", "SELECT count(*) FROM pg_tables WHERE tablename = 'items'"))
+}

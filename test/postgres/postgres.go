@@ -1,0 +1,144 @@
+// Package postgres starts a throwaway PostgreSQL server for a test, from the
+// binaries of Debian's postgresql package (installed by .ci/run): a fresh
+// data directory, password (SCRAM) authentication, listening on 127.0.0.1
+// only, stopped when the test ends and killed with the test process.
+package postgres
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Superuser is the server's superuser; its password is Server.Password.
+const Superuser = "postgres"
+
+// Server is one running PostgreSQL server.
+type Server struct {
+	// Port is the TCP port on 127.0.0.1.
+	Port int
+	// Password is the superuser's password.
+	Password string
+	// Bin is the directory of the server and client binaries.
+	Bin string
+}
+
+// BinDir finds the binaries of the newest installed PostgreSQL.
+func BinDir() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("no PostgreSQL server binaries under /usr/lib/postgresql: install them with `apt-get install postgresql` (.ci/run does)")
+}
+
+func version(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// Start starts a server for the test.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := BinDir()
+	require.NoError(t, err)
+	dir, err := os.MkdirTemp("", "dbkeeper-pg-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+
+	// PostgreSQL refuses to run as root: when the tests do, the server runs
+	// as the package's postgres user.
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		require.NoError(t, err, "running as root needs the postgres user of the postgresql package")
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		require.NoError(t, os.Chown(dir, uid, gid))
+	}
+	s := &Server{Bin: bin, Password: "pg-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	pwfile := filepath.Join(dir, "pwfile")
+	require.NoError(t, os.WriteFile(pwfile, []byte(s.Password+"\n"), 0o644))
+	data := filepath.Join(dir, "data")
+
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "--pgdata="+data, "--username="+Superuser,
+		"--auth=scram-sha-256", "--pwfile="+pwfile, "--encoding=UTF8", "--locale=C", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := initdb.CombinedOutput()
+	require.NoError(t, err, "initdb: %s", out)
+
+	s.Port = freePort(t)
+	var log bytes.Buffer
+	server := exec.Command(filepath.Join(bin, "postgres"), "-D", data,
+		"-c", "listen_addresses=127.0.0.1", "-p", strconv.Itoa(s.Port), "-k", dir, "-c", "fsync=off")
+	server.Stdout, server.Stderr = &log, &log
+	server.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, server.Start())
+	exited := make(chan struct{})
+	go func() { _ = server.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = server.Process.Signal(syscall.SIGINT) // fast shutdown
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = server.Process.Kill()
+			<-exited
+		}
+	})
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ready := exec.Command(filepath.Join(bin, "pg_isready"), "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port))
+		if ready.Run() == nil {
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("postgres exited: %s", log.String())
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "postgres not ready after 30s: %s", log.String())
+		time.Sleep(100 * time.Millisecond)
+	}
+	return s
+}
+
+// Env is the libpq environment for connecting as user with password.
+func (s *Server) Env(user, password string) []string {
+	return []string{"PGHOST=127.0.0.1", "PGPORT=" + strconv.Itoa(s.Port), "PGUSER=" + user, "PGPASSWORD=" + password}
+}
+
+// SQL runs statements as the superuser in database db and returns psql's
+// unaligned, tuples-only output.
+func (s *Server) SQL(t testing.TB, db, sql string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(s.Bin, "psql"), "--no-psqlrc", "--set=ON_ERROR_STOP=1", "-At", "-d", db, "-c", sql)
+	cmd.Env = append(os.Environ(), s.Env(Superuser, s.Password)...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "psql %q: %s", sql, out)
+	return string(bytes.TrimSpace(out))
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
