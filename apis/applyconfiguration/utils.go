@@ -34,6 +34,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.DatabaseSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("DatabaseStatus"):
 		return &databasev1.DatabaseStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("DeletionStatus"):
+		return &databasev1.DeletionStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ServiceSpec"):
 		return &databasev1.ServiceSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("StorageSpec"):

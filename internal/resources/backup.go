@@ -1,6 +1,8 @@
 package resources
 
 import (
+	"crypto/sha256"
+	"fmt"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
@@ -44,6 +46,50 @@ func BackupPVC(db *dbv1.Database) *corev1ac.PersistentVolumeClaimApplyConfigurat
 // on spec.backup.schedule with the engine's own dump tool, over the network
 // through the client Service.
 func BackupCronJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.CronJobApplyConfiguration, error) {
+	job, err := backupJobSpec(db, eng)
+	if err != nil {
+		return nil, err
+	}
+	labels := Labels(db, ComponentBackup)
+	return batchv1ac.CronJob(BackupName(db), db.Namespace).
+		WithLabels(labels).
+		WithOwnerReferences(OwnerReference(db)).
+		WithSpec(batchv1ac.CronJobSpec().
+			WithSchedule(db.Spec.Backup.Schedule).
+			WithSuspend(db.Spec.Backup.Suspend).
+			WithConcurrencyPolicy(batchv1.ForbidConcurrent).
+			WithStartingDeadlineSeconds(backupStartingDeadline).
+			WithSuccessfulJobsHistoryLimit(backupHistory).
+			WithFailedJobsHistoryLimit(backupHistory).
+			WithJobTemplate(batchv1ac.JobTemplateSpec().
+				WithLabels(labels).
+				WithSpec(job))), nil
+}
+
+// OnDemandBackupJobName is the name of the one Job a backup-now token runs:
+// derived from the token, so that a token can never start two Jobs.
+func OnDemandBackupJobName(db *dbv1.Database, token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return fmt.Sprintf("%s-now-%x", db.Name, sum[:4])
+}
+
+// OnDemandBackupJob is the Job the backup-now annotation runs: the
+// CronJob's job template, owned by the Database, with the token recorded.
+func OnDemandBackupJob(db *dbv1.Database, eng engine.Engine, token string) (*batchv1ac.JobApplyConfiguration, error) {
+	job, err := backupJobSpec(db, eng)
+	if err != nil {
+		return nil, err
+	}
+	return batchv1ac.Job(OnDemandBackupJobName(db, token), db.Namespace).
+		WithLabels(Labels(db, ComponentBackup)).
+		WithAnnotations(map[string]string{dbv1.AnnotationBackupNow: token}).
+		WithOwnerReferences(OwnerReference(db)).
+		WithSpec(job), nil
+}
+
+// backupJobSpec is the Job of one backup: one pod, no retries (a failed
+// dump is reported, not hidden), a deadline.
+func backupJobSpec(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobSpecApplyConfiguration, error) {
 	image, err := engine.ImageFor(eng, db)
 	if err != nil {
 		return nil, err
@@ -64,24 +110,10 @@ func BackupCronJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.CronJobAppl
 			WithPersistentVolumeClaim(corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(BackupName(db))))
 	addScratch(pod, container, []string{"/tmp"})
 	pod.WithContainers(container)
-
-	labels := Labels(db, ComponentBackup)
-	return batchv1ac.CronJob(BackupName(db), db.Namespace).
-		WithLabels(labels).
-		WithOwnerReferences(OwnerReference(db)).
-		WithSpec(batchv1ac.CronJobSpec().
-			WithSchedule(db.Spec.Backup.Schedule).
-			WithSuspend(db.Spec.Backup.Suspend).
-			WithConcurrencyPolicy(batchv1.ForbidConcurrent).
-			WithStartingDeadlineSeconds(backupStartingDeadline).
-			WithSuccessfulJobsHistoryLimit(backupHistory).
-			WithFailedJobsHistoryLimit(backupHistory).
-			WithJobTemplate(batchv1ac.JobTemplateSpec().
-				WithLabels(labels).
-				WithSpec(batchv1ac.JobSpec().
-					WithBackoffLimit(0).
-					WithActiveDeadlineSeconds(backupActiveDeadlineSeconds).
-					WithTemplate(corev1ac.PodTemplateSpec().
-						WithLabels(labels).
-						WithSpec(pod))))), nil
+	return batchv1ac.JobSpec().
+		WithBackoffLimit(0).
+		WithActiveDeadlineSeconds(backupActiveDeadlineSeconds).
+		WithTemplate(corev1ac.PodTemplateSpec().
+			WithLabels(Labels(db, ComponentBackup)).
+			WithSpec(pod)), nil
 }

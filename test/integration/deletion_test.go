@@ -73,6 +73,22 @@ func TestDeletionPolicies(t *testing.T) {
 			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resources.GeneratedSecretName(db)}}
 			backup := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resources.BackupName(db)}}
 
+			// status.deletion announces what deletion will do.
+			preview := getDatabase(t, db).Status.Deletion
+			require.NotNil(t, preview, "no status.deletion")
+			assert.Equal(t, tc.policy, preview.Policy)
+			for what, keep := range map[string]bool{
+				"PersistentVolumeClaim/" + data.Name:   tc.keepData,
+				"Secret/" + secret.Name:                tc.keepSecret,
+				"PersistentVolumeClaim/" + backup.Name: tc.keepBack,
+			} {
+				list := preview.Deletes
+				if keep {
+					list = preview.Keeps
+				}
+				assert.Contains(t, list, what, "status.deletion of policy %s", tc.policy)
+			}
+
 			require.NoError(t, admin.Delete(ctx, db))
 			require.Eventually(t, func() bool { return isNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
 				timeout, tick, "the Database was not released")
@@ -104,6 +120,11 @@ func TestDoNotDeleteHoldsTheDatabase(t *testing.T) {
 		db.Spec.DeletionPolicy = dbv1.DeletionPolicyDoNotDelete
 	}))
 	data := dataPVC(t, db)
+
+	preview := getDatabase(t, db).Status.Deletion
+	require.NotNil(t, preview)
+	assert.True(t, preview.Blocked)
+	assert.Empty(t, preview.Deletes)
 
 	require.NoError(t, admin.Delete(ctx, db))
 	cond := waitCondition(t, db, dbv1.ConditionDeleting, metav1.ConditionFalse, dbv1.ReasonDeletionBlocked)

@@ -67,6 +67,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: lastJob
       type:
         scalar: string
+    - name: lastOnDemandToken
+      type:
+        scalar: string
     - name: lastScheduleTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
@@ -158,6 +161,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: credentialsSecret
       type:
         scalar: string
+    - name: deletion
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.DeletionStatus
     - name: endpoint
       type:
         scalar: string
@@ -178,6 +184,27 @@ var schemaYAML = typed.YAMLObject(`types:
         scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.DeletionPolicy
   scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.DeletionStatus
+  map:
+    fields:
+    - name: blocked
+      type:
+        scalar: boolean
+    - name: deletes
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: keeps
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: policy
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.DeletionPolicy
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Engine
   scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Phase

@@ -104,3 +104,8 @@ const (
 // Finalizer is the finalizer of the cleanup controller; it holds a deleted
 // Database until its deletion policy has been carried out.
 const Finalizer = "database.dbkeeper.io/cleanup"
+
+// AnnotationBackupNow, set on a Database to any new value (a token), makes
+// the backup controller run one backup Job from the CronJob's template, once
+// per token: `kubectl annotate db orders database.dbkeeper.io/backup-now=$(date +%s) --overwrite`.
+const AnnotationBackupNow = "database.dbkeeper.io/backup-now"

@@ -272,6 +272,11 @@ type DatabaseStatus struct {
 	// Backup is what dbkeeper knows of the last backups.
 	// +optional
 	Backup *BackupStatus `json:"backup,omitempty"`
+
+	// Deletion says what deleting the Database would remove and keep under
+	// the current deletion policy.
+	// +optional
+	Deletion *DeletionStatus `json:"deletion,omitempty"`
 }
 
 // BackupStatus is the truth about the last backups, read from the backup
@@ -300,6 +305,33 @@ type BackupStatus struct {
 	// LastFailureMessage says why the last failed backup Job failed.
 	// +optional
 	LastFailureMessage string `json:"lastFailureMessage,omitempty"`
+
+	// LastOnDemandToken is the value of the backup-now annotation that
+	// dbkeeper last started a backup Job for; each token runs once.
+	// +optional
+	LastOnDemandToken string `json:"lastOnDemandToken,omitempty"`
+}
+
+// DeletionStatus says what deleting the Database would do under the current
+// spec.deletionPolicy, before anyone deletes it.
+type DeletionStatus struct {
+	// Policy is the deletion policy the lists below are for.
+	Policy DeletionPolicy `json:"policy,omitempty"`
+
+	// Deletes lists what deletion removes, as "Kind/name".
+	// +optional
+	// +listType=atomic
+	Deletes []string `json:"deletes,omitempty"`
+
+	// Keeps lists what deletion leaves in place (with its owner reference
+	// removed), as "Kind/name".
+	// +optional
+	// +listType=atomic
+	Keeps []string `json:"keeps,omitempty"`
+
+	// Blocked is true when the policy refuses deletion (DoNotDelete).
+	// +optional
+	Blocked bool `json:"blocked,omitempty"`
 }
 
 // DatabaseList is a list of Databases.

@@ -33,7 +33,7 @@ const Name = "backup"
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
 // +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=get;list;watch;create;patch
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -51,6 +51,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionBackupReady }
 
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
+	registerMetrics(mgr.GetCache())
 	r := &facet.Reconciler{
 		Client:        mgr.GetClient(),
 		Writer:        facet.NewWriter(mgr, Name),
@@ -106,14 +107,52 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		return facet.Outcome{}, err
 	}
 
+	token, err := s.runOnDemand(ctx, db, eng)
+	if err != nil {
+		return facet.Outcome{}, err
+	}
+
 	jobs := &batchv1.JobList{}
 	sel := labels.SelectorFromSet(resources.Labels(db, resources.ComponentBackup))
 	if err := s.client.List(ctx, jobs, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return facet.Outcome{}, fmt.Errorf("listing backup Jobs: %w", err)
 	}
 	history := Observe(cron, jobs.Items)
+	history.OnDemandToken = token
 	cond, after := Assess(db, history, s.now())
 	return facet.Outcome{Condition: cond, Status: statusOf(history), RequeueAfter: after}, nil
+}
+
+// runOnDemand starts the backup Job of the backup-now annotation's token
+// unless that token already ran, and returns the token that last ran. The
+// Job's name comes from the token, so a token whose status write was lost
+// finds its Job instead of starting a second one.
+func (s *syncer) runOnDemand(ctx context.Context, db *dbv1.Database, eng engine.Engine) (string, error) {
+	last := ""
+	if db.Status.Backup != nil {
+		last = db.Status.Backup.LastOnDemandToken
+	}
+	token := db.Annotations[dbv1.AnnotationBackupNow]
+	if token == "" || token == last {
+		return last, nil
+	}
+	name := resources.OnDemandBackupJobName(db, token)
+	err := s.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, &batchv1.Job{})
+	if err == nil {
+		return token, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("getting on-demand backup Job %s: %w", name, err)
+	}
+	job, err := resources.OnDemandBackupJob(db, eng, token)
+	if err != nil {
+		return "", reconcile.TerminalError(err)
+	}
+	log.FromContext(ctx).Info("Starting on-demand backup", "job", name, "token", token)
+	if _, err := apply.Apply(ctx, s.client, nil, job, facet.FieldOwner(Name)); err != nil {
+		return "", fmt.Errorf("creating on-demand backup Job %s: %w", name, err)
+	}
+	return token, nil
 }
 
 // apply fetches live by the name of desired and applies desired over it.
@@ -143,5 +182,6 @@ func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfigurati
 	return statusOf(History{
 		LastSchedule: b.LastScheduleTime, LastSuccess: b.LastSuccessfulTime, LastFailure: b.LastFailedTime,
 		LastJob: b.LastJob, LastFailedJob: b.LastFailedJob, LastFailureMessage: b.LastFailureMessage,
+		OnDemandToken: b.LastOnDemandToken,
 	})
 }

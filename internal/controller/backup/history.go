@@ -28,6 +28,8 @@ type History struct {
 	LastJob            string
 	LastFailedJob      string
 	LastFailureMessage string
+	// OnDemandToken is the backup-now token that last ran.
+	OnDemandToken string
 	// lastFinishedFailed is true when the most recently finished Job failed.
 	lastFinishedFailed bool
 }
@@ -138,6 +140,9 @@ func statusOf(h History) *dbv1ac.DatabaseStatusApplyConfiguration {
 	}
 	if h.LastJob != "" {
 		b.WithLastJob(h.LastJob)
+	}
+	if h.OnDemandToken != "" {
+		b.WithLastOnDemandToken(h.OnDemandToken)
 	}
 	return dbv1ac.DatabaseStatus().WithBackup(b)
 }

@@ -7,6 +7,8 @@ package cleanup
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,7 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -78,8 +82,19 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, db); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	preview, err := r.preview(ctx, db)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if db.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.patchFinalizer(ctx, db, controllerutil.AddFinalizer)
+		if err := r.patchFinalizer(ctx, db, controllerutil.AddFinalizer); err != nil {
+			return ctrl.Result{}, err
+		}
+		desired := dbv1ac.Database(db.Name, db.Namespace).WithStatus(preview)
+		if _, err := apply.ApplyStatus(ctx, r.client, db, desired, facet.FieldOwner(Name)); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("applying status.deletion: %w", err)
+		}
+		return ctrl.Result{}, nil
 	}
 	if !controllerutil.ContainsFinalizer(db, dbv1.Finalizer) {
 		return ctrl.Result{}, nil
@@ -88,11 +103,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if db.Spec.DeletionPolicy == dbv1.DeletionPolicyDoNotDelete {
 		cond := conditions.False(t, dbv1.ReasonDeletionBlocked,
 			"spec.deletionPolicy is DoNotDelete: the Database stays until you change the policy to Delete, Retain or WipeOut")
-		return ctrl.Result{}, r.writer.Apply(ctx, db, cond, nil)
+		return ctrl.Result{}, r.writer.Apply(ctx, db, cond, preview)
 	}
 	plan := planFor(db.Spec.DeletionPolicy)
 	cond := conditions.True(t, dbv1.ReasonCleaningUp, fmt.Sprintf("carrying out deletionPolicy %s: %s", db.Spec.DeletionPolicy, plan))
-	if err := r.writer.Apply(ctx, db, cond, nil); err != nil {
+	if err := r.writer.Apply(ctx, db, cond, preview); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.carryOut(ctx, db, plan); err != nil {
@@ -100,6 +115,47 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	log.FromContext(ctx).Info("Removing finalizer", "deletionPolicy", db.Spec.DeletionPolicy)
 	return ctrl.Result{}, r.patchFinalizer(ctx, db, controllerutil.RemoveFinalizer)
+}
+
+// preview is status.deletion: what deleting the Database would remove and
+// keep under its current policy. The data PVCs are those that exist and
+// those the StatefulSet will create for spec.replicas.
+func (r *reconciler) preview(ctx context.Context, db *dbv1.Database) (*dbv1ac.DatabaseStatusApplyConfiguration, error) {
+	data := &corev1.PersistentVolumeClaimList{}
+	if err := r.list(ctx, db, resources.ComponentDatabase, data); err != nil {
+		return nil, err
+	}
+	names := map[string]bool{}
+	for _, pvc := range data.Items {
+		names[pvc.Name] = true
+	}
+	template := *resources.DataVolumeClaimTemplate(db).GetName()
+	for i := range ptr.Deref(db.Spec.Replicas, 1) {
+		names[fmt.Sprintf("%s-%s-%d", template, resources.StatefulSetName(db), i)] = true
+	}
+	p := planFor(db.Spec.DeletionPolicy)
+	d := dbv1ac.DeletionStatus().WithPolicy(db.Spec.DeletionPolicy)
+	if db.Spec.DeletionPolicy == dbv1.DeletionPolicyDoNotDelete {
+		d.WithBlocked(true)
+		p = plan{}
+	}
+	add := func(del bool, what string) {
+		if del {
+			d.WithDeletes(what)
+		} else {
+			d.WithKeeps(what)
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		add(p.deleteData, "PersistentVolumeClaim/"+n)
+	}
+	if resources.UserSecret(db) {
+		d.WithKeeps("Secret/" + resources.CredentialsSecretName(db))
+	} else {
+		add(p.deleteSecret, "Secret/"+resources.GeneratedSecretName(db))
+	}
+	add(p.deleteBackup, "PersistentVolumeClaim/"+resources.BackupName(db))
+	return dbv1ac.DatabaseStatus().WithDeletion(d), nil
 }
 
 // plan says, for each kind of kept data, whether a policy deletes it.

@@ -30,6 +30,9 @@ type BackupStatusApplyConfiguration struct {
 	LastFailedJob *string `json:"lastFailedJob,omitempty"`
 	// LastFailureMessage says why the last failed backup Job failed.
 	LastFailureMessage *string `json:"lastFailureMessage,omitempty"`
+	// LastOnDemandToken is the value of the backup-now annotation that
+	// dbkeeper last started a backup Job for; each token runs once.
+	LastOnDemandToken *string `json:"lastOnDemandToken,omitempty"`
 }
 
 // BackupStatusApplyConfiguration constructs a declarative configuration of the BackupStatus type for use with
@@ -83,5 +86,13 @@ func (b *BackupStatusApplyConfiguration) WithLastFailedJob(value string) *Backup
 // If called multiple times, the LastFailureMessage field is set to the value of the last call.
 func (b *BackupStatusApplyConfiguration) WithLastFailureMessage(value string) *BackupStatusApplyConfiguration {
 	b.LastFailureMessage = &value
+	return b
+}
+
+// WithLastOnDemandToken sets the LastOnDemandToken field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastOnDemandToken field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithLastOnDemandToken(value string) *BackupStatusApplyConfiguration {
+	b.LastOnDemandToken = &value
 	return b
 }

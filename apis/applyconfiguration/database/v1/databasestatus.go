@@ -41,6 +41,9 @@ type DatabaseStatusApplyConfiguration struct {
 	Selector *string `json:"selector,omitempty"`
 	// Backup is what dbkeeper knows of the last backups.
 	Backup *BackupStatusApplyConfiguration `json:"backup,omitempty"`
+	// Deletion says what deleting the Database would remove and keep under
+	// the current deletion policy.
+	Deletion *DeletionStatusApplyConfiguration `json:"deletion,omitempty"`
 }
 
 // DatabaseStatusApplyConfiguration constructs a declarative configuration of the DatabaseStatus type for use with
@@ -123,5 +126,13 @@ func (b *DatabaseStatusApplyConfiguration) WithSelector(value string) *DatabaseS
 // If called multiple times, the Backup field is set to the value of the last call.
 func (b *DatabaseStatusApplyConfiguration) WithBackup(value *BackupStatusApplyConfiguration) *DatabaseStatusApplyConfiguration {
 	b.Backup = value
+	return b
+}
+
+// WithDeletion sets the Deletion field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Deletion field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithDeletion(value *DeletionStatusApplyConfiguration) *DatabaseStatusApplyConfiguration {
+	b.Deletion = value
 	return b
 }
