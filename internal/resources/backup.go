@@ -76,15 +76,31 @@ func OnDemandBackupJobName(db *dbv1.Database, token string) string {
 // OnDemandBackupJob is the Job the backup-now annotation runs: the
 // CronJob's job template, owned by the Database, with the token recorded.
 func OnDemandBackupJob(db *dbv1.Database, eng engine.Engine, token string) (*batchv1ac.JobApplyConfiguration, error) {
+	return backupJob(db, eng, OnDemandBackupJobName(db, token), map[string]string{dbv1.AnnotationBackupNow: token})
+}
+
+// FinalBackupJobName is the name of the backup Job that
+// spec.backup.beforeDelete runs when the Database is deleted.
+func FinalBackupJobName(db *dbv1.Database) string { return db.Name + "-final-backup" }
+
+// FinalBackupJob is the backup Job run before deletion.
+func FinalBackupJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobApplyConfiguration, error) {
+	return backupJob(db, eng, FinalBackupJobName(db), nil)
+}
+
+func backupJob(db *dbv1.Database, eng engine.Engine, name string, annotations map[string]string) (*batchv1ac.JobApplyConfiguration, error) {
 	job, err := backupJobSpec(db, eng)
 	if err != nil {
 		return nil, err
 	}
-	return batchv1ac.Job(OnDemandBackupJobName(db, token), db.Namespace).
+	ac := batchv1ac.Job(name, db.Namespace).
 		WithLabels(Labels(db, ComponentBackup)).
-		WithAnnotations(map[string]string{dbv1.AnnotationBackupNow: token}).
 		WithOwnerReferences(OwnerReference(db)).
-		WithSpec(job), nil
+		WithSpec(job)
+	if len(annotations) > 0 {
+		ac.WithAnnotations(annotations)
+	}
+	return ac, nil
 }
 
 // backupJobSpec is the Job of one backup: one pod, no retries (a failed

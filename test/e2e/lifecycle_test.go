@@ -10,12 +10,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/cluster"
 )
 
 // lastBackupGauge reads dbkeeper_database_last_successful_backup_timestamp_seconds
@@ -183,4 +185,50 @@ func TestWipeOutAndDeletionWhileDown(t *testing.T) {
 			assert.True(c, isNotFound(err), "%T %s still there", obj, obj.GetName())
 		}
 	}, timeout, tick)
+}
+
+// TestFinalBackupBeforeDelete: with spec.backup.beforeDelete a failed final
+// backup holds the deletion (Deleting=False, an Event); once it succeeds the
+// Database goes and the backup volume stays.
+func TestFinalBackupBeforeDelete(t *testing.T) {
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	ctx := context.Background()
+	db := newDatabase(ns, "last", func(d *dbv1.Database) {
+		d.Spec.Backup.Schedule = "0 0 1 1 *"
+		d.Spec.Backup.BeforeDelete = true
+	})
+	require.NoError(t, k8s.Create(ctx, db))
+	waitReady(t, db)
+
+	// A final backup Job that fails: made here from the CronJob's template
+	// with the label that makes kwok fail its pod.
+	cron := &batchv1.CronJob{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "last-backup"}, cron))
+	failing := jobFromCronJob(cron, resources.FinalBackupJobName(db))
+	failing.Spec.Template.Labels[cluster.OutcomeLabel] = cluster.OutcomeFail
+	require.NoError(t, k8s.Create(ctx, failing))
+
+	require.NoError(t, k8s.Delete(ctx, db))
+	cond := waitCondition(t, db, dbv1.ConditionDeleting, metav1.ConditionFalse, dbv1.ReasonFinalBackupFailed)
+	assert.Contains(t, cond.Message, "last-final-backup")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		events := &eventsv1.EventList{}
+		require.NoError(c, k8s.List(ctx, events, client.InNamespace(ns)))
+		found := false
+		for _, e := range events.Items {
+			found = found || (e.Regarding.Name == "last" && e.Reason == dbv1.ReasonFinalBackupFailed && e.Type == corev1.EventTypeWarning)
+		}
+		assert.True(c, found, "no Warning Event FinalBackupFailed")
+	}, timeout, tick)
+	assert.Never(t, func() bool { return isNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
+		2*time.Second, tick, "deleted although the final backup failed")
+
+	// Deleting the failed Job retries: dbkeeper's own final backup succeeds.
+	require.NoError(t, k8s.Delete(ctx, failing, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	require.Eventually(t, func() bool { return isNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
+		timeout, tick, "the Database was not deleted after the final backup succeeded")
+	backup := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "last-backup"}, backup), "the backup volume went")
+	assert.Empty(t, backup.OwnerReferences)
 }

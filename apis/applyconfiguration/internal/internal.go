@@ -32,6 +32,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.BackupSpec
   map:
     fields:
+    - name: beforeDelete
+      type:
+        scalar: boolean
     - name: maxAge
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration

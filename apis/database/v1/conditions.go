@@ -88,6 +88,9 @@ const (
 	ReasonCleaningUp = "CleaningUp"
 	// ReasonDeletionBlocked: the deletion policy holds the Database.
 	ReasonDeletionBlocked = "DeletionBlocked"
+	// ReasonFinalBackupFailed: spec.backup.beforeDelete is set and the
+	// final backup Job failed; nothing is deleted until it succeeds.
+	ReasonFinalBackupFailed = "FinalBackupFailed"
 )
 
 // Reasons of Ready.

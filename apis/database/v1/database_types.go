@@ -192,6 +192,14 @@ type BackupSpec struct {
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
 
+	// BeforeDelete runs a final backup Job when the Database is deleted
+	// (under the Delete and Retain policies) and deletes nothing until it
+	// succeeds. A failed final backup keeps the Database terminating with
+	// Deleting=False/FinalBackupFailed: delete the failed Job to retry, or
+	// set this to false to delete without it.
+	// +optional
+	BeforeDelete bool `json:"beforeDelete,omitempty"`
+
 	// Retention is the number of newest dumps kept in the backup volume.
 	// +kubebuilder:default=7
 	// +kubebuilder:validation:Minimum=1

@@ -66,7 +66,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		Owns(&corev1.PersistentVolumeClaim{}).
 		// Backup Jobs belong to the CronJob, not to the Database: find the
 		// Database by the instance label the job template gives them.
-		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(databaseOfJob)).
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(DatabaseOfJob)).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }
@@ -76,7 +76,8 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
 }
 
-func databaseOfJob(_ context.Context, obj client.Object) []reconcile.Request {
+// DatabaseOfJob maps a backup Job to its Database by the instance label.
+func DatabaseOfJob(_ context.Context, obj client.Object) []reconcile.Request {
 	l := obj.GetLabels()
 	if l[resources.LabelComponent] != resources.ComponentBackup || l[resources.LabelInstance] == "" {
 		return nil

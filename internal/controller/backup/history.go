@@ -47,7 +47,7 @@ func Observe(cron *batchv1.CronJob, jobs []batchv1.Job) History {
 		if t := j.CreationTimestamp.Time; t.After(newest) {
 			newest, h.LastJob = t, j.Name
 		}
-		done, failed, at, msg := finished(j)
+		done, failed, at, msg := Finished(j)
 		if !done {
 			continue
 		}
@@ -64,9 +64,9 @@ func Observe(cron *batchv1.CronJob, jobs []batchv1.Job) History {
 	return h
 }
 
-// finished reports whether a Job has finished, whether it failed, when, and
+// Finished reports whether a Job has finished, whether it failed, when, and
 // why it failed.
-func finished(j *batchv1.Job) (done, failed bool, at time.Time, msg string) {
+func Finished(j *batchv1.Job) (done, failed bool, at time.Time, msg string) {
 	for _, c := range j.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,13 +19,16 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/controller/backup"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -36,6 +40,7 @@ const Name = "cleanup"
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Controller is the cleanup controller.
@@ -56,6 +61,8 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
+		// The final backup Job of spec.backup.beforeDelete.
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(backup.DatabaseOfJob)).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }
@@ -105,6 +112,12 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			"spec.deletionPolicy is DoNotDelete: the Database stays until you change the policy to Delete, Retain or WipeOut")
 		return ctrl.Result{}, r.writer.Apply(ctx, db, cond, preview)
 	}
+	if wait, err := r.finalBackup(ctx, db); err != nil || wait != nil {
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.writer.Apply(ctx, db, *wait, preview)
+	}
 	plan := planFor(db.Spec.DeletionPolicy)
 	cond := conditions.True(t, dbv1.ReasonCleaningUp, fmt.Sprintf("carrying out deletionPolicy %s: %s", db.Spec.DeletionPolicy, plan))
 	if err := r.writer.Apply(ctx, db, cond, preview); err != nil {
@@ -115,6 +128,49 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	log.FromContext(ctx).Info("Removing finalizer", "deletionPolicy", db.Spec.DeletionPolicy)
 	return ctrl.Result{}, r.patchFinalizer(ctx, db, controllerutil.RemoveFinalizer)
+}
+
+// finalBackup runs the final backup of spec.backup.beforeDelete and returns
+// the Deleting condition to report while it has not succeeded, or nil once
+// it has (or when none is asked for: WipeOut deletes the backups anyway).
+func (r *reconciler) finalBackup(ctx context.Context, db *dbv1.Database) (*metav1.Condition, error) {
+	if !db.Spec.Backup.BeforeDelete || db.Spec.DeletionPolicy == dbv1.DeletionPolicyWipeOut {
+		return nil, nil
+	}
+	name := resources.FinalBackupJobName(db)
+	t := dbv1.ConditionDeleting
+	job := &batchv1.Job{}
+	err := r.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, job)
+	if apierrors.IsNotFound(err) {
+		eng, err := engine.For(db.Spec.Engine)
+		if err != nil {
+			return nil, err
+		}
+		desired, err := resources.FinalBackupJob(db, eng)
+		if err != nil {
+			return nil, err
+		}
+		log.FromContext(ctx).Info("Starting final backup before deletion", "job", name)
+		if _, err := apply.Apply(ctx, r.client, nil, desired, facet.FieldOwner(Name)); err != nil {
+			return nil, fmt.Errorf("creating final backup Job %s: %w", name, err)
+		}
+		cond := conditions.True(t, dbv1.ReasonCleaningUp, fmt.Sprintf("spec.backup.beforeDelete: started final backup Job %s; nothing is deleted until it succeeds", name))
+		return &cond, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("getting final backup Job %s: %w", name, err)
+	}
+	done, failed, _, msg := backup.Finished(job)
+	switch {
+	case !done:
+		cond := conditions.True(t, dbv1.ReasonCleaningUp, fmt.Sprintf("spec.backup.beforeDelete: waiting for final backup Job %s", name))
+		return &cond, nil
+	case failed:
+		cond := conditions.False(t, dbv1.ReasonFinalBackupFailed, fmt.Sprintf(
+			"final backup Job %s failed (%s): nothing is deleted; delete the Job to retry, or set spec.backup.beforeDelete to false", name, msg))
+		return &cond, nil
+	}
+	return nil, nil
 }
 
 // preview is status.deletion: what deleting the Database would remove and

@@ -22,6 +22,12 @@ type BackupSpecApplyConfiguration struct {
 	Schedule *string `json:"schedule,omitempty"`
 	// Suspend stops new scheduled backups; existing backups are kept.
 	Suspend *bool `json:"suspend,omitempty"`
+	// BeforeDelete runs a final backup Job when the Database is deleted
+	// (under the Delete and Retain policies) and deletes nothing until it
+	// succeeds. A failed final backup keeps the Database terminating with
+	// Deleting=False/FinalBackupFailed: delete the failed Job to retry, or
+	// set this to false to delete without it.
+	BeforeDelete *bool `json:"beforeDelete,omitempty"`
 	// Retention is the number of newest dumps kept in the backup volume.
 	Retention *int32 `json:"retention,omitempty"`
 	// MaxAge is how old the last successful backup may be before BackupReady
@@ -50,6 +56,14 @@ func (b *BackupSpecApplyConfiguration) WithSchedule(value string) *BackupSpecApp
 // If called multiple times, the Suspend field is set to the value of the last call.
 func (b *BackupSpecApplyConfiguration) WithSuspend(value bool) *BackupSpecApplyConfiguration {
 	b.Suspend = &value
+	return b
+}
+
+// WithBeforeDelete sets the BeforeDelete field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the BeforeDelete field is set to the value of the last call.
+func (b *BackupSpecApplyConfiguration) WithBeforeDelete(value bool) *BackupSpecApplyConfiguration {
+	b.BeforeDelete = &value
 	return b
 }
 
