@@ -26,6 +26,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.BackupSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("BackupStatus"):
 		return &databasev1.BackupStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BootstrapFromBackup"):
+		return &databasev1.BootstrapFromBackupApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BootstrapSpec"):
+		return &databasev1.BootstrapSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("CredentialsSpec"):
 		return &databasev1.CredentialsSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("Database"):

@@ -55,10 +55,11 @@ type Engine interface {
 	// database into dir, keeps the newest retention dumps and exits non-zero
 	// on any failure, leaving no partial dump behind.
 	BackupCommand(dir, prefix string, retention int32) []string
-	// RestoreCommand restores a dump written by BackupCommand into the
-	// database of the BackupEnv credentials, after checking its checksum;
-	// it exits non-zero on any failure.
-	RestoreCommand(file string) []string
+	// RestoreCommand restores the dump file of dir (written by
+	// BackupCommand with prefix; "latest" means the newest) into the
+	// database of the BackupEnv credentials, once the server answers and
+	// the checksum matches; it exits non-zero on any failure.
+	RestoreCommand(dir, prefix, file string) []string
 }
 
 var catalog = map[dbv1.Engine]Engine{

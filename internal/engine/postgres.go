@@ -114,13 +114,23 @@ func (Postgres) BackupCommand(dir, prefix string, retention int32) []string {
 // RestoreCommand implements Engine: the checksum is verified, then
 // pg_restore replaces the objects of the dump in the target database in one
 // transaction, so a failed restore leaves the database as it was.
-func (Postgres) RestoreCommand(file string) []string {
-	return []string{"/bin/bash", "-c", postgresRestoreScript, "restore", file}
+func (Postgres) RestoreCommand(dir, prefix, file string) []string {
+	return []string{"/bin/bash", "-c", postgresRestoreScript, "restore", dir, prefix, file}
 }
 
 const postgresRestoreScript = `set -euo pipefail
-file=$1
+dir=$1 prefix=$2 name=$3
 db=${PGDATABASE:-$PGUSER}
+if [[ $name == latest ]]; then
+	name=$(ls -1 "$dir" | grep -E "^$prefix-[0-9]{8}T[0-9]{6}Z\.dump$" | sort | tail -n 1 || true)
+	[[ -n $name ]] || { echo "no dump of $prefix in $dir" >&2; exit 1; }
+fi
+file=$dir/$name
+for i in $(seq 1 60); do
+	pg_isready --quiet --timeout=5 && break
+	[[ $i == 60 ]] && { echo "server $PGHOST:$PGPORT not ready" >&2; exit 1; }
+	sleep 5
+done
 test -f "$file" || { echo "no dump $file" >&2; exit 1; }
 test -f "$file.sha256" || { echo "no checksum $file.sha256: not a complete dbkeeper dump" >&2; exit 1; }
 (cd "$(dirname "$file")" && sha256sum --check --status "$(basename "$file").sha256") || { echo "checksum mismatch for $file" >&2; exit 1; }

@@ -193,10 +193,20 @@ func TestBackupAndRestoreOnARealServer(t *testing.T) {
 	slices.Sort(complete)
 	newest := complete[len(complete)-1]
 	srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE restored OWNER %s", user))
-	restore := eng.RestoreCommand(filepath.Join(dir, newest))
+	restore := eng.RestoreCommand(dir, "orders", newest)
 	out, err = pod.run(t, srv, restore, map[string]string{"PGDATABASE": "restored"})
 	require.NoError(t, err, "restore: %s", out)
 	assert.Equal(t, want, srv.SQL(t, "restored", "SELECT count(*), sum(id), string_agg(name, ',' ORDER BY id) FROM items"))
+
+	// "latest" finds the newest dump; a prefix without dumps is an error.
+	srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE latest OWNER %s", user))
+	out, err = pod.run(t, srv, eng.RestoreCommand(dir, "orders", "latest"), map[string]string{"PGDATABASE": "latest"})
+	require.NoError(t, err, "restore latest: %s", out)
+	assert.Contains(t, out, newest)
+	assert.Equal(t, want, srv.SQL(t, "latest", "SELECT count(*), sum(id), string_agg(name, ',' ORDER BY id) FROM items"))
+	out, err = pod.run(t, srv, eng.RestoreCommand(dir, "billing", "latest"), map[string]string{"PGDATABASE": "latest"})
+	assert.Error(t, err, "restored a dump of another Database: %s", out)
+	assert.Contains(t, out, "no dump of billing")
 
 	// A dump whose checksum does not match is refused.
 	f := filepath.Join(dir, newest)

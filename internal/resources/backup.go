@@ -5,6 +5,7 @@ import (
 	"fmt"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
@@ -132,4 +133,53 @@ func backupJobSpec(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobSpecAppl
 		WithTemplate(corev1ac.PodTemplateSpec().
 			WithLabels(Labels(db, ComponentBackup)).
 			WithSpec(pod)), nil
+}
+
+// RestoreJobName is the name of the Job that restores spec.bootstrap's dump.
+func RestoreJobName(db *dbv1.Database) string { return db.Name + "-restore" }
+
+// RestoreJob restores spec.bootstrap.fromBackup into the new Database: it
+// mounts the source Database's backup volume read-only, waits for the
+// server and restores the dump with the new Database's credentials. It
+// retries a few times (the restore is one transaction that cleans first).
+// It is nil when the Database has no bootstrap.
+func RestoreJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobApplyConfiguration, error) {
+	if db.Spec.Bootstrap == nil {
+		return nil, nil
+	}
+	image, err := engine.ImageFor(eng, db)
+	if err != nil {
+		return nil, err
+	}
+	from := db.Spec.Bootstrap.FromBackup
+	file := from.File
+	if file == "" {
+		file = "latest"
+	}
+	source := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: from.Database, Namespace: db.Namespace}}
+	host := ClientServiceName(db) + "." + db.Namespace + ".svc"
+	container := corev1ac.Container().
+		WithName("restore").
+		WithImage(image).
+		WithCommand(eng.RestoreCommand(BackupMountPath, from.Database, file)...).
+		WithEnv(envApply(eng.BackupEnv(host, CredentialsSecretName(db)))...).
+		WithSecurityContext(restrictedContainer(eng.User())).
+		WithVolumeMounts(corev1ac.VolumeMount().WithName(backupVolume).WithMountPath(BackupMountPath).WithReadOnly(true))
+	pod := corev1ac.PodSpec().
+		WithRestartPolicy(corev1.RestartPolicyNever).
+		WithEnableServiceLinks(false).
+		WithSecurityContext(restrictedPod(eng.User())).
+		WithVolumes(corev1ac.Volume().WithName(backupVolume).
+			WithPersistentVolumeClaim(corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(BackupName(source)).WithReadOnly(true)))
+	addScratch(pod, container, []string{"/tmp"})
+	pod.WithContainers(container)
+	return batchv1ac.Job(RestoreJobName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentBackup)).
+		WithOwnerReferences(OwnerReference(db)).
+		WithSpec(batchv1ac.JobSpec().
+			WithBackoffLimit(3).
+			WithActiveDeadlineSeconds(backupActiveDeadlineSeconds).
+			WithTemplate(corev1ac.PodTemplateSpec().
+				WithLabels(Labels(db, ComponentBackup)).
+				WithSpec(pod))), nil
 }

@@ -64,6 +64,7 @@ var samples = map[string]*dbv1.Database{
 		db.Spec.Backup.Suspend = true
 		db.Spec.Backup.Retention = 24
 		db.Spec.Backup.Storage.StorageClassName = ptr.To("cheap")
+		db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "billing-old", File: "latest"}}
 	}),
 }
 
@@ -83,6 +84,18 @@ func TestGolden(t *testing.T) {
 			"secret-metadata":  resources.CredentialsSecretMetadata(db),
 			"cronjob":          cron,
 			"backup-pvc":       resources.BackupPVC(db),
+		}
+		ondemand, err := resources.OnDemandBackupJob(db, eng, "token-1")
+		require.NoError(t, err)
+		objects["ondemand-job"] = ondemand
+		restore, err := resources.RestoreJob(db, eng)
+		require.NoError(t, err)
+		if restore != nil {
+			objects["restore-job"] = restore
+			assertRestricted(t, restore.Spec.Template.Spec, 999)
+			assert.Equal(t, "billing-old-backup", *restore.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName)
+		} else {
+			assert.Nil(t, db.Spec.Bootstrap, "no restore Job for a bootstrap")
 		}
 		for kind, obj := range objects {
 			t.Run(name+"/"+kind, func(t *testing.T) {

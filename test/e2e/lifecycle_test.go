@@ -11,6 +11,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -231,4 +232,54 @@ func TestFinalBackupBeforeDelete(t *testing.T) {
 	backup := &corev1.PersistentVolumeClaim{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "last-backup"}, backup), "the backup volume went")
 	assert.Empty(t, backup.OwnerReferences)
+}
+
+// TestBootstrapFromBackup: a Database with spec.bootstrap is not Ready until
+// its restore Job succeeded, which it runs once; a failed restore says so.
+func TestBootstrapFromBackup(t *testing.T) {
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	ctx := context.Background()
+	source := newDatabase(ns, "src", func(d *dbv1.Database) { d.Spec.Backup.Schedule = "0 0 1 1 *" })
+	require.NoError(t, k8s.Create(ctx, source))
+	waitReady(t, source)
+
+	history := func(name string) *dbv1.Database {
+		return newDatabase(ns, name, func(d *dbv1.Database) {
+			d.Spec.Backup.Schedule = "0 0 1 1 *"
+			d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "src"}}
+		})
+	}
+	restored := history("copy")
+	require.NoError(t, k8s.Create(ctx, restored))
+	live := waitReady(t, restored)
+	require.NotNil(t, live.Status.Backup)
+	assert.Equal(t, "src/latest", live.Status.Backup.RestoredFrom)
+	job := &batchv1.Job{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "copy-restore"}, job))
+	assert.Equal(t, "src-backup", job.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName)
+	require.NotNil(t, job.Status.CompletionTime, "restore Job not complete")
+	ready := meta.FindStatusCondition(live.Status.Conditions, dbv1.ConditionReady)
+	assert.False(t, ready.LastTransitionTime.Before(&metav1.Time{Time: job.Status.CompletionTime.Truncate(time.Second)}),
+		"Ready became True at %s, before the restore finished at %s", ready.LastTransitionTime, job.Status.CompletionTime)
+
+	// Once restored, never again: the Job may go.
+	require.NoError(t, k8s.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	patchDatabase(t, restored, func(d *dbv1.Database) { d.Spec.Backup.Retention = 3 })
+	waitReady(t, restored)
+	assert.Never(t, func() bool { return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "copy-restore"}, &batchv1.Job{}) == nil },
+		2*time.Second, tick, "the restore ran again")
+
+	// A restore that fails holds Ready with the reason.
+	cron := &batchv1.CronJob{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "src-backup"}, cron))
+	failing := jobFromCronJob(cron, "broken-restore")
+	failing.Labels[resources.LabelInstance] = "broken"
+	failing.Spec.Template.Labels[cluster.OutcomeLabel] = cluster.OutcomeFail
+	require.NoError(t, k8s.Create(ctx, failing))
+	broken := history("broken")
+	require.NoError(t, k8s.Create(ctx, broken))
+	cond := waitCondition(t, broken, dbv1.ConditionBackupReady, metav1.ConditionFalse, dbv1.ReasonRestoreFailed)
+	assert.Contains(t, cond.Message, "broken-restore")
+	waitCondition(t, broken, dbv1.ConditionReady, metav1.ConditionFalse, dbv1.ReasonRestoreFailed)
 }

@@ -214,6 +214,16 @@ func TestCreateRefused(t *testing.T) {
 			want: []string{"spec.credentials.secretName: Invalid value", "should match"},
 		},
 		{
+			name: "bootstrap without a source Database",
+			spec: map[string]any{"bootstrap": map[string]any{"fromBackup": map[string]any{"file": "latest"}}},
+			want: []string{"spec.bootstrap.fromBackup.database: Required value"},
+		},
+		{
+			name: "bootstrap file that is not a dump name",
+			spec: map[string]any{"bootstrap": map[string]any{"fromBackup": map[string]any{"database": "orders", "file": "../etc/passwd"}}},
+			want: []string{"spec.bootstrap.fromBackup.file: Invalid value", "should match"},
+		},
+		{
 			name: "credentials secretName empty string",
 			spec: map[string]any{"credentials": map[string]any{"secretName": ""}},
 			want: []string{"spec.credentials.secretName: Invalid value", "should match"},
@@ -388,6 +398,18 @@ func TestUpdateRefused(t *testing.T) {
 			base:   withSecret,
 			mutate: func(db *dbv1.Database) { db.Spec.Credentials.SecretName = "other-superuser" },
 			want:   []string{"spec.credentials.secretName: Invalid value", msgSecretImmut},
+		},
+		{
+			name:   "bootstrap source change",
+			base:   map[string]any{"bootstrap": map[string]any{"fromBackup": map[string]any{"database": "orders"}}},
+			mutate: func(db *dbv1.Database) { db.Spec.Bootstrap.FromBackup.Database = "billing" },
+			want:   []string{"spec.bootstrap: Invalid value", "spec.bootstrap is immutable"},
+		},
+		{
+			name:   "bootstrap removal",
+			base:   map[string]any{"bootstrap": map[string]any{"fromBackup": map[string]any{"database": "orders"}}},
+			mutate: func(db *dbv1.Database) { db.Spec.Bootstrap = nil },
+			want:   []string{"spec.bootstrap cannot be added or removed after creation"},
 		},
 		{
 			name:   "credentials secretName removal",

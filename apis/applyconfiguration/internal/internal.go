@@ -79,6 +79,25 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: lastSuccessfulTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: restoredFrom
+      type:
+        scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.BootstrapFromBackup
+  map:
+    fields:
+    - name: database
+      type:
+        scalar: string
+    - name: file
+      type:
+        scalar: string
+      default: latest
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.BootstrapSpec
+  map:
+    fields:
+    - name: fromBackup
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.BootstrapFromBackup
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.CredentialsSpec
   map:
     fields:
@@ -111,6 +130,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.BackupSpec
       default: {}
+    - name: bootstrap
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.BootstrapSpec
     - name: credentials
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.CredentialsSpec

@@ -77,6 +77,12 @@ const (
 	// ReasonLastBackupFailed: the most recent backup Job failed; the message
 	// names the Job and why.
 	ReasonLastBackupFailed = "LastBackupFailed"
+	// ReasonRestoring: spec.bootstrap's restore Job has not succeeded yet;
+	// the Database is not Ready until it has.
+	ReasonRestoring = "Restoring"
+	// ReasonRestoreFailed: spec.bootstrap's restore Job failed; the message
+	// names it and why.
+	ReasonRestoreFailed = "RestoreFailed"
 	// ReasonBackupStale: the last successful backup is older than
 	// spec.backup.maxAge, or none succeeded that long after creation.
 	ReasonBackupStale = "BackupStale"

@@ -70,6 +70,7 @@ type Database struct {
 // DatabaseSpec is the desired state of a Database.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.version) || self.engine != 'postgres' || self.version in ['14', '15', '16', '17']",message="spec.version must be one of 14, 15, 16, 17 for engine postgres"
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap)",message="spec.bootstrap cannot be added or removed after creation: it only says how the Database was first filled"
 // +kubebuilder:validation:XValidation:rule="has(self.credentials) == has(oldSelf.credentials)",message="spec.credentials cannot be added or removed after creation: the data directory was initialised with the first credentials"
 type DatabaseSpec struct {
 	// Engine is the database engine. It cannot change after creation.
@@ -131,6 +132,35 @@ type DatabaseSpec struct {
 	// facet condition then reads Paused. Deletion is still honoured.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// Bootstrap fills a new Database before it reports Ready. Immutable.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.bootstrap is immutable: it only says how the Database was first filled"
+	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
+}
+
+// BootstrapSpec says where a new Database's data comes from.
+type BootstrapSpec struct {
+	// FromBackup restores a dump from the backup volume of a Database in the
+	// same namespace (which may be this one's own, Retained predecessor).
+	FromBackup BootstrapFromBackup `json:"fromBackup"`
+}
+
+// BootstrapFromBackup names a dump to restore.
+type BootstrapFromBackup struct {
+	// Database is the Database whose backup volume (<database>-backup)
+	// holds the dump.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Database string `json:"database"`
+
+	// File is a dump file name in that volume, such as
+	// orders-20261202T030000Z.dump, or "latest" for the newest.
+	// +kubebuilder:default=latest
+	// +kubebuilder:validation:Pattern=`^(latest|[a-z0-9][-a-z0-9]*-[0-9]{8}T[0-9]{6}Z\.dump)$`
+	// +optional
+	File string `json:"file,omitempty"`
 }
 
 // StorageSpec is a volume request.
@@ -313,6 +343,12 @@ type BackupStatus struct {
 	// LastFailureMessage says why the last failed backup Job failed.
 	// +optional
 	LastFailureMessage string `json:"lastFailureMessage,omitempty"`
+
+	// RestoredFrom is the dump spec.bootstrap restored, as
+	// "<database>/<file>"; set once the restore Job succeeded, after which
+	// it never runs again.
+	// +optional
+	RestoredFrom string `json:"restoredFrom,omitempty"`
 
 	// LastOnDemandToken is the value of the backup-now annotation that
 	// dbkeeper last started a backup Job for; each token runs once.

@@ -4,13 +4,16 @@
 package backup
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,6 +25,7 @@ import (
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -113,15 +117,71 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		return facet.Outcome{}, err
 	}
 
+	restoring, restoredFrom, err := s.bootstrap(ctx, db, eng)
+	if err != nil {
+		return facet.Outcome{}, err
+	}
+
 	jobs := &batchv1.JobList{}
 	sel := labels.SelectorFromSet(resources.Labels(db, resources.ComponentBackup))
 	if err := s.client.List(ctx, jobs, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return facet.Outcome{}, fmt.Errorf("listing backup Jobs: %w", err)
 	}
-	history := Observe(cron, jobs.Items)
-	history.OnDemandToken = token
+	backups := slices.DeleteFunc(jobs.Items, func(j batchv1.Job) bool { return j.Name == resources.RestoreJobName(db) })
+	history := Observe(cron, backups)
+	history.OnDemandToken, history.RestoredFrom = token, restoredFrom
 	cond, after := Assess(db, history, s.now())
+	if restoring != nil {
+		cond, after = *restoring, 0
+	}
 	return facet.Outcome{Condition: cond, Status: statusOf(history), RequeueAfter: after}, nil
+}
+
+// bootstrap runs spec.bootstrap's restore Job until it has succeeded once,
+// and returns the condition to report meanwhile (nil once restored) and
+// status.backup.restoredFrom. A failed restore is reported, not retried:
+// delete the Job to try again.
+func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.Engine) (*metav1.Condition, string, error) {
+	if db.Spec.Bootstrap == nil {
+		return nil, "", nil
+	}
+	if db.Status.Backup != nil && db.Status.Backup.RestoredFrom != "" {
+		return nil, db.Status.Backup.RestoredFrom, nil
+	}
+	from := db.Spec.Bootstrap.FromBackup
+	source := from.Database + "/" + cmp.Or(from.File, "latest")
+	name := resources.RestoreJobName(db)
+	t := dbv1.ConditionBackupReady
+	job := &batchv1.Job{}
+	err := s.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, job)
+	if apierrors.IsNotFound(err) {
+		desired, err := resources.RestoreJob(db, eng)
+		if err != nil {
+			return nil, "", reconcile.TerminalError(err)
+		}
+		log.FromContext(ctx).Info("Starting restore", "job", name, "from", source)
+		if _, err := apply.Apply(ctx, s.client, nil, desired, facet.FieldOwner(Name)); err != nil {
+			return nil, "", fmt.Errorf("creating restore Job %s: %w", name, err)
+		}
+		cond := conditions.False(t, dbv1.ReasonRestoring, fmt.Sprintf("restoring %s with Job %s", source, name))
+		return &cond, "", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("getting restore Job %s: %w", name, err)
+	}
+	done, failed, _, msg := Finished(job)
+	switch {
+	case !done:
+		cond := conditions.False(t, dbv1.ReasonRestoring, fmt.Sprintf("restoring %s with Job %s", source, name))
+		return &cond, "", nil
+	case failed:
+		cond := conditions.False(t, dbv1.ReasonRestoreFailed, fmt.Sprintf(
+			"restore Job %s of %s failed (%s): check the dump name and the backup volume %s-backup, then delete the Job to retry",
+			name, source, msg, from.Database))
+		return &cond, "", nil
+	}
+	log.FromContext(ctx).Info("Restored", "job", name, "from", source)
+	return nil, source, nil
 }
 
 // runOnDemand starts the backup Job of the backup-now annotation's token
@@ -183,6 +243,6 @@ func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfigurati
 	return statusOf(History{
 		LastSchedule: b.LastScheduleTime, LastSuccess: b.LastSuccessfulTime, LastFailure: b.LastFailedTime,
 		LastJob: b.LastJob, LastFailedJob: b.LastFailedJob, LastFailureMessage: b.LastFailureMessage,
-		OnDemandToken: b.LastOnDemandToken,
+		OnDemandToken: b.LastOnDemandToken, RestoredFrom: b.RestoredFrom,
 	})
 }

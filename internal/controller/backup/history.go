@@ -30,6 +30,8 @@ type History struct {
 	LastFailureMessage string
 	// OnDemandToken is the backup-now token that last ran.
 	OnDemandToken string
+	// RestoredFrom is the dump spec.bootstrap restored.
+	RestoredFrom string
 	// lastFinishedFailed is true when the most recently finished Job failed.
 	lastFinishedFailed bool
 }
@@ -143,6 +145,9 @@ func statusOf(h History) *dbv1ac.DatabaseStatusApplyConfiguration {
 	}
 	if h.OnDemandToken != "" {
 		b.WithLastOnDemandToken(h.OnDemandToken)
+	}
+	if h.RestoredFrom != "" {
+		b.WithRestoredFrom(h.RestoredFrom)
 	}
 	return dbv1ac.DatabaseStatus().WithBackup(b)
 }

@@ -30,6 +30,10 @@ type BackupStatusApplyConfiguration struct {
 	LastFailedJob *string `json:"lastFailedJob,omitempty"`
 	// LastFailureMessage says why the last failed backup Job failed.
 	LastFailureMessage *string `json:"lastFailureMessage,omitempty"`
+	// RestoredFrom is the dump spec.bootstrap restored, as
+	// "<database>/<file>"; set once the restore Job succeeded, after which
+	// it never runs again.
+	RestoredFrom *string `json:"restoredFrom,omitempty"`
 	// LastOnDemandToken is the value of the backup-now annotation that
 	// dbkeeper last started a backup Job for; each token runs once.
 	LastOnDemandToken *string `json:"lastOnDemandToken,omitempty"`
@@ -86,6 +90,14 @@ func (b *BackupStatusApplyConfiguration) WithLastFailedJob(value string) *Backup
 // If called multiple times, the LastFailureMessage field is set to the value of the last call.
 func (b *BackupStatusApplyConfiguration) WithLastFailureMessage(value string) *BackupStatusApplyConfiguration {
 	b.LastFailureMessage = &value
+	return b
+}
+
+// WithRestoredFrom sets the RestoredFrom field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RestoredFrom field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithRestoredFrom(value string) *BackupStatusApplyConfiguration {
+	b.RestoredFrom = &value
 	return b
 }
 

@@ -49,6 +49,8 @@ type DatabaseSpecApplyConfiguration struct {
 	// Paused stops dbkeeper from changing the Database's children; every
 	// facet condition then reads Paused. Deletion is still honoured.
 	Paused *bool `json:"paused,omitempty"`
+	// Bootstrap fills a new Database before it reports Ready. Immutable.
+	Bootstrap *BootstrapSpecApplyConfiguration `json:"bootstrap,omitempty"`
 }
 
 // DatabaseSpecApplyConfiguration constructs a declarative configuration of the DatabaseSpec type for use with
@@ -142,5 +144,13 @@ func (b *DatabaseSpecApplyConfiguration) WithDeletionPolicy(value databasev1.Del
 // If called multiple times, the Paused field is set to the value of the last call.
 func (b *DatabaseSpecApplyConfiguration) WithPaused(value bool) *DatabaseSpecApplyConfiguration {
 	b.Paused = &value
+	return b
+}
+
+// WithBootstrap sets the Bootstrap field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Bootstrap field is set to the value of the last call.
+func (b *DatabaseSpecApplyConfiguration) WithBootstrap(value *BootstrapSpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
+	b.Bootstrap = value
 	return b
 }
