@@ -267,7 +267,9 @@ func TestBootstrapFromBackup(t *testing.T) {
 	require.NoError(t, k8s.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)))
 	patchDatabase(t, restored, func(d *dbv1.Database) { d.Spec.Backup.Retention = 3 })
 	waitReady(t, restored)
-	assert.Never(t, func() bool { return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "copy-restore"}, &batchv1.Job{}) == nil },
+	assert.Never(t, func() bool {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "copy-restore"}, &batchv1.Job{}) == nil
+	},
 		2*time.Second, tick, "the restore ran again")
 
 	// A restore that fails holds Ready with the reason.
