@@ -84,10 +84,14 @@ func Start(t testing.TB) *Server {
 	require.NoError(t, err, "initdb: %s", out)
 
 	s.Port = freePort(t)
-	var log bytes.Buffer
+	logPath := filepath.Join(dir, "server.log")
+	logFile, err := os.Create(logPath)
+	require.NoError(t, err)
+	defer logFile.Close()
+	serverLog := func() string { data, _ := os.ReadFile(logPath); return string(data) }
 	server := exec.Command(filepath.Join(bin, "postgres"), "-D", data,
 		"-c", "listen_addresses=127.0.0.1", "-p", strconv.Itoa(s.Port), "-k", dir, "-c", "fsync=off")
-	server.Stdout, server.Stderr = &log, &log
+	server.Stdout, server.Stderr = logFile, logFile
 	server.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, server.Start())
 	exited := make(chan struct{})
@@ -110,10 +114,12 @@ func Start(t testing.TB) *Server {
 		}
 		select {
 		case <-exited:
-			t.Fatalf("postgres exited: %s", log.String())
+			t.Fatalf("postgres exited: %s", serverLog())
 		default:
 		}
-		require.True(t, time.Now().Before(deadline), "postgres not ready after 30s: %s", log.String())
+		if time.Now().After(deadline) {
+			t.Fatalf("postgres not ready after 30s: %s", serverLog())
+		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return s
