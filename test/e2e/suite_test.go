@@ -16,13 +16,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,6 +29,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/test/cluster"
+	"github.com/dbkeeper/dbkeeper/test/dbtest"
 	"github.com/dbkeeper/dbkeeper/test/operator"
 )
 
@@ -95,40 +94,14 @@ func startOperator(t *testing.T, namespace string) *operator.Operator {
 	})
 }
 
-func newDatabase(namespace, name string, mutate ...func(*dbv1.Database)) *dbv1.Database {
-	db := &dbv1.Database{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
-	}
-	for _, m := range mutate {
-		m(db)
-	}
-	return db
-}
+// newDatabase is dbtest.New.
+var newDatabase = dbtest.New
 
-func getDatabase(t require.TestingT, db *dbv1.Database) *dbv1.Database {
-	got := &dbv1.Database{}
-	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got))
-	return got
-}
+func getDatabase(t require.TestingT, db *dbv1.Database) *dbv1.Database { return dbtest.Get(t, k8s, db) }
 
-// waitCondition waits until the condition has the status and reason at the
-// Database's current generation.
 func waitCondition(t *testing.T, db *dbv1.Database, condType string, status metav1.ConditionStatus, reason string) metav1.Condition {
 	t.Helper()
-	var got metav1.Condition
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		live := getDatabase(c, db)
-		cond := meta.FindStatusCondition(live.Status.Conditions, condType)
-		if !assert.NotNil(c, cond, "condition %s not reported yet", condType) {
-			return
-		}
-		assert.Equal(c, status, cond.Status, "%s status (message %q)", condType, cond.Message)
-		assert.Equal(c, reason, cond.Reason, "%s reason (message %q)", condType, cond.Message)
-		assert.Equal(c, live.Generation, cond.ObservedGeneration, "%s observedGeneration", condType)
-		got = *cond
-	}, timeout, tick)
-	return got
+	return dbtest.WaitCondition(t, k8s, db, condType, status, reason, timeout)
 }
 
 func waitReady(t *testing.T, db *dbv1.Database) *dbv1.Database {
@@ -137,14 +110,9 @@ func waitReady(t *testing.T, db *dbv1.Database) *dbv1.Database {
 	return getDatabase(t, db)
 }
 
-// patchDatabase applies mutate to the live Database with a merge patch.
 func patchDatabase(t *testing.T, db *dbv1.Database, mutate func(*dbv1.Database)) *dbv1.Database {
 	t.Helper()
-	live := getDatabase(t, db)
-	patch := client.MergeFrom(live.DeepCopy())
-	mutate(live)
-	require.NoError(t, k8s.Patch(context.Background(), live, patch))
-	return live
+	return dbtest.Patch(t, k8s, db, mutate)
 }
 
 func password(t require.TestingT, namespace, name string) string {

@@ -33,6 +33,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/dbtest"
 	"github.com/dbkeeper/dbkeeper/test/envtestutil"
 	"github.com/dbkeeper/dbkeeper/test/operator"
 )
@@ -127,28 +128,11 @@ func startOperator(t *testing.T, namespace, controllers string) *operator.Operat
 	})
 }
 
-// newDatabase is a minimal valid Database; mutate tweaks it before creation.
-func newDatabase(namespace, name string, mutate ...func(*dbv1.Database)) *dbv1.Database {
-	db := &dbv1.Database{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
-	}
-	for _, m := range mutate {
-		m(db)
-	}
-	return db
-}
-
-func createDatabase(t *testing.T, db *dbv1.Database) *dbv1.Database {
-	t.Helper()
-	require.NoError(t, admin.Create(context.Background(), db))
-	return db
-}
+// newDatabase is dbtest.New.
+var newDatabase = dbtest.New
 
 func getDatabase(t require.TestingT, db *dbv1.Database) *dbv1.Database {
-	got := &dbv1.Database{}
-	require.NoError(t, admin.Get(context.Background(), client.ObjectKeyFromObject(db), got))
-	return got
+	return dbtest.Get(t, admin, db)
 }
 
 // condition returns the named condition of the Database as stored now.
@@ -156,23 +140,15 @@ func condition(t require.TestingT, db *dbv1.Database, condType string) *metav1.C
 	return meta.FindStatusCondition(getDatabase(t, db).Status.Conditions, condType)
 }
 
-// waitCondition waits until the condition has the status and reason at the
-// Database's current generation, and returns it.
 func waitCondition(t *testing.T, db *dbv1.Database, condType string, status metav1.ConditionStatus, reason string) metav1.Condition {
 	t.Helper()
-	var got metav1.Condition
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		live := getDatabase(c, db)
-		cond := meta.FindStatusCondition(live.Status.Conditions, condType)
-		if !assert.NotNil(c, cond, "condition %s not reported yet", condType) {
-			return
-		}
-		assert.Equal(c, status, cond.Status, "%s status (message %q)", condType, cond.Message)
-		assert.Equal(c, reason, cond.Reason, "%s reason (message %q)", condType, cond.Message)
-		assert.Equal(c, live.Generation, cond.ObservedGeneration, "%s observedGeneration", condType)
-		got = *cond
-	}, timeout, tick)
-	return got
+	return dbtest.WaitCondition(t, admin, db, condType, status, reason, timeout)
+}
+
+func createDatabase(t *testing.T, db *dbv1.Database) *dbv1.Database {
+	t.Helper()
+	require.NoError(t, admin.Create(context.Background(), db))
+	return db
 }
 
 // markStatefulSetReady plays the StatefulSet controller and kubelet, which
