@@ -169,7 +169,8 @@ func TestScaleAndRollout(t *testing.T) {
 }
 
 // TestBackupJobsShowInStatus: a scheduled Job that succeeds moves
-// lastSuccessfulTime; one that fails makes BackupReady False, naming it.
+// lastSuccessfulTime; a scheduled one that fails makes BackupReady False,
+// naming it, in the reconcile that sees it fail.
 func TestBackupJobsShowInStatus(t *testing.T) {
 	ns := newNamespace(t)
 	startOperator(t, ns)
@@ -192,25 +193,50 @@ func TestBackupJobsShowInStatus(t *testing.T) {
 	assert.Contains(t, cond.Message, "succeeded at")
 	t.Logf("first scheduled backup succeeded at %s", success.UTC())
 
-	// No more scheduled runs; then a run of the CronJob's template that fails.
-	patchDatabase(t, db, func(d *dbv1.Database) { d.Spec.Backup.Schedule = "0 0 1 1 *" })
+	// Another tool labels the CronJob's pods so that they fail (its field,
+	// which dbkeeper keeps); the next scheduled Job fails and shows at once.
 	cron := &batchv1.CronJob{}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.NoError(c, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.BackupName(db)}, cron))
-		assert.Equal(c, "0 0 1 1 *", cron.Spec.Schedule)
-	}, timeout, tick)
-	job := jobFromCronJob(cron, "dumps-backup-manual")
-	job.Spec.Template.Labels[cluster.OutcomeLabel] = cluster.OutcomeFail
-	require.NoError(t, k8s.Create(ctx, job))
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.BackupName(db)}, cron))
+	patch := client.MergeFrom(cron.DeepCopy())
+	cron.Spec.JobTemplate.Spec.Template.Labels[cluster.OutcomeLabel] = cluster.OutcomeFail
+	require.NoError(t, k8s.Patch(ctx, cron, patch, client.FieldOwner("e2e-chaos")))
 
+	var failed batchv1.Job
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		jobs := &batchv1.JobList{}
+		require.NoError(c, k8s.List(ctx, jobs, client.InNamespace(ns)))
+		for _, j := range jobs.Items {
+			for _, jc := range j.Status.Conditions {
+				if jc.Type == batchv1.JobFailed && jc.Status == corev1.ConditionTrue && metav1.IsControlledBy(&j, cron) {
+					failed = j
+				}
+			}
+		}
+		assert.NotEmpty(c, failed.Name, "no scheduled backup Job has failed yet")
+	}, 3*time.Minute, tick)
 	cond = waitCondition(t, db, dbv1.ConditionBackupReady, metav1.ConditionFalse, dbv1.ReasonLastBackupFailed)
-	assert.Contains(t, cond.Message, "dumps-backup-manual")
+	assert.Contains(t, cond.Message, failed.Name)
+	var failedAt time.Time
+	for _, jc := range failed.Status.Conditions {
+		if jc.Type == batchv1.JobFailed {
+			failedAt = jc.LastTransitionTime.Time
+		}
+	}
+	lag := cond.LastTransitionTime.Sub(failedAt)
+	t.Logf("BackupReady went False %s after Job %s failed", lag, failed.Name)
+	assert.Less(t, lag, 3*time.Second, "the failure took more than one reconcile to show")
+
 	live := getDatabase(t, db)
-	assert.Equal(t, "dumps-backup-manual", live.Status.Backup.LastFailedJob)
+	assert.Equal(t, failed.Name, live.Status.Backup.LastFailedJob)
 	assert.NotEmpty(t, live.Status.Backup.LastFailureMessage)
 	assert.Equal(t, success, *live.Status.Backup.LastSuccessfulTime, "the last success is kept")
 	ready := waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionFalse, dbv1.ReasonLastBackupFailed)
-	assert.Contains(t, ready.Message, "dumps-backup-manual")
+	assert.Contains(t, ready.Message, failed.Name)
+
+	// dbkeeper kept the other tool's label and did not fight over it.
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(cron), cron))
+	assert.Equal(t, cluster.OutcomeFail, cron.Spec.JobTemplate.Spec.Template.Labels[cluster.OutcomeLabel])
+	assert.Equal(t, "* * * * *", cron.Spec.Schedule)
 }
 
 // jobFromCronJob is `kubectl create job --from=cronjob/...`.

@@ -285,3 +285,40 @@ func TestBootstrapFromBackup(t *testing.T) {
 	assert.Contains(t, cond.Message, "broken-restore")
 	waitCondition(t, broken, dbv1.ConditionReady, metav1.ConditionFalse, dbv1.ReasonRestoreFailed)
 }
+
+// TestDoNotDelete: the policy holds a deleted Database and all its objects
+// until the policy changes.
+func TestDoNotDelete(t *testing.T) {
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	ctx := context.Background()
+	db := newDatabase(ns, "vault", func(d *dbv1.Database) { d.Spec.DeletionPolicy = dbv1.DeletionPolicyDoNotDelete })
+	require.NoError(t, k8s.Create(ctx, db))
+	waitReady(t, db)
+
+	require.NoError(t, k8s.Delete(ctx, db))
+	cond := waitCondition(t, db, dbv1.ConditionDeleting, metav1.ConditionFalse, dbv1.ReasonDeletionBlocked)
+	assert.Contains(t, cond.Message, "DoNotDelete")
+	held := []client.Object{
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vault"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vault-0"}},
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-vault-0"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vault-credentials"}},
+	}
+	assert.Never(t, func() bool {
+		for _, obj := range held {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil || !obj.GetDeletionTimestamp().IsZero() {
+				return true
+			}
+		}
+		return false
+	}, 3*time.Second, tick, "an object of a DoNotDelete Database went")
+
+	patchDatabase(t, db, func(d *dbv1.Database) { d.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete })
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, obj := range append(held, db) {
+			err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			assert.True(c, isNotFound(err), "%T %s still there", obj, obj.GetName())
+		}
+	}, timeout, tick)
+}
