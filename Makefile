@@ -14,6 +14,7 @@ IMG ?= ghcr.io/dbkeeper/dbkeeper:dev
 CHART := config/charts/dbkeeper
 HELM := $(TOOLS_BIN)/helm
 GO_TEST_FLAGS ?=
+FUZZTIME ?= 2m
 
 .PHONY: all
 all: build
@@ -49,6 +50,11 @@ test: tools ## Run every test: unit, integration on a real kube-apiserver, with 
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	go vet ./...
 	go test -race -count=1 $(GO_TEST_FLAGS) ./...
+	go test -run '^$$' -fuzz FuzzBuilders -fuzztime 10s ./internal/resources
+
+.PHONY: fuzz
+fuzz: ## Fuzz the builders for FUZZTIME (default 2m).
+	go test -run '^$$' -fuzz FuzzBuilders -fuzztime $(FUZZTIME) ./internal/resources
 
 .PHONY: test-unit
 test-unit: ## Run the tests that need no API server.
