@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,6 +51,8 @@ const (
 var (
 	cfg   *rest.Config
 	admin client.Client
+	// operatorCfg is the least-privileged user the operators run as.
+	operatorCfg *rest.Config
 	// logs holds every line every operator of the run logged, at every level.
 	logs = &syncBuffer{}
 )
@@ -81,7 +84,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "admin client:", err)
 		return 1
 	}
-	return m.Run()
+	if operatorCfg, err = operatorConfig(env); err != nil {
+		fmt.Fprintln(os.Stderr, "operator user:", err)
+		return 1
+	}
+	code := m.Run()
+	if r := refused.all(); len(r) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: the API server refused %d requests of the operator (its generated ClusterRole lacks them):\n  %s\n",
+			len(r), strings.Join(r, "\n  "))
+		code = max(code, 1)
+	}
+	return code
 }
 
 // newCapturingLogger logs every level, as JSON, into logs.
@@ -121,7 +134,7 @@ func newNamespace(t *testing.T) string {
 // watching namespace only, until stopped or the test ends; it logs into logs.
 func startOperator(t *testing.T, namespace, controllers string) *operator.Operator {
 	t.Helper()
-	return operator.Start(t, cfg, operator.Options{
+	return operator.Start(t, operatorCfg, operator.Options{
 		Controllers: controllers,
 		Namespaces:  []string{namespace},
 		Logger:      logging.Capped(zapr.NewLogger(newCapturingLogger("operator"))),

@@ -1,0 +1,109 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+)
+
+// The operators of this suite run as a plain user bound only to the
+// ClusterRole controller-gen generates (config/rbac/role.yaml), with every
+// 403 and every API warning recorded: the suite fails on any 403, and the
+// Pod Security test reads the warnings.
+var (
+	refused  = &recorder{}
+	warnings = &recorder{}
+)
+
+// recorder collects lines from concurrent writers.
+type recorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *recorder) add(line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, line)
+}
+
+func (r *recorder) all() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.lines...)
+}
+
+// HandleWarningHeader implements rest.WarningHandler.
+func (r *recorder) HandleWarningHeader(code int, agent, text string) {
+	if code == 299 {
+		r.add(text)
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// operatorConfig creates the least-privileged operator user and returns its
+// client configuration.
+func operatorConfig(env *envtest.Environment) (*rest.Config, error) {
+	root, err := envtestutil.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var role *rbacv1.ClusterRole
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		r := &rbacv1.ClusterRole{}
+		if err := yaml.Unmarshal([]byte(doc), r); err == nil && r.Kind == "ClusterRole" {
+			role = r
+		}
+	}
+	if role == nil {
+		return nil, fmt.Errorf("no ClusterRole in config/rbac/role.yaml")
+	}
+	ctx := context.Background()
+	if err := admin.Create(ctx, role); err != nil {
+		return nil, fmt.Errorf("creating ClusterRole %s: %w", role.Name, err)
+	}
+	const user = "dbkeeper-operator"
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
+	if err := admin.Create(ctx, binding); err != nil {
+		return nil, fmt.Errorf("binding ClusterRole %s: %w", role.Name, err)
+	}
+	u, err := env.AddUser(envtest.User{Name: user}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding user %s: %w", user, err)
+	}
+	c := rest.CopyConfig(u.Config())
+	c.WarningHandler = warnings
+	c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err == nil && resp.StatusCode == http.StatusForbidden {
+				refused.add(req.Method + " " + req.URL.String())
+			}
+			return resp, err
+		})
+	}
+	return c, nil
+}
