@@ -5,15 +5,20 @@ package dbtest
 
 import (
 	"context"
+	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
 // Tick is how often Wait functions look.
@@ -67,4 +72,44 @@ func Patch(t require.TestingT, c client.Client, db *dbv1.Database, mutate func(*
 	mutate(live)
 	require.NoError(t, c.Patch(context.Background(), live, patch))
 	return live
+}
+
+// AssertOneOfEach checks the Database has exactly one of each child
+// (StatefulSet, two Services, generated Secret, CronJob, backup PVC), each
+// controlled by it.
+func AssertOneOfEach(t *testing.T, c client.Client, db *dbv1.Database) {
+	t.Helper()
+	ctx := context.Background()
+	sel := client.MatchingLabels{resources.LabelInstance: db.Name, resources.LabelManagedBy: resources.ManagedBy}
+	backupPVC := map[string]string{resources.LabelComponent: resources.ComponentBackup}
+	lists := []struct {
+		kind string
+		list client.ObjectList
+		want int
+		more client.MatchingLabels
+	}{
+		{"StatefulSet", &appsv1.StatefulSetList{}, 1, nil},
+		{"Service", &corev1.ServiceList{}, 2, nil},
+		{"Secret", &corev1.SecretList{}, 1, nil},
+		{"CronJob", &batchv1.CronJobList{}, 1, nil},
+		{"backup PersistentVolumeClaim", &corev1.PersistentVolumeClaimList{}, 1, backupPVC},
+	}
+	for _, l := range lists {
+		opts := []client.ListOption{client.InNamespace(db.Namespace), sel}
+		if l.more != nil {
+			opts = append(opts, l.more)
+		}
+		require.NoError(t, c.List(ctx, l.list, opts...))
+		items, err := meta.ExtractList(l.list)
+		require.NoError(t, err)
+		assert.Len(t, items, l.want, "%s children of %s", l.kind, db.Name)
+		for _, item := range items {
+			obj, err := meta.Accessor(item)
+			require.NoError(t, err)
+			ref := metav1.GetControllerOfNoCopy(obj)
+			if assert.NotNil(t, ref, "%s %s has no controller", l.kind, obj.GetName()) {
+				assert.Equal(t, db.UID, ref.UID, "%s %s controller", l.kind, obj.GetName())
+			}
+		}
+	}
 }

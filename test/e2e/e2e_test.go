@@ -24,6 +24,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/cluster"
+	"github.com/dbkeeper/dbkeeper/test/dbtest"
 )
 
 // TestDatabaseGoesReady: the pods run, the Service has endpoints, and the
@@ -319,38 +320,7 @@ func TestRestartMidConvergence(t *testing.T) {
 				assert.Equal(t, before, password(t, ns, secretName), "password changed across the restart")
 			}
 			assert.Contains(t, live.Finalizers, dbv1.Finalizer)
-			assertOneOfEach(t, live)
+			dbtest.AssertOneOfEach(t, k8s, live)
 		})
-	}
-}
-
-// assertOneOfEach checks the Database has exactly one of each child, each
-// controlled by it.
-func assertOneOfEach(t *testing.T, db *dbv1.Database) {
-	t.Helper()
-	ctx := context.Background()
-	sel := client.MatchingLabels{resources.LabelInstance: db.Name, resources.LabelManagedBy: resources.ManagedBy}
-	lists := map[string]struct {
-		list client.ObjectList
-		want int
-	}{
-		"StatefulSet": {&appsv1.StatefulSetList{}, 1},
-		"Service":     {&corev1.ServiceList{}, 2},
-		"Secret":      {&corev1.SecretList{}, 1},
-		"CronJob":     {&batchv1.CronJobList{}, 1},
-	}
-	for kind, l := range lists {
-		require.NoError(t, k8s.List(ctx, l.list, client.InNamespace(db.Namespace), sel))
-		items, err := meta.ExtractList(l.list)
-		require.NoError(t, err)
-		assert.Len(t, items, l.want, "%s children of %s", kind, db.Name)
-		for _, item := range items {
-			obj, err := meta.Accessor(item)
-			require.NoError(t, err)
-			ref := metav1.GetControllerOfNoCopy(obj)
-			if assert.NotNil(t, ref, "%s %s has no controller", kind, obj.GetName()) {
-				assert.Equal(t, db.UID, ref.UID, "%s %s controller", kind, obj.GetName())
-			}
-		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/cluster"
+	"github.com/dbkeeper/dbkeeper/test/dbtest"
 )
 
 // lastBackupGauge reads dbkeeper_database_last_successful_backup_timestamp_seconds
@@ -154,7 +155,7 @@ func TestRetainThenAdopt(t *testing.T) {
 	if ref := metav1.GetControllerOf(sec); assert.NotNil(t, ref, "the Secret was not adopted") {
 		assert.Equal(t, live.UID, ref.UID)
 	}
-	assertOneOfEach(t, live)
+	dbtest.AssertOneOfEach(t, k8s, live)
 }
 
 // TestWipeOutAndDeletionWhileDown: a Database deleted while the operator

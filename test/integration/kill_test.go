@@ -1,0 +1,60 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/dbtest"
+)
+
+// TestKilledAfterAnyWriteConverges stops the operator right after its k-th
+// write to a new Database, starts a fresh one, and checks it converges with
+// one of each child, each controlled by the Database, the finalizer, and
+// the first password. A calibration run counts the n writes of an
+// uninterrupted convergence; 30 runs then kill at k = 1..n in turn, so every
+// write is a kill point, most of them twice.
+func TestKilledAfterAnyWriteConverges(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+
+	calibrate := startOperator(t, ns, "*")
+	createDatabase(t, newDatabase(ns, "kill-calibrate"))
+	n := calibrate.WaitQuiet(t, quiet, timeout)
+	calibrate.Stop()
+	require.Greater(t, n, 5, "an uninterrupted convergence made only %d writes", n)
+	t.Logf("an uninterrupted convergence (StatefulSet not ready) makes %d writes", n)
+
+	for run := range 30 {
+		k := run%n + 1
+		t.Run(fmt.Sprintf("run=%d/k=%d", run, k), func(t *testing.T) {
+			first := startOperator(t, ns, "*")
+			db := createDatabase(t, newDatabase(ns, fmt.Sprintf("kill-%d", run)))
+			reached := assert.Eventually(t, func() bool { return first.Writes.Len() >= k }, timeout, tick/10)
+			first.Stop()
+			require.True(t, reached, "the operator made fewer than %d writes", k)
+			secretName := resources.GeneratedSecretName(db)
+			before := ""
+			if sec := (&corev1.Secret{}); admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: secretName}, sec) == nil {
+				before = string(sec.Data["password"])
+			}
+
+			startOperator(t, ns, "*")
+			markStatefulSetReady(t, db)
+			waitCondition(t, db, dbv1.ConditionReady, "True", dbv1.ReasonReady)
+			live := getDatabase(t, db)
+			assert.Contains(t, live.Finalizers, dbv1.Finalizer)
+			if before != "" {
+				assert.Equal(t, before, password(t, ns, secretName), "password changed across the kill")
+			}
+			dbtest.AssertOneOfEach(t, admin, live)
+		})
+	}
+}
