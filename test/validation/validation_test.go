@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,6 +31,9 @@ import (
 
 // k8s is a typed client of the envtest apiserver; nil under -short.
 var k8s client.Client
+
+// k8sConfig is the admin configuration of the envtest apiserver.
+var k8sConfig *rest.Config
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -51,6 +55,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "validation tests:", err)
 			return 1
 		}
+		k8sConfig = cfg
 		k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "validation tests:", err)
