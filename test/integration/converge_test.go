@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -282,4 +283,20 @@ func TestPausedLeavesChildrenAlone(t *testing.T) {
 	require.NoError(t, admin.Patch(ctx, live, patch))
 	require.Eventually(t, func() bool { return admin.Get(ctx, key, &corev1.Service{}) == nil }, timeout, tick, "Service not restored after unpausing")
 	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
+}
+
+// TestNoHotLoop: once converged, no controller reconciles again without an
+// event (the backup controller's staleness requeue is a day away).
+func TestNoHotLoop(t *testing.T) {
+	ns := newNamespace(t)
+	op := startOperator(t, ns, "*")
+	convergeReady(t, newDatabase(ns, "calm"))
+	op.WaitQuiet(t, quiet, timeout)
+	time.Sleep(time.Second) // let the last reconciles of the convergence finish
+	before := reconcileCounts(t)
+	time.Sleep(5 * time.Second)
+	after := reconcileCounts(t)
+	for name, n := range after {
+		assert.Equal(t, before[name], n, "controller %s reconciled %v times while idle", name, n-before[name])
+	}
 }
