@@ -50,7 +50,7 @@ test: tools ## Run every test: unit, integration on a real kube-apiserver, with 
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	go vet ./...
 	go test -race -count=1 $(GO_TEST_FLAGS) ./...
-	go test -run '^$$' -fuzz FuzzBuilders -fuzztime 10s ./internal/resources
+	go test -run '^$$' -fuzz FuzzBuilders -fuzztime 5000x ./internal/resources
 
 .PHONY: fuzz
 fuzz: ## Fuzz the builders for FUZZTIME (default 2m).
