@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -152,22 +153,16 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 	source := from.Database + "/" + cmp.Or(from.File, "latest")
 	name := resources.RestoreJobName(db)
 	t := dbv1.ConditionBackupReady
-	job := &batchv1.Job{}
-	err := s.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, job)
-	if apierrors.IsNotFound(err) {
-		desired, err := resources.RestoreJob(db, eng)
-		if err != nil {
-			return nil, "", reconcile.TerminalError(err)
-		}
-		log.FromContext(ctx).Info("Starting restore", "job", name, "from", source)
-		if _, err := apply.Apply(ctx, s.client, nil, desired, facet.FieldOwner(Name)); err != nil {
-			return nil, "", fmt.Errorf("creating restore Job %s: %w", name, err)
-		}
-		cond := conditions.False(t, dbv1.ReasonRestoring, fmt.Sprintf("restoring %s with Job %s", source, name))
-		return &cond, "", nil
-	}
+	desired, err := resources.RestoreJob(db, eng)
 	if err != nil {
-		return nil, "", fmt.Errorf("getting restore Job %s: %w", name, err)
+		return nil, "", reconcile.TerminalError(err)
+	}
+	job, created, err := EnsureJob(ctx, s.client, desired, facet.FieldOwner(Name))
+	if err != nil {
+		return nil, "", fmt.Errorf("ensuring restore Job %s: %w", name, err)
+	}
+	if created {
+		log.FromContext(ctx).Info("Starting restore", "job", name, "from", source)
 	}
 	done, failed, _, msg := Finished(job)
 	switch {
@@ -197,23 +192,38 @@ func (s *syncer) runOnDemand(ctx context.Context, db *dbv1.Database, eng engine.
 	if token == "" || token == last {
 		return last, nil
 	}
-	name := resources.OnDemandBackupJobName(db, token)
-	err := s.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, &batchv1.Job{})
-	if err == nil {
-		return token, nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("getting on-demand backup Job %s: %w", name, err)
-	}
 	job, err := resources.OnDemandBackupJob(db, eng, token)
 	if err != nil {
 		return "", reconcile.TerminalError(err)
 	}
-	log.FromContext(ctx).Info("Starting on-demand backup", "job", name, "token", token)
-	if _, err := apply.Apply(ctx, s.client, nil, job, facet.FieldOwner(Name)); err != nil {
-		return "", fmt.Errorf("creating on-demand backup Job %s: %w", name, err)
+	_, created, err := EnsureJob(ctx, s.client, job, facet.FieldOwner(Name))
+	if err != nil {
+		return "", fmt.Errorf("ensuring on-demand backup Job: %w", err)
+	}
+	if created {
+		log.FromContext(ctx).Info("Starting on-demand backup", "job", *job.GetName(), "token", token)
 	}
 	return token, nil
+}
+
+// EnsureJob returns the live Job of desired's name, creating it from
+// desired when it does not exist yet; a Job just created is returned
+// without status, so Finished reports it running. A Job is never updated:
+// its template is immutable, and an existing one is the run that counts.
+func EnsureJob(ctx context.Context, c client.Client, desired *batchv1ac.JobApplyConfiguration, owner string) (*batchv1.Job, bool, error) {
+	job := &batchv1.Job{}
+	key := client.ObjectKey{Namespace: *desired.GetNamespace(), Name: *desired.GetName()}
+	err := c.Get(ctx, key, job)
+	if err == nil {
+		return job, false, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, false, fmt.Errorf("getting Job %s: %w", key.Name, err)
+	}
+	if _, err := apply.Apply(ctx, c, nil, desired, owner); err != nil {
+		return nil, false, fmt.Errorf("creating Job %s: %w", key.Name, err)
+	}
+	return &batchv1.Job{}, true, nil
 }
 
 // apply fetches live by the name of desired and applies desired over it.

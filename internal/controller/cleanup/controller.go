@@ -139,26 +139,22 @@ func (r *reconciler) finalBackup(ctx context.Context, db *dbv1.Database) (*metav
 	}
 	name := resources.FinalBackupJobName(db)
 	t := dbv1.ConditionDeleting
-	job := &batchv1.Job{}
-	err := r.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, job)
-	if apierrors.IsNotFound(err) {
-		eng, err := engine.For(db.Spec.Engine)
-		if err != nil {
-			return nil, err
-		}
-		desired, err := resources.FinalBackupJob(db, eng)
-		if err != nil {
-			return nil, err
-		}
+	eng, err := engine.For(db.Spec.Engine)
+	if err != nil {
+		return nil, err
+	}
+	desired, err := resources.FinalBackupJob(db, eng)
+	if err != nil {
+		return nil, err
+	}
+	job, created, err := backup.EnsureJob(ctx, r.client, desired, facet.FieldOwner(Name))
+	if err != nil {
+		return nil, fmt.Errorf("ensuring final backup Job: %w", err)
+	}
+	if created {
 		log.FromContext(ctx).Info("Starting final backup before deletion", "job", name)
-		if _, err := apply.Apply(ctx, r.client, nil, desired, facet.FieldOwner(Name)); err != nil {
-			return nil, fmt.Errorf("creating final backup Job %s: %w", name, err)
-		}
 		cond := conditions.True(t, dbv1.ReasonCleaningUp, fmt.Sprintf("spec.backup.beforeDelete: started final backup Job %s; nothing is deleted until it succeeds", name))
 		return &cond, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("getting final backup Job %s: %w", name, err)
 	}
 	done, failed, _, msg := backup.Finished(job)
 	switch {
