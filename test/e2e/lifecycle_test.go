@@ -307,7 +307,10 @@ func TestDoNotDelete(t *testing.T) {
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vault-credentials"}},
 	}
 	assert.Never(t, func() bool {
-		for _, obj := range held {
+		for _, want := range held {
+			// A fresh object per look: testify runs each look in its own
+			// goroutine, and the last may outlive Never.
+			obj := want.DeepCopyObject().(client.Object)
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil || !obj.GetDeletionTimestamp().IsZero() {
 				return true
 			}
@@ -317,7 +320,8 @@ func TestDoNotDelete(t *testing.T) {
 
 	patchDatabase(t, db, func(d *dbv1.Database) { d.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete })
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for _, obj := range append(held, db) {
+		for _, want := range append(held, db) {
+			obj := want.DeepCopyObject().(client.Object)
 			err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 			assert.True(c, isNotFound(err), "%T %s still there", obj, obj.GetName())
 		}
