@@ -203,11 +203,25 @@ func convergeReady(t *testing.T, db *dbv1.Database) *dbv1.Database {
 // reconcileCounts reads controller_runtime_reconcile_total by controller.
 func reconcileCounts(t *testing.T) map[string]float64 {
 	t.Helper()
+	return countersByController(t, "controller_runtime_reconcile_total")
+}
+
+// reconcileErrors reads controller_runtime_reconcile_errors_total by
+// controller.
+func reconcileErrors(t *testing.T) map[string]float64 {
+	t.Helper()
+	return countersByController(t, "controller_runtime_reconcile_errors_total")
+}
+
+// countersByController sums a controller-runtime counter by its controller
+// label, over every manager of the process.
+func countersByController(t *testing.T, metric string) map[string]float64 {
+	t.Helper()
 	families, err := ctrlmetrics.Registry.Gather()
 	require.NoError(t, err)
 	counts := map[string]float64{}
 	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
+		if f.GetName() != metric {
 			continue
 		}
 		for _, m := range f.GetMetric() {

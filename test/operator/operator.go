@@ -28,6 +28,8 @@ type Options struct {
 	Namespaces []string
 	// Logger receives the operator's logs; the zero value discards them.
 	Logger logr.Logger
+	// Faults, when set, makes some of the operator's writes fail.
+	Faults *Faults
 }
 
 // Operator is one running manager.
@@ -48,6 +50,10 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 	logger := o.Logger
 	if logger.GetSink() == nil {
 		logger = logr.Discard()
+	}
+	if o.Faults != nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.Wrap(o.Faults.Wrap)
 	}
 	writes := &WriteLog{}
 	mgr, err := manager.New(cfg, manager.Options{

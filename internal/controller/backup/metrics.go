@@ -2,10 +2,12 @@ package backup
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -49,7 +51,13 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	list := &dbv1.DatabaseList{}
-	if err := reader.List(ctx, list); err != nil {
+	err := reader.List(ctx, list)
+	if errors.As(err, new(*cache.ErrCacheNotStarted)) {
+		// A manager that has not started its cache yet has no Databases
+		// to report; failing here would fail the whole scrape.
+		return
+	}
+	if err != nil {
 		ch <- prometheus.NewInvalidMetric(lastSuccessDesc, err)
 		return
 	}
