@@ -63,6 +63,22 @@ func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string) *c
 	}
 }
 
+// CredentialsDrift returns the keys of a generated Secret's data that are
+// derived from the Database and the Secret's own password (username,
+// database, host, port, uri) and differ from what they should be, with the
+// values they should have. The password itself is never among them: it is
+// the one key dbkeeper cannot derive.
+func CredentialsDrift(db *dbv1.Database, eng engine.Engine, data map[string][]byte) map[string][]byte {
+	want := CredentialsSecret(db, eng, string(data[engine.PasswordKey])).Data
+	drift := map[string][]byte{}
+	for k, v := range want {
+		if k != engine.PasswordKey && string(data[k]) != string(v) {
+			drift[k] = v
+		}
+	}
+	return drift
+}
+
 // CredentialsSecretMetadata is what dbkeeper keeps applied on a generated
 // Secret after creating it: labels and the owner reference, never data, so
 // an adopted Secret (for example one kept by the Retain policy) keeps its

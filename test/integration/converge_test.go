@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -232,6 +233,56 @@ func TestDriftIsCorrected(t *testing.T) {
 			assert.Equal(c, int32(1), *got.Spec.Replicas)
 		}
 	}, timeout, tick)
+
+	// The client Service's port.
+	require.NoError(t, admin.Get(ctx, key, svc))
+	wantPort := svc.Spec.Ports[0].Port
+	patch = client.MergeFrom(svc.DeepCopy())
+	svc.Spec.Ports[0].Port = 15432
+	svc.Annotations = map[string]string{"example.com/dns": "orders.example.com"}
+	require.NoError(t, admin.Patch(ctx, svc, patch, client.FieldOwner("kubectl-edit")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := &corev1.Service{}
+		if assert.NoError(c, admin.Get(ctx, key, got)) && assert.Len(c, got.Spec.Ports, 1) {
+			assert.Equal(c, wantPort, got.Spec.Ports[0].Port)
+			assert.Equal(c, "orders.example.com", got.Annotations["example.com/dns"])
+		}
+	}, timeout, tick)
+
+	// The generated Secret's derived keys come back, computed from its own
+	// password, which is never touched; a key another tool added is kept.
+	secKey := client.ObjectKey{Namespace: ns, Name: resources.GeneratedSecretName(db)}
+	sec := &corev1.Secret{}
+	require.NoError(t, admin.Get(ctx, secKey, sec))
+	wantData := maps.Clone(sec.Data)
+	patch = client.MergeFrom(sec.DeepCopy())
+	sec.Data[resources.HostKey] = []byte("evil.example.com")
+	delete(sec.Data, resources.URIKey)
+	sec.Data["jdbc"] = []byte("added by another tool")
+	require.NoError(t, admin.Patch(ctx, sec, patch, client.FieldOwner("kubectl-edit")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := &corev1.Secret{}
+		if assert.NoError(c, admin.Get(ctx, secKey, got)) {
+			assert.Equal(c, "added by another tool", string(got.Data["jdbc"]))
+			delete(got.Data, "jdbc")
+			assert.Equal(c, wantData, got.Data)
+		}
+	}, timeout, tick)
+
+	// A lost password cannot be restored, and is not regenerated: the
+	// condition says so until it is put back.
+	require.NoError(t, admin.Get(ctx, secKey, sec))
+	patch = client.MergeFrom(sec.DeepCopy())
+	delete(sec.Data, "password")
+	require.NoError(t, admin.Patch(ctx, sec, patch))
+	cond := waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionFalse, dbv1.ReasonSecretInvalid)
+	assert.Contains(t, cond.Message, "lost its password key")
+	require.NoError(t, admin.Get(ctx, secKey, sec))
+	assert.Empty(t, sec.Data["password"], "dbkeeper wrote a password into a Secret that lost its own")
+	patch = client.MergeFrom(sec.DeepCopy())
+	sec.Data["password"] = wantData["password"]
+	require.NoError(t, admin.Patch(ctx, sec, patch))
+	waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionTrue, dbv1.ReasonSecretGenerated)
 
 	markStatefulSetReady(t, db)
 	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)

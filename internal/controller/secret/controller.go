@@ -9,12 +9,15 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -85,6 +88,51 @@ type syncer struct {
 	// reader reads Secrets from the API server: the cache holds only the
 	// metadata of dbkeeper's own Secrets, never a password.
 	reader client.Reader
+	// checked maps each generated Secret to the resourceVersion whose data
+	// was last checked, so its data is read from the API server only after
+	// it changed (and once per Secret after a restart), never on every
+	// reconcile.
+	checked sync.Map
+}
+
+// restoreData puts back the keys of a generated Secret derived from its
+// password (username, database, host, port, uri) when somebody changed or
+// removed them, and reports a Secret that lost its password, which
+// dbkeeper cannot restore and never regenerates. It returns nil when the
+// data is right.
+func (s *syncer) restoreData(ctx context.Context, db *dbv1.Database, cachedVersion string) (*facet.Outcome, error) {
+	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.GeneratedSecretName(db)}
+	if v, ok := s.checked.Load(key); ok && v == cachedVersion {
+		return nil, nil
+	}
+	eng, err := engine.For(db.Spec.Engine)
+	if err != nil {
+		return nil, reconcile.TerminalError(err)
+	}
+	sec := &corev1.Secret{}
+	if err := s.reader.Get(ctx, key, sec); err != nil {
+		return nil, fmt.Errorf("getting Secret %s: %w", key.Name, err)
+	}
+	if len(sec.Data[engine.PasswordKey]) == 0 {
+		return &facet.Outcome{Condition: conditions.False(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretInvalid, fmt.Sprintf(
+			"Secret %s lost its %s key: dbkeeper never generates a second password, since the database keeps the first; put it back",
+			key.Name, engine.PasswordKey))}, nil
+	}
+	if drift := resources.CredentialsDrift(db, eng, sec.Data); len(drift) > 0 {
+		patch := client.MergeFrom(sec.DeepCopy())
+		keys := make([]string, 0, len(drift))
+		for k, v := range drift {
+			sec.Data[k] = v
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		if err := s.client.Patch(ctx, sec, patch, client.FieldOwner(facet.FieldOwner(Name))); err != nil {
+			return nil, fmt.Errorf("restoring keys %s of Secret %s: %w", strings.Join(keys, ","), key.Name, err)
+		}
+		log.FromContext(ctx).Info("Restored credentials Secret keys changed by somebody else", "secret", key.Name, "keys", keys)
+	}
+	s.checked.Store(key, sec.ResourceVersion)
+	return nil, nil
 }
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
@@ -121,9 +169,9 @@ func (s *syncer) checkUserSecret(ctx context.Context, db *dbv1.Database) (facet.
 }
 
 // ensureGenerated creates the generated Secret if it does not exist and keeps
-// its labels and owner reference. Its data is written exactly once, by
-// Create: a Secret that already exists, in the cache or only on the server,
-// keeps its password.
+// its labels, owner reference and the keys derived from the password. The
+// password is written exactly once, by Create: a Secret that already
+// exists, in the cache or only on the server, keeps its password.
 func (s *syncer) ensureGenerated(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
 	name := resources.GeneratedSecretName(db)
 	t := dbv1.ConditionCredentialsReady
@@ -146,6 +194,9 @@ func (s *syncer) ensureGenerated(ctx context.Context, db *dbv1.Database) (facet.
 	default:
 		if _, err := apply.Apply(ctx, s.client, live, resources.CredentialsSecretMetadata(db), facet.FieldOwner(Name)); err != nil {
 			return facet.Outcome{}, fmt.Errorf("applying metadata of Secret %s: %w", name, err)
+		}
+		if out, err := s.restoreData(ctx, db, live.ResourceVersion); err != nil || out != nil {
+			return ptr.Deref(out, facet.Outcome{}), err
 		}
 	}
 	return facet.Outcome{
@@ -172,12 +223,14 @@ func (s *syncer) create(ctx context.Context, db *dbv1.Database) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("creating Secret %s: %w", sec.Name, err)
 	}
+	s.checked.Store(client.ObjectKeyFromObject(sec), sec.ResourceVersion)
 	log.FromContext(ctx).Info("Generated credentials Secret", "secret", sec.Name)
 	return true, nil
 }
 
 // adoptForeign takes over a pre-existing Secret of the generated name when it
-// holds both keys; its data is kept as it is.
+// holds both keys; its password is kept, and the keys derived from it
+// (host, port, uri...) are set right by the next reconcile.
 func (s *syncer) adoptForeign(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
 	name := resources.GeneratedSecretName(db)
 	sec := &corev1.Secret{}

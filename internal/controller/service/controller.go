@@ -5,11 +5,14 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -99,6 +102,12 @@ func (s *syncer) apply(ctx context.Context, desired *corev1ac.ServiceApplyConfig
 		}
 		live = nil
 	}
+	if live != nil && hasForeignPorts(live, desired) {
+		if err := s.replacePorts(ctx, live, desired); err != nil {
+			return err
+		}
+		live = nil // apply, to own the ports again
+	}
 	wrote, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name))
 	if err != nil {
 		return fmt.Errorf("applying Service %s: %w", *desired.Name, err)
@@ -114,4 +123,40 @@ func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfigurati
 		return nil
 	}
 	return dbv1ac.DatabaseStatus().WithEndpoint(db.Status.Endpoint)
+}
+
+// hasForeignPorts reports whether the live Service has a port dbkeeper does
+// not declare, as after `kubectl edit` changed a port number. Server-side
+// apply keeps such a port (it belongs to whoever wrote it) next to
+// dbkeeper's, and the API server refuses the pair for their equal names.
+func hasForeignPorts(live *corev1.Service, desired *corev1ac.ServiceApplyConfiguration) bool {
+	type key struct {
+		port     int32
+		protocol corev1.Protocol
+	}
+	declared := map[key]bool{}
+	for _, p := range desired.Spec.Ports {
+		declared[key{ptr.Deref(p.Port, 0), ptr.Deref(p.Protocol, corev1.ProtocolTCP)}] = true
+	}
+	for _, p := range live.Spec.Ports {
+		if !declared[key{p.Port, p.Protocol}] {
+			return true
+		}
+	}
+	return false
+}
+
+// replacePorts sets the Service's ports to exactly dbkeeper's with a JSON
+// merge patch, which replaces a list whole: the ports of a dbkeeper Service
+// are dbkeeper's alone. The apply that follows takes their ownership back.
+func (s *syncer) replacePorts(ctx context.Context, live *corev1.Service, desired *corev1ac.ServiceApplyConfiguration) error {
+	data, err := json.Marshal(map[string]any{"spec": map[string]any{"ports": desired.Spec.Ports}})
+	if err != nil {
+		return fmt.Errorf("encoding the ports of Service %s: %w", live.Name, err)
+	}
+	if err := s.client.Patch(ctx, live, client.RawPatch(types.MergePatchType, data), client.FieldOwner(facet.FieldOwner(Name))); err != nil {
+		return fmt.Errorf("replacing the ports of Service %s: %w", live.Name, err)
+	}
+	log.FromContext(ctx).Info("Replaced Service ports changed by somebody else", "service", live.Name)
+	return nil
 }
