@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -94,12 +96,19 @@ func AssetsDir() (string, error) {
 	return dir, nil
 }
 
+// Env is a running envtest.Environment whose API server can be restarted
+// with its certificates, port and etcd data kept, so clients made before a
+// restart work after it.
+type Env struct {
+	*envtest.Environment
+	certDir string
+}
+
 // Start starts one envtest.Environment (etcd and kube-apiserver from
 // AssetsDir) with the CRDs of <root>/config/crd/bases installed, and returns
 // it with the rest.Config of its admin user. The caller stops it with
-// env.Stop, typically at the end of TestMain. On error nothing is left
-// running.
-func Start() (*envtest.Environment, *rest.Config, error) {
+// Stop, typically at the end of TestMain. On error nothing is left running.
+func Start() (*Env, *rest.Config, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, nil, err
@@ -108,12 +117,20 @@ func Start() (*envtest.Environment, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	env := &envtest.Environment{
+	// The API server's certificates live in a directory of ours, which
+	// envtest neither regenerates nor removes when the server restarts.
+	certDir, err := os.MkdirTemp("", "dbkeeper-apiserver-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the API server's directory: %w", err)
+	}
+	env := &Env{certDir: certDir, Environment: &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
-	}
-	cfg, err := env.Start()
+	}}
+	server := env.ControlPlane.GetAPIServer()
+	server.CertDir = certDir
+	cfg, err := env.Environment.Start()
 	if err != nil {
 		if stopErr := env.Stop(); stopErr != nil {
 			err = errors.Join(err, fmt.Errorf("stopping the half-started environment: %w", stopErr))
@@ -121,4 +138,58 @@ func Start() (*envtest.Environment, *rest.Config, error) {
 		return nil, nil, fmt.Errorf("starting envtest with binaries from %s: %w", assets, err)
 	}
 	return env, cfg, nil
+}
+
+// RestartAPIServer kills the kube-apiserver (SIGKILL, as a crash would:
+// a graceful stop drains its watches for a minute), leaves it down for
+// downtime, and starts it again on the same port with the same
+// certificates and users; etcd keeps running with its data. Linux only: the
+// process is found in /proc by the certificate directory in its arguments.
+func (e *Env) RestartAPIServer(downtime time.Duration) error {
+	pid, err := e.apiServerPID()
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing kube-apiserver (pid %d): %w", pid, err)
+	}
+	server := e.ControlPlane.GetAPIServer()
+	if err := server.Stop(); err != nil {
+		return fmt.Errorf("reaping kube-apiserver: %w", err)
+	}
+	time.Sleep(downtime)
+	if err := server.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	return nil
+}
+
+// apiServerPID finds the kube-apiserver whose arguments name our
+// certificate directory.
+func (e *Env) apiServerPID() (int, error) {
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if filepath.Base(args[0]) != "kube-apiserver" || !strings.Contains(string(cmdline), e.certDir) {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscanf(p, "/proc/%d/cmdline", &pid); err == nil {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no kube-apiserver process with %s in its arguments", e.certDir)
+}
+
+// Stop stops the API server and etcd and removes their files.
+func (e *Env) Stop() error {
+	err := e.Environment.Stop()
+	return errors.Join(err, os.RemoveAll(e.certDir))
 }

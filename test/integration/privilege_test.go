@@ -30,13 +30,27 @@ var (
 // recorder collects lines from concurrent writers.
 type recorder struct {
 	mu    sync.Mutex
+	muted bool
 	lines []string
 }
 
 func (r *recorder) add(line string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lines = append(r.lines, line)
+	if !r.muted {
+		r.lines = append(r.lines, line)
+	}
+}
+
+// mute drops what is added until unmute.
+func (r *recorder) mute() { r.setMuted(true) }
+
+func (r *recorder) unmute() { r.setMuted(false) }
+
+func (r *recorder) setMuted(m bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.muted = m
 }
 
 func (r *recorder) all() []string {

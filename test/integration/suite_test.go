@@ -49,8 +49,10 @@ const (
 )
 
 var (
-	cfg   *rest.Config
-	admin client.Client
+	// testEnv is the API server and etcd of the run.
+	testEnv *envtestutil.Env
+	cfg     *rest.Config
+	admin   client.Client
 	// operatorCfg is the least-privileged user the operators run as.
 	operatorCfg *rest.Config
 	// logs holds every line every operator of the run logged, at every level.
@@ -69,6 +71,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctrl.SetLogger(logging.Capped(zapr.NewLogger(newCapturingLogger("global"))))
 	env, c, err := envtestutil.Start()
+	testEnv = env
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -84,7 +87,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "admin client:", err)
 		return 1
 	}
-	if operatorCfg, err = operatorConfig(env); err != nil {
+	if operatorCfg, err = operatorConfig(env.Environment); err != nil {
 		fmt.Fprintln(os.Stderr, "operator user:", err)
 		return 1
 	}
