@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap/zapcore"
@@ -43,6 +44,9 @@ func run(args []string) error {
 	fs.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader, so that only one replica of the manager is active.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election lease; empty means the manager's own.")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "dbkeeper.database.dbkeeper.io", "Name of the leader-election lease.")
+	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a follower waits for a leader that stopped renewing the lease before taking it.")
+	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader tries to renew the lease before it stops leading.")
+	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 2*time.Second, "The pause between attempts to acquire or renew the lease.")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", 0, "How often every Database is reconciled without an event; 0 keeps controller-runtime's default of 10h.")
 	zapOpts := zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
 	zapOpts.BindFlags(fs)

@@ -51,6 +51,12 @@ type Options struct {
 	LeaderElectionNamespace string
 	// LeaderElectionID names the lease.
 	LeaderElectionID string
+	// LeaseDuration is how long followers wait after the last renewal
+	// before taking the lease of a leader that stopped renewing it (it
+	// crashed); RenewDeadline is how long the leader retries renewing
+	// before it gives up leading; RetryPeriod is the pause between
+	// attempts. Zero keeps controller-runtime's 15s, 10s and 2s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// SyncPeriod is how often every Database is reconciled without an event;
 	// zero means controller-runtime's default (10 hours).
 	SyncPeriod time.Duration
@@ -101,6 +107,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        id,
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		LeaseDuration:           nonZero(o.LeaseDuration),
+		RenewDeadline:           nonZero(o.RenewDeadline),
+		RetryPeriod:             nonZero(o.RetryPeriod),
 		// The lease is given up on a clean stop, so a new leader need not
 		// wait for it to expire; the manager exits right after.
 		LeaderElectionReleaseOnCancel: true,
@@ -152,4 +161,12 @@ func CacheOptions(namespaces []string, syncPeriod time.Duration) cache.Options {
 		}
 	}
 	return o
+}
+
+// nonZero is d, or nil (controller-runtime's default) when d is zero.
+func nonZero(d time.Duration) *time.Duration {
+	if d == 0 {
+		return nil
+	}
+	return &d
 }

@@ -70,6 +70,9 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// operatorUser is the user the operators of the suite run as.
+const operatorUser = "dbkeeper-operator"
+
 // operatorConfig creates the least-privileged operator user and returns its
 // client configuration.
 func operatorConfig(env *envtest.Environment) (*rest.Config, error) {
@@ -95,7 +98,7 @@ func operatorConfig(env *envtest.Environment) (*rest.Config, error) {
 	if err := admin.Create(ctx, role); err != nil {
 		return nil, fmt.Errorf("creating ClusterRole %s: %w", role.Name, err)
 	}
-	const user = "dbkeeper-operator"
+	const user = operatorUser
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: user},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
