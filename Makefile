@@ -15,6 +15,7 @@ CHART := config/charts/dbkeeper
 HELM := $(TOOLS_BIN)/helm
 GO_TEST_FLAGS ?=
 FUZZTIME ?= 2m
+BENCH_FLAGS ?=
 
 .PHONY: all
 all: build
@@ -55,6 +56,10 @@ test: tools ## Run every test: unit, integration on a real kube-apiserver, with 
 .PHONY: fuzz
 fuzz: ## Fuzz the builders for FUZZTIME (default 2m).
 	go test -run '^$$' -fuzz FuzzBuilders -fuzztime $(FUZZTIME) ./internal/resources
+
+.PHONY: bench
+bench: tools ## Benchmark convergence of 100 and 1000 Databases against the floor; writes docs/benchmarks.md and docs/convergence.png (about 30 min).
+	go test -run '^$$' -bench BenchmarkConvergence -benchtime 1x -timeout 120m ./test/bench -args -report=$(CURDIR)/docs $(BENCH_FLAGS)
 
 .PHONY: test-unit
 test-unit: ## Run the tests that need no API server.

@@ -1,0 +1,114 @@
+// Package bench measures the operator on the local cluster of test/cluster
+// (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok):
+// convergence time of N Databases as a ratio to a plain client creating the
+// same objects in the same run, API writes per Database against the design
+// floor, reads that bypass the cache, writes while idle, memory, and
+// reconcile latency. `make bench` runs it and writes docs/benchmarks.md and
+// docs/convergence.png from its own numbers.
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/dbkeeper/dbkeeper/test/cluster"
+	"github.com/dbkeeper/dbkeeper/test/operator"
+)
+
+var (
+	sizes     = flag.String("sizes", "100,1000", "comma-separated numbers of Databases to converge, one run each")
+	idleFor   = flag.Duration("idle", 5*time.Minute, "how long to watch the operator idle after the largest run converged")
+	resync    = flag.Duration("resync", time.Minute, "the operator's --sync-period: every Database reconciled this often while idle")
+	unrelated = flag.Int("unrelated-secrets", 10000, "Secrets of 100 KiB, not dbkeeper's, created after the largest run to show they cost the operator no memory")
+	workers   = flag.Int("workers", 12, "parallel writers of the plain client and of the Database creator (the operator runs 6 controllers x 2 workers)")
+	reportDir = flag.String("report", "", "directory to write benchmarks.md and convergence.png into; empty writes nothing")
+)
+
+var local *cluster.Cluster
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		fmt.Println("bench: benchmarks only (run `make bench`); nothing to do without -bench")
+		return
+	}
+	ctrl.SetLogger(logr.Discard())
+	c, err := cluster.Start(context.Background(), cluster.Options{Progress: os.Stdout})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	local = c
+	code := m.Run()
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: stopping the cluster:", err)
+		code = max(code, 1)
+	}
+	os.Exit(code)
+}
+
+// BenchmarkConvergence runs each size once (-benchtime=1x): the floor
+// first, then the operator, on fresh namespaces of the same cluster.
+func BenchmarkConvergence(b *testing.B) {
+	ns, err := parseSizes(*sizes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	binary := operator.Build(b, "manager-bench")
+	var results []result
+	for i, n := range ns {
+		largest := i == len(ns)-1
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
+			if b.N != 1 {
+				b.Fatalf("run with -benchtime=1x: one convergence of %d Databases is one sample", n)
+			}
+			r := run(b, binary, n, largest)
+			results = append(results, r)
+			b.ReportMetric(r.Floor.Created.Seconds(), "floor-s")
+			b.ReportMetric(r.Converged.Seconds(), "converge-s")
+			b.ReportMetric(r.Converged.Seconds()/r.Floor.Created.Seconds(), "ratio-to-floor")
+			b.ReportMetric(r.WritesPerDB, "writes/db")
+			b.ReportMetric(r.ReconcileP99*1000, "reconcile-p99-ms")
+			b.ReportMetric(r.Memory.RSS/(1<<20), "rss-MiB")
+		})
+	}
+	if *reportDir != "" && len(results) == len(ns) {
+		if err := writeReport(*reportDir, results); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("wrote %s and %s", filepath.Join(*reportDir, "benchmarks.md"), filepath.Join(*reportDir, "convergence.png"))
+	}
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-sizes: %q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// freePort returns a loopback port nobody listens on now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
