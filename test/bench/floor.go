@@ -90,9 +90,7 @@ func randomPassword() string {
 // `workers` parallel creates through a client with no client-side rate
 // limit (as the operator's), and waits for every pod to be Ready.
 func measureFloor(ctx context.Context, cfg *rest.Config, ns string, n, workers int) (floorResult, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = -1, 0
-	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})
+	c, err := unthrottled(cfg)
 	if err != nil {
 		return floorResult{}, err
 	}
@@ -174,4 +172,12 @@ func parallel(ctx context.Context, workers, n int, do func(ctx context.Context, 
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// unthrottled is a client with no client-side rate limit, as the
+// operator's: the benchmark's writers must not be slower than it.
+func unthrottled(cfg *rest.Config) (client.Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = -1, 0
+	return client.New(cfg, client.Options{Scheme: manager.Scheme()})
 }

@@ -127,8 +127,12 @@ func (s scrape) histogramOf(metric string, match func(map[string]string) bool) h
 				continue
 			}
 			h := m.GetHistogram()
+			// The text format lists the +Inf bucket with the others; the
+			// sample count is that bucket whether it is listed or not.
 			for _, b := range h.GetBucket() {
-				byBound[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+				if !math.IsInf(b.GetUpperBound(), 1) {
+					byBound[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+				}
 			}
 			byBound[math.Inf(1)] += float64(h.GetSampleCount())
 		}

@@ -122,7 +122,10 @@ func run(b *testing.B, binary string, n int, largest bool) result {
 	b.Logf("N=%d: floor created %d objects in %s, pods Ready in %s", n, floor.Writes, floor.Created.Round(time.Millisecond), floor.Ready.Round(time.Millisecond))
 
 	ns := fmt.Sprintf("bench-%d", n)
-	c := local.Client
+	c, err := unthrottled(local.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		b.Fatal(err)
 	}
@@ -176,7 +179,7 @@ func run(b *testing.B, binary string, n int, largest bool) result {
 	b.Logf("N=%d: %.2f writes per Database (design floor %d), %.2f client writes, %.0f reconciles (%.0f errors), p50 %.1f ms p99 %.1f ms, RSS %.1f MiB heap %.1f MiB",
 		n, r.WritesPerDB, designWrites, r.ClientWritesPerDB, r.Reconciles, r.ReconcileErrors, r.ReconcileP50*1000, r.ReconcileP99*1000, r.Memory.RSS/(1<<20), r.Memory.Heap/(1<<20))
 	if largest {
-		r.Idle = measureIdle(ctx, b, op, api, ns)
+		r.Idle = measureIdle(ctx, b, c, op, api, ns)
 	}
 	op.proc.Kill()
 	return r
@@ -185,7 +188,7 @@ func run(b *testing.B, binary string, n int, largest bool) result {
 // measureIdle watches the converged operator for *idleFor, then adds
 // *unrelated Secrets of 100 KiB to its namespace and reads its memory
 // again.
-func measureIdle(ctx context.Context, b *testing.B, op *operatorProcess, api *apiServerScraper, ns string) *idleResult {
+func measureIdle(ctx context.Context, b *testing.B, c client.Client, op *operatorProcess, api *apiServerScraper, ns string) *idleResult {
 	idle := &idleResult{For: *idleFor, Resync: *resync, Secrets: *unrelated}
 	var err error
 	if idle.Before, err = sampleMemory(ctx, op, 5, time.Second); err != nil {
@@ -208,7 +211,7 @@ func measureIdle(ctx context.Context, b *testing.B, op *operatorProcess, api *ap
 		payload[i] = byte('a' + i%26)
 	}
 	if err := parallel(ctx, *workers, *unrelated, func(ctx context.Context, i int) error {
-		return local.Client.Create(ctx, &corev1.Secret{
+		return c.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("unrelated-%05d", i), Labels: map[string]string{"app": "unrelated"}},
 			Data:       map[string][]byte{"blob": payload},
 		})
