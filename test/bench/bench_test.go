@@ -1,19 +1,14 @@
 package bench
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/dbkeeper/dbkeeper/test/cluster"
 	"github.com/dbkeeper/dbkeeper/test/operator"
@@ -36,19 +31,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("bench: benchmarks only (run `make bench`); nothing to do without -bench")
 		return
 	}
-	ctrl.SetLogger(logr.Discard())
-	c, err := cluster.Start(context.Background(), cluster.Options{Progress: os.Stdout})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
-	local = c
-	code := m.Run()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: stopping the cluster:", err)
-		code = max(code, 1)
-	}
-	os.Exit(code)
+	cluster.RunTests(m, "bench", func(c *cluster.Cluster) { local = c })
 }
 
 // BenchmarkConvergence runs each size once (-benchtime=1x): the floor

@@ -113,10 +113,8 @@ func measureFloor(ctx context.Context, cfg *rest.Config, ns string, n, workers i
 		objs = append(objs, children...)
 	}
 
-	var writes atomic.Int64
 	started := time.Now()
 	if err := parallel(ctx, workers, len(objs), func(ctx context.Context, i int) error {
-		writes.Add(1)
 		if err := c.Create(ctx, objs[i]); err != nil {
 			return fmt.Errorf("creating %T %s: %w", objs[i], objs[i].GetName(), err)
 		}
@@ -124,7 +122,7 @@ func measureFloor(ctx context.Context, cfg *rest.Config, ns string, n, workers i
 	}); err != nil {
 		return floorResult{}, err
 	}
-	r := floorResult{Created: time.Since(started), Writes: writes.Load()}
+	r := floorResult{Created: time.Since(started), Writes: int64(len(objs))}
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list := &appsv1.StatefulSetList{}
 		if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {

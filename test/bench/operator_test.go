@@ -71,6 +71,12 @@ func (s scrape) clientWrites() float64 {
 	return s.sum("rest_client_requests_total", func(l map[string]string) bool { return writeMethods[l["method"]] })
 }
 
+// clientGets is the number of reading requests (gets, lists and watches)
+// the operator's clients made.
+func (s scrape) clientGets() float64 {
+	return s.sum("rest_client_requests_total", func(l map[string]string) bool { return l["method"] == http.MethodGet })
+}
+
 // reconciles is the number of reconciles of every controller.
 func (s scrape) reconciles() float64 { return s.sum("controller_runtime_reconcile_total", nil) }
 

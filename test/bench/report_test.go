@@ -73,11 +73,12 @@ func markdown(results []result) string {
 	p("")
 	p("Writes per Database by verb and resource:")
 	p("")
-	p("| N | %s |", strings.Join(verbs(results), " | "))
-	p("|---|%s", strings.Repeat("---|", len(verbs(results))))
+	columns := verbs(results)
+	p("| N | %s |", strings.Join(columns, " | "))
+	p("|---|%s", strings.Repeat("---|", len(columns)))
 	for _, r := range results {
 		var cells []string
-		for _, v := range verbs(results) {
+		for _, v := range columns {
 			cells = append(cells, fmt.Sprintf("%.2f", r.WritesByVerb[v]))
 		}
 		p("| %d | %s |", r.N, strings.Join(cells, " | "))

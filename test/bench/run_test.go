@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,6 +96,8 @@ func operatorWrite(l map[string]string) bool {
 
 func isGet(l map[string]string) bool { return l["verb"] == "GET" && dbkeeperResources[l["resource"]] }
 
+func resourceOf(l map[string]string) string { return l["resource"] }
+
 func verbResource(l map[string]string) string {
 	r := l["resource"]
 	if l["subresource"] != "" {
@@ -159,7 +159,7 @@ func run(b *testing.B, binary string, n int, largest bool) result {
 		r.WritesByVerb[k] = v / float64(n)
 		r.WritesPerDB += v / float64(n)
 	}
-	r.Gets = countBy(apiAfter, apiBefore, "apiserver_request_total", func(l map[string]string) string { return l["resource"] }, isGet)
+	r.Gets = countBy(apiAfter, apiBefore, "apiserver_request_total", resourceOf, isGet)
 	r.ClientWritesPerDB = (opAfter.clientWrites() - opBefore.clientWrites()) / float64(n)
 	r.Reconciles = opAfter.reconciles() - opBefore.reconciles()
 	r.ReconcileErrors = opAfter.reconcileErrors() - opBefore.reconcileErrors()
@@ -199,10 +199,9 @@ func measureIdle(ctx context.Context, b *testing.B, c client.Client, op *operato
 	time.Sleep(*idleFor)
 	apiAfter, opAfter := mustScrape(b, api.scrape), mustScrape(b, op.scrape)
 	idle.Writes = opAfter.clientWrites() - opBefore.clientWrites()
-	idle.ClientGets = opAfter.sum("rest_client_requests_total", func(l map[string]string) bool { return l["method"] == "GET" }) -
-		opBefore.sum("rest_client_requests_total", func(l map[string]string) bool { return l["method"] == "GET" })
+	idle.ClientGets = opAfter.clientGets() - opBefore.clientGets()
 	idle.Reconciles = opAfter.reconciles() - opBefore.reconciles()
-	idle.Gets = countBy(apiAfter, apiBefore, "apiserver_request_total", func(l map[string]string) string { return l["resource"] }, isGet)
+	idle.Gets = countBy(apiAfter, apiBefore, "apiserver_request_total", resourceOf, isGet)
 	b.Logf("idle: %.0f writes, %.0f reconciles, %.0f client GETs (lists and watches included)", idle.Writes, idle.Reconciles, idle.ClientGets)
 
 	b.Logf("idle: creating %d unrelated Secrets of 100 KiB in %s", *unrelated, ns)
@@ -328,42 +327,24 @@ func assertOneOfEach(b *testing.B, ns string, n int) {
 	if err := local.Client.List(ctx, dbs, client.InNamespace(ns)); err != nil {
 		b.Fatal(err)
 	}
-	managed := client.MatchingLabels{resources.LabelManagedBy: resources.ManagedBy}
-	kinds := []struct {
-		kind string
-		list client.ObjectList
-		want int
-		sel  client.MatchingLabels
-	}{
-		{"StatefulSet", &appsv1.StatefulSetList{}, 1, managed},
-		{"Service", &corev1.ServiceList{}, 2, managed},
-		{"Secret", &corev1.SecretList{}, 1, managed},
-		{"CronJob", &batchv1.CronJobList{}, 1, managed},
-		{"backup PersistentVolumeClaim", &corev1.PersistentVolumeClaimList{}, 1,
-			client.MatchingLabels{resources.LabelManagedBy: resources.ManagedBy, resources.LabelComponent: resources.ComponentBackup}},
-	}
-	for _, k := range kinds {
-		if err := local.Client.List(ctx, k.list, client.InNamespace(ns), k.sel); err != nil {
-			b.Fatal(err)
-		}
-		items, err := meta.ExtractList(k.list)
+	for _, k := range dbtest.ChildKinds() {
+		objs, err := k.List(ctx, local.Client, ns, client.MatchingLabels{resources.LabelManagedBy: resources.ManagedBy})
 		if err != nil {
 			b.Fatal(err)
 		}
 		byOwner := map[types.UID]int{}
-		for _, item := range items {
-			obj, _ := meta.Accessor(item)
+		for _, obj := range objs {
 			if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
 				byOwner[ref.UID]++
 			}
 		}
 		for _, db := range dbs.Items {
-			if got := byOwner[db.UID]; got != k.want {
-				b.Fatalf("Database %s has %d %s children, want %d", db.Name, got, k.kind, k.want)
+			if got := byOwner[db.UID]; got != k.PerDatabase {
+				b.Fatalf("Database %s has %d %s children, want %d", db.Name, got, k.Kind, k.PerDatabase)
 			}
 		}
-		if len(items) != k.want*n {
-			b.Fatalf("%d %s objects in %s for %d Databases, want %d", len(items), k.kind, ns, n, k.want*n)
+		if len(objs) != k.PerDatabase*n {
+			b.Fatalf("%d %s objects in %s for %d Databases, want %d", len(objs), k.Kind, ns, n, k.PerDatabase*n)
 		}
 	}
 }

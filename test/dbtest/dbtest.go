@@ -5,6 +5,7 @@ package dbtest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -74,6 +75,57 @@ func Patch(t require.TestingT, c client.Client, db *dbv1.Database, mutate func(*
 	return live
 }
 
+// ChildKind is one kind of a Database's children: how many each Database
+// has, and the labels beyond instance and managed-by that tell them.
+type ChildKind struct {
+	Kind string
+	// NewList returns an empty list of the kind.
+	NewList func() client.ObjectList
+	// PerDatabase is how many children of the kind a Database has.
+	PerDatabase int
+	// Labels narrow the kind to the children (nil when the kind is enough).
+	Labels client.MatchingLabels
+}
+
+// ChildKinds are the kinds of every Database's children: a StatefulSet,
+// two Services, the generated Secret, the CronJob and the backup PVC.
+func ChildKinds() []ChildKind {
+	return []ChildKind{
+		{"StatefulSet", func() client.ObjectList { return &appsv1.StatefulSetList{} }, 1, nil},
+		{"Service", func() client.ObjectList { return &corev1.ServiceList{} }, 2, nil},
+		{"Secret", func() client.ObjectList { return &corev1.SecretList{} }, 1, nil},
+		{"CronJob", func() client.ObjectList { return &batchv1.CronJobList{} }, 1, nil},
+		{"backup PersistentVolumeClaim", func() client.ObjectList { return &corev1.PersistentVolumeClaimList{} }, 1,
+			client.MatchingLabels{resources.LabelComponent: resources.ComponentBackup}},
+	}
+}
+
+// List returns the objects of the kind in namespace that carry sel and
+// the kind's own Labels.
+func (k ChildKind) List(ctx context.Context, c client.Client, namespace string, sel client.MatchingLabels) ([]metav1.Object, error) {
+	list := k.NewList()
+	opts := []client.ListOption{client.InNamespace(namespace), sel}
+	if k.Labels != nil {
+		opts = append(opts, k.Labels)
+	}
+	if err := c.List(ctx, list, opts...); err != nil {
+		return nil, fmt.Errorf("listing %s objects: %w", k.Kind, err)
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, err
+	}
+	objs := make([]metav1.Object, 0, len(items))
+	for _, item := range items {
+		obj, err := meta.Accessor(item)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, obj)
+	}
+	return objs, nil
+}
+
 // AssertOneOfEach checks the Database has exactly one of each child
 // (StatefulSet, two Services, generated Secret, CronJob, backup PVC), each
 // controlled by it.
@@ -81,34 +133,14 @@ func AssertOneOfEach(t *testing.T, c client.Client, db *dbv1.Database) {
 	t.Helper()
 	ctx := context.Background()
 	sel := client.MatchingLabels{resources.LabelInstance: db.Name, resources.LabelManagedBy: resources.ManagedBy}
-	backupPVC := map[string]string{resources.LabelComponent: resources.ComponentBackup}
-	lists := []struct {
-		kind string
-		list client.ObjectList
-		want int
-		more client.MatchingLabels
-	}{
-		{"StatefulSet", &appsv1.StatefulSetList{}, 1, nil},
-		{"Service", &corev1.ServiceList{}, 2, nil},
-		{"Secret", &corev1.SecretList{}, 1, nil},
-		{"CronJob", &batchv1.CronJobList{}, 1, nil},
-		{"backup PersistentVolumeClaim", &corev1.PersistentVolumeClaimList{}, 1, backupPVC},
-	}
-	for _, l := range lists {
-		opts := []client.ListOption{client.InNamespace(db.Namespace), sel}
-		if l.more != nil {
-			opts = append(opts, l.more)
-		}
-		require.NoError(t, c.List(ctx, l.list, opts...))
-		items, err := meta.ExtractList(l.list)
+	for _, l := range ChildKinds() {
+		objs, err := l.List(ctx, c, db.Namespace, sel)
 		require.NoError(t, err)
-		assert.Len(t, items, l.want, "%s children of %s", l.kind, db.Name)
-		for _, item := range items {
-			obj, err := meta.Accessor(item)
-			require.NoError(t, err)
+		assert.Len(t, objs, l.PerDatabase, "%s children of %s", l.Kind, db.Name)
+		for _, obj := range objs {
 			ref := metav1.GetControllerOfNoCopy(obj)
-			if assert.NotNil(t, ref, "%s %s has no controller", l.kind, obj.GetName()) {
-				assert.Equal(t, db.UID, ref.UID, "%s %s controller", l.kind, obj.GetName())
+			if assert.NotNil(t, ref, "%s %s has no controller", l.Kind, obj.GetName()) {
+				assert.Equal(t, db.UID, ref.UID, "%s %s controller", l.Kind, obj.GetName())
 			}
 		}
 	}

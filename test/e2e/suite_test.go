@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -23,7 +22,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -49,19 +47,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("skipping the end-to-end suite under -short: it starts a local cluster")
 		return
 	}
-	ctrl.SetLogger(logr.Discard())
-	c, err := cluster.Start(context.Background(), cluster.Options{Progress: os.Stdout})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		os.Exit(1)
-	}
-	local, k8s = c, c.Client
-	code := m.Run()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: stopping the cluster:", err)
-		code = max(code, 1)
-	}
-	os.Exit(code)
+	cluster.RunTests(m, "e2e", func(c *cluster.Cluster) { local, k8s = c, c.Client })
 }
 
 // newNamespace creates a namespace for one test.
