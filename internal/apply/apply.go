@@ -47,6 +47,11 @@ func write(ctx context.Context, live client.Object, desired runtime.ApplyConfigu
 // live. Fields that only live has (defaults, other managers' fields, status)
 // are ignored; lists of conditions are matched by type, other lists must have
 // the same length and hold element by element.
+//
+// desired is compared as live's own type would hold it: a field desired sets
+// to its zero value (replicas: 0, observedGeneration: 0) is one that live's
+// JSON omits, and that is not a difference. Without this, a controller that
+// reports a zero would write the same status on every reconcile.
 func Holds(live any, desired any) (bool, error) {
 	l, err := toMap(live)
 	if err != nil {
@@ -56,11 +61,17 @@ func Holds(live any, desired any) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("converting desired object: %w", err)
 	}
+	typed, err := asTypeOf(live, desired)
+	if err != nil {
+		return false, fmt.Errorf("converting desired object to %T: %w", live, err)
+	}
 	// Typed objects from the cache carry no kind; the apply configuration
 	// always does. Neither is a field that can drift.
-	delete(d, "apiVersion")
-	delete(d, "kind")
-	return subset(d, l), nil
+	for _, m := range []map[string]any{d, typed} {
+		delete(m, "apiVersion")
+		delete(m, "kind")
+	}
+	return holds(d, typed, l), nil
 }
 
 func toMap(obj any) (map[string]any, error) {
@@ -72,41 +83,68 @@ func toMap(obj any) (map[string]any, error) {
 	return m, json.Unmarshal(raw, &m)
 }
 
-// subset reports whether want is contained in have: maps key by key, lists
-// element by element with equal length, scalars by equality.
-func subset(want, have any) bool {
-	switch w := want.(type) {
+// asTypeOf is desired decoded into a new value of live's type and encoded
+// again, so that it omits exactly what live's encoding omits.
+func asTypeOf(live, desired any) (map[string]any, error) {
+	raw, err := json.Marshal(desired)
+	if err != nil {
+		return nil, err
+	}
+	t := reflect.TypeOf(live)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	typed := reflect.New(t)
+	if err := json.Unmarshal(raw, typed.Interface()); err != nil {
+		return nil, err
+	}
+	return toMap(typed.Interface())
+}
+
+// holds reports whether want is contained in have, for the fields of mask:
+// maps key by key, lists element by element with equal length, scalars by
+// equality. mask is desired as it was given and says which fields desired
+// sets; want is the same fields as live's type encodes them, where a zero
+// value may be omitted, and then have must omit it (or hold it empty) too.
+func holds(mask, want, have any) bool {
+	switch m := mask.(type) {
 	case map[string]any:
-		h, ok := have.(map[string]any)
-		if !ok {
-			return len(w) == 0 && have == nil
-		}
-		for k, wv := range w {
-			hv, ok := h[k]
-			if !ok {
-				if isEmpty(wv) {
-					continue
+		w, _ := want.(map[string]any)
+		h, _ := have.(map[string]any)
+		for k, mv := range m {
+			wv, inWant := w[k]
+			hv, inHave := h[k]
+			switch {
+			case !inWant && !inHave:
+			case !inWant:
+				if !isEmpty(hv) {
+					return false
 				}
-				return false
-			}
-			if !subset(wv, hv) {
-				return false
+			case !inHave:
+				if !isEmpty(wv) {
+					return false
+				}
+			default:
+				if !holds(mv, wv, hv) {
+					return false
+				}
 			}
 		}
 		return true
 	case []any:
-		h, ok := have.([]any)
-		if !ok {
-			return len(w) == 0 && have == nil
+		w, _ := want.([]any)
+		h, _ := have.([]any)
+		if len(m) != len(w) {
+			m = w // never for a faithful decoding; then want is its own mask
 		}
 		if keyed(w, conditionKey) {
-			return subsetByKey(w, h, conditionKey)
+			return holdsByKey(m, w, h, conditionKey)
 		}
 		if len(w) != len(h) {
 			return false
 		}
 		for i := range w {
-			if !subset(w[i], h[i]) {
+			if !holds(m[i], w[i], h[i]) {
 				return false
 			}
 		}
@@ -136,15 +174,15 @@ func keyed(list []any, key string) bool {
 	return len(list) > 0
 }
 
-// subsetByKey reports whether each element of want is contained in the
+// holdsByKey reports whether each element of want is contained in the
 // element of have with the same key; have may hold more elements.
-func subsetByKey(want, have []any, key string) bool {
-	for _, w := range want {
+func holdsByKey(mask, want, have []any, key string) bool {
+	for i, w := range want {
 		k := w.(map[string]any)[key]
 		found := false
 		for _, h := range have {
 			if hm, ok := h.(map[string]any); ok && hm[key] == k {
-				if !subset(w, h) {
+				if !holds(mask[i], w, h) {
 					return false
 				}
 				found = true

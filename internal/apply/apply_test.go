@@ -86,3 +86,41 @@ func TestHoldsMatchesConditionsByType(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, held, "own entry missing")
 }
+
+// A zero that desired sets is what live's JSON omits: not a difference, or a
+// controller reporting replicas: 0 would write its status on every reconcile.
+// Map entries keep their empty values, so an empty label still counts.
+func TestHoldsZeroValues(t *testing.T) {
+	live := func(replicas int32) *appsv1.StatefulSet {
+		sts := liveStatefulSet()
+		sts.Status = appsv1.StatefulSetStatus{Replicas: replicas}
+		return sts
+	}
+	zero := appsv1ac.StatefulSet("db", "ns").WithStatus(appsv1ac.StatefulSetStatus().
+		WithReplicas(0).WithReadyReplicas(0).WithObservedGeneration(0).WithCurrentRevision(""))
+	tests := []struct {
+		name    string
+		live    *appsv1.StatefulSet
+		desired *appsv1ac.StatefulSetApplyConfiguration
+		want    bool
+	}{
+		{"zeros that live omits", live(0), zero, true},
+		{"zero where live holds a value", live(2), zero, false},
+		{"value where live omits the zero", live(0), appsv1ac.StatefulSet("db", "ns").
+			WithStatus(appsv1ac.StatefulSetStatus().WithReplicas(1)), false},
+		{"empty label value is a label", live(0), appsv1ac.StatefulSet("db", "ns").
+			WithLabels(map[string]string{"flag": ""}), false},
+		{"empty label value held", func() *appsv1.StatefulSet {
+			sts := live(0)
+			sts.Labels["flag"] = ""
+			return sts
+		}(), appsv1ac.StatefulSet("db", "ns").WithLabels(map[string]string{"flag": ""}), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Holds(tt.live, tt.desired)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}

@@ -69,7 +69,7 @@ func (w Writer) Apply(ctx context.Context, db *dbv1.Database, cond metav1.Condit
 		return fmt.Errorf("applying condition %s: %w", cond.Type, err)
 	}
 	if wrote {
-		log.FromContext(ctx).V(1).Info("Applied status", "condition", cond.Type, "status", cond.Status, "reason", cond.Reason)
+		log.FromContext(ctx).V(1).Info("Applied status", "condition", cond.Type, "status", cond.Status, "reason", cond.Reason, "message", cond.Message)
 	}
 	if wrote && transitioned && w.Recorder != nil {
 		w.Recorder.Eventf(db, nil, eventType(cond), cond.Reason, "Reconcile", "%s is %s: %s", cond.Type, cond.Status, cond.Message)
