@@ -31,6 +31,9 @@ type Writer struct {
 	Owner string
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// Sent, when set, keeps a reconcile that reads a cache not yet holding
+	// this Writer's last apply from sending it again.
+	Sent *apply.Sent
 }
 
 // Apply writes cond, stamped with the Database's generation, together with
@@ -61,7 +64,11 @@ func (w Writer) Apply(ctx context.Context, db *dbv1.Database, cond metav1.Condit
 		WithLastTransitionTime(cond.LastTransitionTime))
 	desired := dbv1ac.Database(db.Name, db.Namespace).WithStatus(status)
 
-	wrote, err := apply.ApplyStatus(ctx, w.Client, db, desired, w.Owner)
+	applyStatus := apply.ApplyStatus
+	if w.Sent != nil {
+		applyStatus = w.Sent.ApplyStatus
+	}
+	wrote, err := applyStatus(ctx, w.Client, db, desired, w.Owner)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"os"
 	"context"
 	"fmt"
 	"testing"
@@ -21,8 +22,10 @@ import (
 // designWrites is the fewest writes a Database can converge with: six
 // children (StatefulSet, two Services, Secret, backup PVC, CronJob), the
 // finalizer, one status apply per facet (statefulset, service, secret,
-// backup) and the Ready condition.
-const designWrites = 6 + 1 + 4 + 1
+// backup, and cleanup's status.deletion preview) and the Ready condition.
+// A real convergence reports more: StatefulSetReady moves through the
+// rollout's steps and Ready follows each of them.
+const designWrites = 6 + 1 + 5 + 1
 
 // facetConditions must all be current (observedGeneration = generation)
 // for a Database to count as converged.
@@ -181,6 +184,7 @@ func run(b *testing.B, binary string, n int, largest bool) result {
 	if largest {
 		r.Idle = measureIdle(ctx, b, c, op, api, ns)
 	}
+	_ = os.WriteFile(fmt.Sprintf("/tmp/op-%d.log", n), []byte(op.proc.Output()), 0o644)
 	op.proc.Kill()
 	return r
 }

@@ -24,7 +24,6 @@ import (
 
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/backup"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
@@ -98,7 +97,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 		desired := dbv1ac.Database(db.Name, db.Namespace).WithStatus(preview)
-		if _, err := apply.ApplyStatus(ctx, r.client, db, desired, facet.FieldOwner(Name)); err != nil && !apierrors.IsNotFound(err) {
+		if _, err := r.writer.Sent.ApplyStatus(ctx, r.client, db, desired, r.writer.Owner); err != nil && !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("applying status.deletion: %w", err)
 		}
 		return ctrl.Result{}, nil

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 )
 
@@ -62,5 +63,6 @@ func NewWriter(mgr ctrl.Manager, controllerName string) conditions.Writer {
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder(FieldOwner(controllerName)),
 		Owner:    FieldOwner(controllerName),
+		Sent:     &apply.Sent{},
 	}
 }

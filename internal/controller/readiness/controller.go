@@ -8,6 +8,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -38,7 +39,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionReady }
 // reacts to every change of a Database, status included: that is where the
 // facets report.
 func (Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
-	r := &reconciler{client: mgr.GetClient(), writer: facet.NewWriter(mgr, Name), facets: o.Facets}
+	r := &reconciler{client: mgr.GetClient(), writer: facet.NewWriter(mgr, Name), facets: o.Facets, waitForFinalizer: o.WaitForFinalizer}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}).
@@ -55,12 +56,20 @@ type reconciler struct {
 	client client.Client
 	writer conditions.Writer
 	facets []string
+	// waitForFinalizer holds the first status write back until the cleanup
+	// controller has added its finalizer, as the facets do, so that the
+	// two do not race on a new Database (a status write would make the
+	// finalizer patch conflict).
+	waitForFinalizer bool
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	db := &dbv1.Database{}
 	if err := r.client.Get(ctx, req.NamespacedName, db); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.waitForFinalizer && db.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(db, dbv1.Finalizer) {
+		return ctrl.Result{}, nil // its arrival is an update that brings us back
 	}
 	ready := conditions.Summary(db, r.facets)
 	observed := db.Status.ObservedGeneration
