@@ -1,9 +1,9 @@
 package bench
 
 import (
-	"os"
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
