@@ -40,7 +40,6 @@ func startOperator(ctx context.Context, b *testing.B, binary, namespace string) 
 			"--metrics-bind-address="+addr,
 			"--health-probe-bind-address=0",
 			"--sync-period="+resync.String(),
-			"--zap-log-level=debug",
 		),
 		metrics: "http://" + addr + "/metrics",
 		hc:      &http.Client{Timeout: 10 * time.Second},

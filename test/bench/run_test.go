@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -184,7 +183,6 @@ func run(b *testing.B, binary string, n int, largest bool) result {
 	if largest {
 		r.Idle = measureIdle(ctx, b, c, op, api, ns)
 	}
-	_ = os.WriteFile(fmt.Sprintf("/tmp/op-%d.log", n), []byte(op.proc.Output()), 0o644)
 	op.proc.Kill()
 	return r
 }

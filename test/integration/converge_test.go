@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -127,28 +128,36 @@ func TestConditionsHaveTheirOwnFieldManagers(t *testing.T) {
 }
 
 // TestConvergedDatabaseGetsNoWrites wakes every controller on a converged
-// Database and checks that none of them writes anything.
+// Database and checks that none of them writes anything, also when the
+// status holds zeros (a Database scaled to zero reports replicas: 0, which
+// its stored JSON omits).
 func TestConvergedDatabaseGetsNoWrites(t *testing.T) {
-	ns := newNamespace(t)
-	op := startOperator(t, ns, "*")
-	db := convergeReady(t, newDatabase(ns, "idle"))
-	before := op.WaitQuiet(t, quiet, timeout)
-	versions := childVersions(t, db)
-	counts := reconcileCounts(t)
+	for _, replicas := range []int32{1, 0} {
+		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {
+			ns := newNamespace(t)
+			op := startOperator(t, ns, "*")
+			db := newDatabase(ns, "idle")
+			db.Spec.Replicas = ptr.To(replicas)
+			db = convergeReady(t, db)
+			before := op.WaitQuiet(t, quiet, timeout)
+			versions := childVersions(t, db)
+			counts := reconcileCounts(t)
 
-	annotate(t, db, "example.com/poke", "1")
-	annotated := getDatabase(t, db).ResourceVersion
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		now := reconcileCounts(t)
-		for _, name := range []string{"statefulset", "service", "secret", "backup", "cleanup", "readiness"} {
-			assert.Greater(c, now[name], counts[name], "controller %s has not reconciled since the poke", name)
-		}
-	}, timeout, tick)
-	op.WaitQuiet(t, quiet, timeout)
+			annotate(t, db, "example.com/poke", "1")
+			annotated := getDatabase(t, db).ResourceVersion
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				now := reconcileCounts(t)
+				for _, name := range []string{"statefulset", "service", "secret", "backup", "cleanup", "readiness"} {
+					assert.Greater(c, now[name], counts[name], "controller %s has not reconciled since the poke", name)
+				}
+			}, timeout, tick)
+			op.WaitQuiet(t, quiet, timeout)
 
-	assert.Empty(t, op.Writes.Since(before), "writes after a no-op reconcile")
-	assert.Equal(t, versions, childVersions(t, db), "children's resourceVersions")
-	assert.Equal(t, annotated, getDatabase(t, db).ResourceVersion, "the Database's resourceVersion moved after the annotation")
+			assert.Empty(t, op.Writes.Since(before), "writes after a no-op reconcile")
+			assert.Equal(t, versions, childVersions(t, db), "children's resourceVersions")
+			assert.Equal(t, annotated, getDatabase(t, db).ResourceVersion, "the Database's resourceVersion moved after the annotation")
+		})
+	}
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
