@@ -51,6 +51,9 @@ const (
 	OutcomeFail = "fail"
 )
 
+// serviceRange is the Services' cluster IP range: 65,534 addresses.
+const serviceRange = "10.96.0.0/16"
+
 //go:embed job-outcome.yaml
 var jobOutcomeStages []byte
 
@@ -118,6 +121,9 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 
 	c.say("starting etcd and kube-apiserver")
 	c.env = &envtest.Environment{BinaryAssetsDirectory: c.Bin}
+	// envtest's default range is a /24: 254 Services. The benchmark makes
+	// two Services per Database, for 1,000 Databases and their floor.
+	c.env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", serviceRange)
 	if !o.WithoutCRDs {
 		c.env.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases")}
 		c.env.ErrorIfCRDPathMissing = true
