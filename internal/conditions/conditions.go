@@ -91,8 +91,10 @@ func (w Writer) now() time.Time {
 	return time.Now()
 }
 
+// eventType is Warning for a condition that went False, except for the
+// steps of a rollout (reason Progressing): those are normal.
 func eventType(cond metav1.Condition) string {
-	if cond.Status == metav1.ConditionFalse {
+	if cond.Status == metav1.ConditionFalse && cond.Reason != dbv1.ReasonProgressing {
 		return corev1.EventTypeWarning
 	}
 	return corev1.EventTypeNormal
