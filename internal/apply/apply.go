@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,29 +19,44 @@ import (
 // live (which may be nil: not found) already holds every field of desired.
 // It reports whether it wrote.
 func Apply(ctx context.Context, c client.Client, live client.Object, desired runtime.ApplyConfiguration, owner string) (bool, error) {
-	return write(ctx, live, desired, func() error {
+	return write(live, desired, owner, nil, func() error {
 		return c.Apply(ctx, desired, client.FieldOwner(owner), client.ForceOwnership)
 	})
 }
 
 // ApplyStatus is Apply for the status subresource.
 func ApplyStatus(ctx context.Context, c client.Client, live client.Object, desired runtime.ApplyConfiguration, owner string) (bool, error) {
-	return write(ctx, live, desired, func() error {
-		return c.Status().Apply(ctx, desired, client.FieldOwner(owner), client.ForceOwnership)
-	})
+	return (*Sent)(nil).ApplyStatus(ctx, c, live, desired, owner)
 }
 
-func write(ctx context.Context, live client.Object, desired runtime.ApplyConfiguration, do func() error) (bool, error) {
-	if live != nil && !isNil(live) {
-		held, err := Holds(live, desired)
-		if err != nil {
-			return false, err
-		}
-		if held {
-			return false, nil
-		}
+// write runs do unless live already holds desired or sent (which may be
+// nil) has made the same apply on top of the version live is at.
+func write(live client.Object, desired runtime.ApplyConfiguration, owner string, sent *Sent, do func() error) (bool, error) {
+	if live == nil || isNil(live) {
+		return true, do()
 	}
-	return true, do()
+	body, err := json.Marshal(desired)
+	if err != nil {
+		return false, fmt.Errorf("encoding desired object: %w", err)
+	}
+	held, err := holdsJSON(live, body)
+	if err != nil {
+		return false, err
+	}
+	key := owner + " " + live.GetNamespace() + "/" + live.GetName()
+	if held {
+		sent.forget(key)
+		return false, nil
+	}
+	if sent.already(key, body, live.GetResourceVersion()) {
+		return false, nil
+	}
+	if err := do(); err != nil {
+		sent.forget(key)
+		return true, err
+	}
+	sent.remember(key, sentApply{body: body, onTopOf: live.GetResourceVersion(), at: time.Now()})
+	return true, nil
 }
 
 // Holds reports whether every field set in desired has the same value in
@@ -53,12 +69,21 @@ func write(ctx context.Context, live client.Object, desired runtime.ApplyConfigu
 // JSON omits, and that is not a difference. Without this, a controller that
 // reports a zero would write the same status on every reconcile.
 func Holds(live any, desired any) (bool, error) {
+	raw, err := json.Marshal(desired)
+	if err != nil {
+		return false, fmt.Errorf("encoding desired object: %w", err)
+	}
+	return holdsJSON(live, raw)
+}
+
+// holdsJSON is Holds for desired already encoded.
+func holdsJSON(live any, desired []byte) (bool, error) {
 	l, err := toMap(live)
 	if err != nil {
 		return false, fmt.Errorf("converting live object: %w", err)
 	}
-	d, err := toMap(desired)
-	if err != nil {
+	d := map[string]any{}
+	if err := json.Unmarshal(desired, &d); err != nil {
 		return false, fmt.Errorf("converting desired object: %w", err)
 	}
 	typed, err := asTypeOf(live, desired)
@@ -85,17 +110,13 @@ func toMap(obj any) (map[string]any, error) {
 
 // asTypeOf is desired decoded into a new value of live's type and encoded
 // again, so that it omits exactly what live's encoding omits.
-func asTypeOf(live, desired any) (map[string]any, error) {
-	raw, err := json.Marshal(desired)
-	if err != nil {
-		return nil, err
-	}
+func asTypeOf(live any, desired []byte) (map[string]any, error) {
 	t := reflect.TypeOf(live)
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	typed := reflect.New(t)
-	if err := json.Unmarshal(raw, typed.Interface()); err != nil {
+	if err := json.Unmarshal(desired, typed.Interface()); err != nil {
 		return nil, err
 	}
 	return toMap(typed.Interface())

@@ -3,8 +3,6 @@ package apply
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"sync"
 	"time"
 
@@ -38,35 +36,20 @@ type sentApply struct {
 const forgetAfter = time.Minute
 
 // ApplyStatus is the package's ApplyStatus, skipping an apply that this Sent
-// already made on top of the version live still has.
+// already made on top of the version live still has. A nil Sent remembers
+// nothing.
 func (s *Sent) ApplyStatus(ctx context.Context, c client.Client, live client.Object, desired runtime.ApplyConfiguration, owner string) (bool, error) {
-	held, err := Holds(live, desired)
-	if err != nil {
-		return false, err
-	}
-	key := owner + " " + live.GetNamespace() + "/" + live.GetName()
-	if held {
-		s.forget(key)
-		return false, nil
-	}
-	body, err := json.Marshal(desired)
-	if err != nil {
-		return false, fmt.Errorf("encoding status apply: %w", err)
-	}
-	if s.already(key, body, live.GetResourceVersion()) {
-		return false, nil
-	}
-	if err := c.Status().Apply(ctx, desired, client.FieldOwner(owner), client.ForceOwnership); err != nil {
-		s.forget(key)
-		return true, err
-	}
-	s.remember(key, sentApply{body: body, onTopOf: live.GetResourceVersion(), at: time.Now()})
-	return true, nil
+	return write(live, desired, owner, s, func() error {
+		return c.Status().Apply(ctx, desired, client.FieldOwner(owner), client.ForceOwnership)
+	})
 }
 
 // already reports whether body was applied on top of the version live is
 // still at.
 func (s *Sent) already(key string, body []byte, version string) bool {
+	if s == nil {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	last, ok := s.last[key]
@@ -81,6 +64,9 @@ func (s *Sent) already(key string, body []byte, version string) bool {
 }
 
 func (s *Sent) remember(key string, a sentApply) {
+	if s == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.last == nil {
@@ -99,6 +85,9 @@ func (s *Sent) remember(key string, a sentApply) {
 }
 
 func (s *Sent) forget(key string) {
+	if s == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.last, key)

@@ -32,7 +32,7 @@ type Writer struct {
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 	// Sent, when set, keeps a reconcile that reads a cache not yet holding
-	// this Writer's last apply from sending it again.
+	// this Writer's last apply from sending it again; nil remembers nothing.
 	Sent *apply.Sent
 }
 
@@ -64,11 +64,7 @@ func (w Writer) Apply(ctx context.Context, db *dbv1.Database, cond metav1.Condit
 		WithLastTransitionTime(cond.LastTransitionTime))
 	desired := dbv1ac.Database(db.Name, db.Namespace).WithStatus(status)
 
-	applyStatus := apply.ApplyStatus
-	if w.Sent != nil {
-		applyStatus = w.Sent.ApplyStatus
-	}
-	wrote, err := applyStatus(ctx, w.Client, db, desired, w.Owner)
+	wrote, err := w.Sent.ApplyStatus(ctx, w.Client, db, desired, w.Owner)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

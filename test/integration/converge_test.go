@@ -15,13 +15,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/dbtest"
 )
 
 // TestConverges follows one Database from creation to Ready: every facet
@@ -166,22 +166,11 @@ func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 func childVersions(t *testing.T, db *dbv1.Database) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	lists := map[string]client.ObjectList{
-		"StatefulSet": &appsv1.StatefulSetList{},
-		"Service":     &corev1.ServiceList{},
-		"Secret":      &corev1.SecretList{},
-		"PVC":         &corev1.PersistentVolumeClaimList{},
-		"CronJob":     &batchv1.CronJobList{},
-	}
-	for kind, list := range lists {
-		require.NoError(t, admin.List(context.Background(), list, client.InNamespace(db.Namespace),
-			client.MatchingLabels{resources.LabelInstance: db.Name}))
-		items, err := meta.ExtractList(list)
+	for _, kind := range dbtest.ChildKinds() {
+		objs, err := kind.List(context.Background(), admin, db.Namespace, client.MatchingLabels{resources.LabelInstance: db.Name})
 		require.NoError(t, err)
-		for _, item := range items {
-			o, err := meta.Accessor(item)
-			require.NoError(t, err)
-			out[kind+"/"+o.GetName()] = o.GetResourceVersion()
+		for _, o := range objs {
+			out[kind.Kind+"/"+o.GetName()] = o.GetResourceVersion()
 		}
 	}
 	require.Len(t, out, 6, "children: %v", out)
