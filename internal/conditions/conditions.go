@@ -88,9 +88,12 @@ func (w Writer) now() time.Time {
 }
 
 // eventType is Warning for a condition that went False, except for the
-// steps of a rollout (reason Progressing): those are normal.
+// steps of a rollout (reason Progressing): those are normal; and for a True
+// condition that still asks the user to act (ReplicasCapped).
 func eventType(cond metav1.Condition) string {
-	if cond.Status == metav1.ConditionFalse && cond.Reason != dbv1.ReasonProgressing {
+	switch {
+	case cond.Status == metav1.ConditionFalse && cond.Reason != dbv1.ReasonProgressing,
+		cond.Reason == dbv1.ReasonReplicasCapped:
 		return corev1.EventTypeWarning
 	}
 	return corev1.EventTypeNormal

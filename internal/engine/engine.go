@@ -44,6 +44,10 @@ type Engine interface {
 	// ScratchMounts are the writable directories the engine needs besides
 	// its data volume (the root filesystem is read-only).
 	ScratchMounts() []string
+	// SharedMemoryPath is where the engine expects POSIX shared memory
+	// (/dev/shm), given a memory-backed volume instead of the runtime's
+	// small default; empty when the engine needs none.
+	SharedMemoryPath() string
 	// StartupProbe, ReadinessProbe and LivenessProbe check the engine.
 	StartupProbe() *corev1.Probe
 	ReadinessProbe() *corev1.Probe

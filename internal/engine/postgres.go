@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -66,16 +67,31 @@ func (Postgres) Env(secretName string) []corev1.EnvVar {
 // ScratchMounts implements Engine: the socket directory and /tmp.
 func (Postgres) ScratchMounts() []string { return []string{"/var/run/postgresql", "/tmp"} }
 
+// SharedMemoryPath implements Engine: PostgreSQL's dynamic shared memory
+// (dynamic_shared_memory_type posix) lives in /dev/shm, which container
+// runtimes cap at 64 MiB; parallel queries then fail with "could not resize
+// shared memory segment".
+func (Postgres) SharedMemoryPath() string { return "/dev/shm" }
+
 func pgIsReady() corev1.ProbeHandler {
 	return corev1.ProbeHandler{Exec: &corev1.ExecAction{
 		Command: []string{"pg_isready", "--quiet", "--host=127.0.0.1", "--port=" + strconv.Itoa(postgresPort)},
 	}}
 }
 
-// StartupProbe implements Engine: up to ten minutes for initdb or crash
+// StartupTimeout is how long the startup probe gives initdb or crash
+// recovery before liveness takes over (and restarts a server that never
+// answered): an hour, as CloudNativePG allows, because crash recovery of a
+// large database replays WAL for a long time and restarting it starts over.
+const StartupTimeout = time.Hour
+
+const startupPeriod = 5 * time.Second
+
+// StartupProbe implements Engine: StartupTimeout for initdb or crash
 // recovery before liveness takes over.
 func (Postgres) StartupProbe() *corev1.Probe {
-	return &corev1.Probe{ProbeHandler: pgIsReady(), PeriodSeconds: 5, TimeoutSeconds: 5, FailureThreshold: 120}
+	return &corev1.Probe{ProbeHandler: pgIsReady(), PeriodSeconds: int32(startupPeriod.Seconds()), TimeoutSeconds: 5,
+		FailureThreshold: int32(StartupTimeout / startupPeriod)}
 }
 
 // ReadinessProbe implements Engine.

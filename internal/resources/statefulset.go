@@ -43,16 +43,18 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine) (*appsv1ac.StatefulSetApp
 
 	pod := corev1ac.PodSpec().
 		WithEnableServiceLinks(false).
+		WithAutomountServiceAccountToken(false).
 		WithTerminationGracePeriodSeconds(60).
 		WithSecurityContext(restrictedPod(eng.User()))
 	addScratch(pod, container, eng.ScratchMounts())
+	addSharedMemory(pod, container, eng.SharedMemoryPath(), db.Spec.Resources)
 	pod.WithContainers(container)
 
 	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
 		WithOwnerReferences(OwnerReference(db)).
 		WithSpec(appsv1ac.StatefulSetSpec().
-			WithReplicas(ptr.Deref(db.Spec.Replicas, 1)).
+			WithReplicas(Instances(db)).
 			WithServiceName(HeadlessServiceName(db)).
 			WithPodManagementPolicy(appsv1.OrderedReadyPodManagement).
 			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().WithType(appsv1.RollingUpdateStatefulSetStrategyType)).
@@ -61,6 +63,19 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine) (*appsv1ac.StatefulSetApp
 				WithLabels(podLabels).
 				WithSpec(pod)).
 			WithVolumeClaimTemplates(DataVolumeClaimTemplate(db))), nil
+}
+
+// MaxInstances is the most engine instances a Database runs. Until
+// streaming replication exists each instance would be an independent server
+// behind the one client Service, splitting the data, so it is one; the CRD
+// refuses spec.replicas above it, and a Database stored with more before
+// that rule runs this many.
+const MaxInstances int32 = 1
+
+// Instances is the number of engine pods the Database runs: spec.replicas
+// (default 1), capped at MaxInstances.
+func Instances(db *dbv1.Database) int32 {
+	return min(ptr.Deref(db.Spec.Replicas, 1), MaxInstances)
 }
 
 // DataVolumeClaimTemplate is the claim template of the data volumes.
@@ -123,6 +138,23 @@ func restrictedContainer(uid int64) *corev1ac.SecurityContextApplyConfiguration 
 		WithPrivileged(false).
 		WithCapabilities(corev1ac.Capabilities().WithDrop(corev1.Capability("ALL"))).
 		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
+}
+
+// addSharedMemory mounts a memory-backed emptyDir at dir (when the engine
+// wants one), the size of the container's memory limit when it has one: the
+// volume's pages count against that limit anyway. It must run before the
+// container is added to the pod.
+func addSharedMemory(pod *corev1ac.PodSpecApplyConfiguration, c *corev1ac.ContainerApplyConfiguration, dir string, res corev1.ResourceRequirements) {
+	if dir == "" {
+		return
+	}
+	const name = "shm"
+	src := corev1ac.EmptyDirVolumeSource().WithMedium(corev1.StorageMediumMemory)
+	if limit, ok := res.Limits[corev1.ResourceMemory]; ok {
+		src.WithSizeLimit(limit)
+	}
+	pod.WithVolumes(corev1ac.Volume().WithName(name).WithEmptyDir(src))
+	c.WithVolumeMounts(corev1ac.VolumeMount().WithName(name).WithMountPath(dir))
 }
 
 // addScratch must run before the container is added to the pod, because

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -130,6 +131,9 @@ const (
 	msgMaxAge         = "maxAge must be a positive duration such as 26h"
 	msgNameLength     = "metadata.name must be at most 45 characters"
 	msgNameDNS1035    = "metadata.name must start with a lower-case letter"
+	msgReplicas       = "spec.replicas may be 0 or 1: dbkeeper runs one PostgreSQL instance per Database until streaming replication exists"
+	msgResources      = "spec.resources: the cpu and memory requests must be less than or equal to their limits"
+	msgAnnotationKey  = "spec.service.annotations: each key must be a qualified name"
 )
 
 // TestCreateRefused creates Databases that break a create-time rule and
@@ -182,6 +186,74 @@ func TestCreateRefused(t *testing.T) {
 			name: "replicas above 9",
 			spec: map[string]any{"replicas": int64(10)},
 			want: []string{"spec.replicas: Invalid value", "should be less than or equal to 9"},
+		},
+		{
+			name: "replicas 2",
+			spec: map[string]any{"replicas": int64(2)},
+			want: []string{"spec.replicas: Invalid value", msgReplicas},
+		},
+		{
+			name: "schedule minute out of range",
+			spec: map[string]any{"backup": map[string]any{"schedule": "60 3 * * *"}},
+			want: []string{"spec.backup.schedule: Invalid value", "the minute field (number 1) of spec.backup.schedule must be 0-59"},
+		},
+		{
+			name: "schedule hour out of range",
+			spec: map[string]any{"backup": map[string]any{"schedule": "0 24 * * *"}},
+			want: []string{"spec.backup.schedule: Invalid value", "the hour field (number 2) of spec.backup.schedule must be 0-23"},
+		},
+		{
+			name: "schedule day of month zero",
+			spec: map[string]any{"backup": map[string]any{"schedule": "0 3 0 * *"}},
+			want: []string{"spec.backup.schedule: Invalid value", "the day-of-month field (number 3) of spec.backup.schedule must be 1-31"},
+		},
+		{
+			name: "schedule month 13",
+			spec: map[string]any{"backup": map[string]any{"schedule": "0 3 1 13 *"}},
+			want: []string{"spec.backup.schedule: Invalid value", "the month field (number 4) of spec.backup.schedule must be 1-12 or JAN-DEC"},
+		},
+		{
+			name: "schedule day of week 7",
+			spec: map[string]any{"backup": map[string]any{"schedule": "0 3 * * 7"}},
+			want: []string{"spec.backup.schedule: Invalid value", "the day-of-week field (number 5) of spec.backup.schedule must be 0-6 or SUN-SAT"},
+		},
+		{
+			name: "schedule step zero",
+			spec: map[string]any{"backup": map[string]any{"schedule": "*/0 3 * * *"}},
+			want: []string{"spec.backup.schedule: Invalid value", "the minute field (number 1)"},
+		},
+		{
+			name: "schedule range out of bounds",
+			spec: map[string]any{"backup": map[string]any{"schedule": "0 20-25 * * *"}},
+			want: []string{"spec.backup.schedule: Invalid value", "the hour field (number 2)"},
+		},
+		{
+			name: "request above limit",
+			spec: map[string]any{"resources": map[string]any{
+				"requests": map[string]any{"cpu": "2", "memory": "1Gi"},
+				"limits":   map[string]any{"cpu": "1", "memory": "1Gi"},
+			}},
+			want: []string{"spec.resources: Invalid value", msgResources},
+		},
+		{
+			name: "service annotation key with a space",
+			spec: map[string]any{"service": map[string]any{"annotations": map[string]any{"bad key": "x"}}},
+			want: []string{"spec.service.annotations: Invalid value", msgAnnotationKey},
+		},
+		{
+			name: "service annotation name part too long",
+			spec: map[string]any{"service": map[string]any{"annotations": map[string]any{"example.com/" + strings.Repeat("a", 64): "x"}}},
+			want: []string{"spec.service.annotations: Invalid value", msgAnnotationKey},
+		},
+		{
+			name: "storageClassName not a DNS subdomain",
+			spec: map[string]any{"storage": map[string]any{"storageClassName": "Fast_SSD"}},
+			want: []string{"spec.storage.storageClassName: Invalid value", "should match"},
+		},
+		{
+			name: "backup storageClassName not a DNS subdomain",
+			spec: map[string]any{"backup": map[string]any{"storage": map[string]any{"storageClassName": "fast ssd"}}},
+			want: []string{"spec.backup.storage.storageClassName: Invalid value", "should match"},
 		},
 		{
 			name: "storage size zero",
@@ -445,6 +517,11 @@ func TestUpdateRefused(t *testing.T) {
 			want:   []string{"spec.replicas: Invalid value", "should be less than or equal to 9"},
 		},
 		{
+			name:   "replicas 3 on update",
+			mutate: func(db *dbv1.Database) { db.Spec.Replicas = ptr.To[int32](3) },
+			want:   []string{"spec.replicas: Invalid value", msgReplicas},
+		},
+		{
 			name:   "maxAge to zero on update",
 			mutate: func(db *dbv1.Database) { db.Spec.Backup.MaxAge = &metav1.Duration{} },
 			want:   []string{"spec.backup.maxAge: Invalid value", msgMaxAge},
@@ -522,7 +599,7 @@ func TestValidUpdateAccepted(t *testing.T) {
 	require.Equal(t, "10Gi", db.Spec.Storage.Size.String())
 
 	db.Spec.Storage.Size = ptr.To(resource.MustParse("20Gi"))
-	db.Spec.Replicas = ptr.To[int32](3)
+	db.Spec.Replicas = ptr.To[int32](0)
 	db.Spec.Backup.Storage.Size = ptr.To(resource.MustParse("50Gi"))
 	db.Spec.Backup.Schedule = "@hourly"
 	db.Spec.Backup.Retention = 30
@@ -536,14 +613,14 @@ func TestValidUpdateAccepted(t *testing.T) {
 	var got dbv1.Database
 	require.NoError(t, k8s.Get(ctx, key, &got))
 	assert.Equal(t, "20Gi", got.Spec.Storage.Size.String())
-	assert.Equal(t, int32(3), *got.Spec.Replicas)
+	assert.Equal(t, int32(0), *got.Spec.Replicas)
 	assert.Equal(t, "50Gi", got.Spec.Backup.Storage.Size.String())
 	assert.Equal(t, "standard", ptr.Deref(got.Spec.Storage.StorageClassName, ""))
 	assert.Equal(t, "db-superuser", got.Spec.Credentials.SecretName)
 
-	// Scaling to zero stops the database and is allowed; so is an update
-	// that changes nothing of the immutable fields.
-	got.Spec.Replicas = ptr.To[int32](0)
+	// Scaling back to one starts the database again; so is an update that
+	// changes nothing of the immutable fields.
+	got.Spec.Replicas = ptr.To[int32](1)
 	require.NoError(t, k8s.Update(ctx, &got))
 }
 
@@ -562,7 +639,18 @@ func TestValidCreateAccepted(t *testing.T) {
 		{name: "version 16", spec: map[string]any{"version": "16"}},
 		{name: "image with digest", spec: map[string]any{"image": "docker.io/library/postgres@sha256:" + strings.Repeat("0", 64)}},
 		{name: "replicas 0", spec: map[string]any{"replicas": int64(0)}},
-		{name: "replicas 9", spec: map[string]any{"replicas": int64(9)}},
+		{name: "replicas 1", spec: map[string]any{"replicas": int64(1)}},
+		{name: "schedule lists, ranges and steps in every field", spec: map[string]any{"backup": map[string]any{"schedule": "0,30 9-17/2 1-31/3 */2 mon-fri"}}},
+		{name: "schedule with ? and names in lower case", spec: map[string]any{"backup": map[string]any{"schedule": "5 4 ? jan,jul sun"}}},
+		{name: "schedule with bounds", spec: map[string]any{"backup": map[string]any{"schedule": "59 23 31 12 6"}}},
+		{name: "request equal to limit", spec: map[string]any{"resources": map[string]any{
+			"requests": map[string]any{"cpu": "500m", "memory": "1Gi"},
+			"limits":   map[string]any{"cpu": "0.5", "memory": "1024Mi", "hugepages-2Mi": "0"},
+		}}},
+		{name: "request without limit", spec: map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "2"}}}},
+		{name: "service annotations with prefixes", spec: map[string]any{"service": map[string]any{"annotations": map[string]any{
+			"service.beta.kubernetes.io/aws-load-balancer-internal": "true", "plain_key.v1": "x",
+		}}}},
 		{name: "storage size integer", spec: map[string]any{"storage": map[string]any{"size": int64(1 << 30)}}},
 		{name: "storage size decimal", spec: map[string]any{"storage": map[string]any{"size": "1.5Gi"}}},
 		{name: "secretName with dots", spec: map[string]any{"credentials": map[string]any{"secretName": "db.superuser-1"}}},
@@ -587,4 +675,27 @@ func TestValidCreateAccepted(t *testing.T) {
 			assert.NoError(t, k8s.Create(ctx, rawDatabase(ns, name, tc.spec)))
 		})
 	}
+}
+
+// TestScaleRefusesMoreThanOneInstance: `kubectl scale db/x --replicas=3`
+// goes through the scale subresource, which must apply the same rule as an
+// edit of spec.replicas; 0 and 1 stay possible there.
+func TestScaleRefusesMoreThanOneInstance(t *testing.T) {
+	ctx, ns := setup(t)
+	require.NoError(t, k8s.Create(ctx, rawDatabase(ns, "scaled", nil)))
+	db := &dbv1.Database{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "scaled"}, db))
+
+	scale := func(replicas int32) error {
+		s := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}
+		return k8s.SubResource("scale").Update(ctx, db, client.WithSubResourceBody(s))
+	}
+	assertInvalid(t, scale(3), "spec.replicas: Invalid value", msgReplicas)
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(db), db))
+	assert.Equal(t, int32(1), *db.Spec.Replicas, "a refused scale changed spec.replicas")
+
+	require.NoError(t, scale(0), "scaling to zero")
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(db), db))
+	assert.Equal(t, int32(0), *db.Spec.Replicas)
+	require.NoError(t, scale(1), "scaling back to one")
 }

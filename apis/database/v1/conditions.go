@@ -44,6 +44,11 @@ const (
 	// ReasonScaledToZero: spec.replicas is 0, so no pod runs; the data is
 	// kept.
 	ReasonScaledToZero = "ScaledToZero"
+	// ReasonReplicasCapped: spec.replicas asks for more instances than
+	// dbkeeper runs (one, until streaming replication exists); one runs and
+	// is ready, and the volumes of the instances that stopped are kept. The
+	// condition is True; its Event is a Warning.
+	ReasonReplicasCapped = "ReplicasCapped"
 )
 
 // Reasons of ServiceReady.

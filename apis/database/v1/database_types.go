@@ -93,19 +93,25 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:Pattern=`^[^\s]+$`
 	Image string `json:"image,omitempty"`
 
-	// Replicas is the number of engine instances (pods). Zero stops the
-	// database and keeps its data.
+	// Replicas is the number of engine instances (pods): 1, or 0 to stop
+	// the database and keep its data. Until streaming replication exists a
+	// Database runs at most one instance, because independent servers
+	// behind one Service would split the data; a Database stored with more
+	// (before this rule) runs one and says so in StatefulSetReady.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=9
+	// +kubebuilder:validation:XValidation:rule="self <= 1",message="spec.replicas may be 0 or 1: dbkeeper runs one PostgreSQL instance per Database until streaming replication exists; more instances would be independent servers splitting the data behind one Service"
 	Replicas *int32 `json:"replicas,omitempty"`
 
 	// Storage is the data volume of each instance.
 	// +kubebuilder:default={}
 	Storage StorageSpec `json:"storage,omitempty"`
 
-	// Resources are the compute resources of the engine container.
+	// Resources are the compute resources of the engine container. A cpu
+	// or memory request may not exceed its limit.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.requests) || !has(self.limits) || ['cpu', 'memory'].all(k, !(k in self.requests) || !(k in self.limits) || quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)",message="spec.resources: the cpu and memory requests must be less than or equal to their limits"
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// Credentials names the Secret with the superuser credentials. It is
@@ -178,6 +184,7 @@ type StorageSpec struct {
 	// cluster's default class. It cannot change after creation.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="storageClassName is immutable: volumes cannot move between storage classes"
 	StorageClassName *string `json:"storageClassName,omitempty"`
 }
@@ -204,8 +211,10 @@ type ServiceSpec struct {
 	Type corev1.ServiceType `json:"type,omitempty"`
 
 	// Annotations are added to the client Service, for example to configure
-	// a cloud load balancer.
+	// a cloud load balancer. Keys are qualified names ([prefix/]name).
 	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$') && size(k.split('/')[size(k.split('/')) - 1]) <= 63 && (size(k.split('/')) == 1 || size(k.split('/')[0]) <= 253))",message="spec.service.annotations: each key must be a qualified name, [prefix/]name, as Kubernetes requires of annotation keys: name at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit; prefix a DNS subdomain"
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
@@ -216,6 +225,11 @@ type BackupSpec struct {
 	// +kubebuilder:default="0 3 * * *"
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|[0-9*/,?LW#A-Za-z-]+( +[0-9*/,?LW#A-Za-z-]+){4})$')",message="schedule must be a cron expression of five fields (minute hour day-of-month month day-of-week), such as \"0 3 * * *\", or a macro such as @daily"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[0].matches('^([*]|[?]|[0-5]?[0-9](-[0-5]?[0-9])?)(/0*[1-9][0-9]*)?(,([*]|[?]|[0-5]?[0-9](-[0-5]?[0-9])?)(/0*[1-9][0-9]*)?)*$')",message="the minute field (number 1) of spec.backup.schedule must be 0-59, *, or a list, range or step of those (such as 1,15 or 9-17/2)"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[1].matches('^([*]|[?]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/0*[1-9][0-9]*)?(,([*]|[?]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/0*[1-9][0-9]*)?)*$')",message="the hour field (number 2) of spec.backup.schedule must be 0-23, *, or a list, range or step of those (such as 1,15 or 9-17/2)"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[2].matches('^([*]|[?]|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/0*[1-9][0-9]*)?(,([*]|[?]|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/0*[1-9][0-9]*)?)*$')",message="the day-of-month field (number 3) of spec.backup.schedule must be 1-31, *, or a list, range or step of those (such as 1,15 or 9-17/2)"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[3].matches('^([*]|[?]|(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(/0*[1-9][0-9]*)?(,([*]|[?]|(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(/0*[1-9][0-9]*)?)*$')",message="the month field (number 4) of spec.backup.schedule must be 1-12 or JAN-DEC, *, or a list, range or step of those (such as 1,15 or 9-17/2)"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[4].matches('^([*]|[?]|([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(-([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(/0*[1-9][0-9]*)?(,([*]|[?]|([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(-([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(/0*[1-9][0-9]*)?)*$')",message="the day-of-week field (number 5) of spec.backup.schedule must be 0-6 or SUN-SAT, *, or a list, range or step of those (such as 1,15 or 9-17/2)"
 	Schedule string `json:"schedule,omitempty"`
 
 	// Suspend stops new scheduled backups; existing backups are kept.

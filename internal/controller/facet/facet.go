@@ -7,6 +7,9 @@ package facet
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +26,7 @@ import (
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
 // Options are the settings every controller of the manager gets.
@@ -93,7 +97,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	out, err := r.Syncer.Sync(ctx, db)
 	if err != nil {
-		cond := conditions.False(r.ConditionType, dbv1.ReasonApplyFailed, err.Error())
+		cond := conditions.False(r.ConditionType, dbv1.ReasonApplyFailed, Explain(err))
 		if werr := r.Writer.Apply(ctx, db, cond, r.Syncer.Carry(db)); werr != nil {
 			return ctrl.Result{}, errors.Join(err, werr)
 		}
@@ -108,6 +112,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: out.RequeueAfter}, nil
+}
+
+// Explain is the message of an error for a condition: when the API server
+// refused a child as invalid, it ends by naming the Database fields that set
+// the refused fields, because those are what the user can change.
+func Explain(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return err.Error()
+	}
+	details := status.Status().Details
+	var fields []string
+	for _, c := range details.Causes {
+		if f := resources.SpecField(details.Kind, c.Field); f != "" && !slices.Contains(fields, f) {
+			fields = append(fields, f)
+		}
+	}
+	if len(fields) == 0 {
+		return err.Error()
+	}
+	return fmt.Sprintf("%s; fix %s", err.Error(), strings.Join(fields, ", "))
 }
 
 // Terminal reports whether retrying err without a change to the Database is

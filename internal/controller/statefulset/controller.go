@@ -149,7 +149,7 @@ func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfigurati
 // observe reads the StatefulSetReady condition off the StatefulSet as it
 // was before this sync; after a write the rollout has not started yet.
 func observe(db *dbv1.Database, sts *appsv1.StatefulSet, wrote bool) metav1.Condition {
-	want := ptr.Deref(db.Spec.Replicas, 1)
+	want := resources.Instances(db)
 	t := dbv1.ConditionStatefulSetReady
 	switch {
 	case sts == nil:
@@ -166,6 +166,12 @@ func observe(db *dbv1.Database, sts *appsv1.StatefulSet, wrote bool) metav1.Cond
 		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("%d of %d replicas ready", sts.Status.ReadyReplicas, want))
 	case sts.Status.Replicas > want:
 		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("scaling down: %d replicas, %d wanted", sts.Status.Replicas, want))
+	}
+	if asked := ptr.Deref(db.Spec.Replicas, 1); asked > want {
+		return conditions.True(t, dbv1.ReasonReplicasCapped, fmt.Sprintf(
+			"%d of %d replicas ready; spec.replicas is %d, but dbkeeper runs at most %d instance until streaming replication exists "+
+				"(more would be independent servers splitting the data); the volumes of any instance that stopped are kept; set spec.replicas to %d",
+			sts.Status.ReadyReplicas, want, asked, resources.MaxInstances, resources.MaxInstances))
 	}
 	return conditions.True(t, dbv1.ReasonStatefulSetReady, fmt.Sprintf("%d of %d replicas ready", sts.Status.ReadyReplicas, want))
 }

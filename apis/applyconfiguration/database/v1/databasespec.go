@@ -27,12 +27,16 @@ type DatabaseSpecApplyConfiguration struct {
 	// Image overrides the catalog image for the version, for example to pin a
 	// digest or use a mirror. It must run the same engine and major version.
 	Image *string `json:"image,omitempty"`
-	// Replicas is the number of engine instances (pods). Zero stops the
-	// database and keeps its data.
+	// Replicas is the number of engine instances (pods): 1, or 0 to stop
+	// the database and keep its data. Until streaming replication exists a
+	// Database runs at most one instance, because independent servers
+	// behind one Service would split the data; a Database stored with more
+	// (before this rule) runs one and says so in StatefulSetReady.
 	Replicas *int32 `json:"replicas,omitempty"`
 	// Storage is the data volume of each instance.
 	Storage *StorageSpecApplyConfiguration `json:"storage,omitempty"`
-	// Resources are the compute resources of the engine container.
+	// Resources are the compute resources of the engine container. A
+	// request may not exceed the limit of the same resource.
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 	// Credentials names the Secret with the superuser credentials. It is
 	// set once, at creation.

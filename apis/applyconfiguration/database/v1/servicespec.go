@@ -20,7 +20,7 @@ type ServiceSpecApplyConfiguration struct {
 	// Type is the client Service's type.
 	Type *corev1.ServiceType `json:"type,omitempty"`
 	// Annotations are added to the client Service, for example to configure
-	// a cloud load balancer.
+	// a cloud load balancer. Keys are qualified names ([prefix/]name).
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 

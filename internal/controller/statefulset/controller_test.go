@@ -1,0 +1,65 @@
+package statefulset
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+)
+
+// TestObserve reads StatefulSetReady off the StatefulSet as it was before
+// the sync, for each step of a rollout.
+func TestObserve(t *testing.T) {
+	db := func(replicas int32) *dbv1.Database {
+		return &dbv1.Database{Spec: dbv1.DatabaseSpec{Replicas: ptr.To(replicas)}}
+	}
+	sts := func(mutate func(*appsv1.StatefulSetStatus)) *appsv1.StatefulSet {
+		s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
+		s.Status = appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1,
+			CurrentRevision: "r2", UpdateRevision: "r2"}
+		if mutate != nil {
+			mutate(&s.Status)
+		}
+		return s
+	}
+	cases := []struct {
+		name    string
+		db      *dbv1.Database
+		sts     *appsv1.StatefulSet
+		wrote   bool
+		status  metav1.ConditionStatus
+		reason  string
+		message string
+	}{
+		{"created", db(1), nil, true, metav1.ConditionFalse, dbv1.ReasonProgressing, "created the StatefulSet"},
+		{"updated", db(1), sts(nil), true, metav1.ConditionFalse, dbv1.ReasonProgressing, "updated the StatefulSet"},
+		{"not observed", db(1), sts(func(s *appsv1.StatefulSetStatus) { s.ObservedGeneration = 1 }), false,
+			metav1.ConditionFalse, dbv1.ReasonProgressing, "observe generation 2"},
+		{"rolling out", db(1), sts(func(s *appsv1.StatefulSetStatus) { s.UpdateRevision = "r3"; s.UpdatedReplicas = 0 }), false,
+			metav1.ConditionFalse, dbv1.ReasonProgressing, "rolling out: 0 of 1 replicas updated"},
+		{"not ready", db(1), sts(func(s *appsv1.StatefulSetStatus) { s.ReadyReplicas = 0 }), false,
+			metav1.ConditionFalse, dbv1.ReasonProgressing, "0 of 1 replicas ready"},
+		{"ready", db(1), sts(nil), false, metav1.ConditionTrue, dbv1.ReasonStatefulSetReady, "1 of 1 replicas ready"},
+		{"scaled to zero", db(0), sts(func(s *appsv1.StatefulSetStatus) { *s = appsv1.StatefulSetStatus{ObservedGeneration: 2} }), false,
+			metav1.ConditionTrue, dbv1.ReasonScaledToZero, "no pod runs"},
+		// A Database stored with replicas: 3 before the CRD refused it: one
+		// instance runs; the other two are scaled away.
+		{"stored with three, three still running", db(3), sts(func(s *appsv1.StatefulSetStatus) { s.Replicas, s.ReadyReplicas = 3, 3 }), false,
+			metav1.ConditionFalse, dbv1.ReasonProgressing, "scaling down: 3 replicas, 1 wanted"},
+		{"stored with three, one runs", db(3), sts(nil), false,
+			metav1.ConditionTrue, dbv1.ReasonReplicasCapped, "spec.replicas is 3, but dbkeeper runs at most 1 instance"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := observe(tc.db, tc.sts, tc.wrote)
+			assert.Equal(t, dbv1.ConditionStatefulSetReady, got.Type)
+			assert.Equal(t, tc.status, got.Status)
+			assert.Equal(t, tc.reason, got.Reason)
+			assert.Contains(t, got.Message, tc.message)
+		})
+	}
+}

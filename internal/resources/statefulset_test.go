@@ -1,0 +1,80 @@
+package resources_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// TestOneInstanceAtMost: a Database stored with replicas above one (before
+// the CRD refused it) runs one instance, never independent servers behind
+// one Service; 0 and 1 are what they say.
+func TestOneInstanceAtMost(t *testing.T) {
+	eng, err := engine.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	for asked, want := range map[int32]int32{0: 0, 1: 1, 3: 1, 9: 1} {
+		sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Replicas = ptr.To(asked) }), eng)
+		require.NoError(t, err)
+		assert.Equal(t, want, *sts.Spec.Replicas, "spec.replicas %d", asked)
+	}
+	sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Replicas = nil }), eng)
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), *sts.Spec.Replicas, "the default")
+}
+
+func volume(pod *corev1ac.PodSpecApplyConfiguration, name string) *corev1ac.VolumeApplyConfiguration {
+	for i := range pod.Volumes {
+		if *pod.Volumes[i].Name == name {
+			return &pod.Volumes[i]
+		}
+	}
+	return nil
+}
+
+// TestEnginePodUnderLoad: the engine pod has a memory-backed /dev/shm (the
+// runtime's 64 MiB makes parallel queries fail), sized to the memory limit
+// when there is one; an hour of startup for crash recovery; and no
+// ServiceAccount token, since PostgreSQL never talks to the Kubernetes API.
+func TestEnginePodUnderLoad(t *testing.T) {
+	eng, err := engine.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	for name, tc := range map[string]struct {
+		resources corev1.ResourceRequirements
+		sizeLimit *resource.Quantity
+	}{
+		"no limit":       {},
+		"memory limit":   {corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}}, ptr.To(resource.MustParse("2Gi"))},
+		"cpu limit only": {corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Resources = tc.resources }), eng)
+			require.NoError(t, err)
+			pod := sts.Spec.Template.Spec
+			assert.Equal(t, ptr.To(false), pod.AutomountServiceAccountToken)
+			shm := volume(pod, "shm")
+			require.NotNil(t, shm, "no shm volume")
+			require.NotNil(t, shm.EmptyDir)
+			assert.Equal(t, ptr.To(corev1.StorageMediumMemory), shm.EmptyDir.Medium)
+			assert.Equal(t, tc.sizeLimit, shm.EmptyDir.SizeLimit)
+			var mounted bool
+			for _, m := range pod.Containers[0].VolumeMounts {
+				mounted = mounted || (*m.Name == "shm" && *m.MountPath == "/dev/shm")
+			}
+			assert.True(t, mounted, "shm is not mounted at /dev/shm")
+
+			probe := pod.Containers[0].StartupProbe
+			window := time.Duration(*probe.PeriodSeconds*(*probe.FailureThreshold)) * time.Second
+			assert.GreaterOrEqual(t, window, time.Hour, "crash recovery of a large database is restarted after %s", window)
+		})
+	}
+}
