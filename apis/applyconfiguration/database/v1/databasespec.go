@@ -35,8 +35,8 @@ type DatabaseSpecApplyConfiguration struct {
 	Replicas *int32 `json:"replicas,omitempty"`
 	// Storage is the data volume of each instance.
 	Storage *StorageSpecApplyConfiguration `json:"storage,omitempty"`
-	// Resources are the compute resources of the engine container. A
-	// request may not exceed the limit of the same resource.
+	// Resources are the compute resources of the engine container. A cpu
+	// or memory request may not exceed its limit.
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 	// Credentials names the Secret with the superuser credentials. It is
 	// set once, at creation.
