@@ -55,10 +55,15 @@ func (Postgres) DataMountPath() string { return postgresDataDir }
 
 // Env implements Engine. PGDATA is a subdirectory of the mount, because
 // initdb refuses a directory that holds a filesystem's lost+found.
+// POSTGRES_DB is the Secret's optional database key, the database that the
+// image's entrypoint creates on the first start and that backups dump;
+// without the key the variable is unset and the entrypoint creates the
+// database named like POSTGRES_USER, which backups then dump.
 func (Postgres) Env(secretName string) []corev1.EnvVar {
 	return []corev1.EnvVar{
 		secretEnv("POSTGRES_USER", secretName, UsernameKey),
 		secretEnv("POSTGRES_PASSWORD", secretName, PasswordKey),
+		optionalSecretEnv("POSTGRES_DB", secretName, DatabaseKey),
 		{Name: "PGDATA", Value: postgresDataDir + "/pgdata"},
 	}
 }

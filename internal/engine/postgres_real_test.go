@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -302,4 +303,67 @@ func TestConcurrentBackupsNeverShareAFile(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{want["alpha"], want["beta"]}, slices.Collect(maps.Values(got)),
 		"each dump restores the rows of its own database")
+}
+
+// TestBackupWithAUserSecret runs the backup of a Database whose Secret is
+// the user's own: with only username and password (what the docs ask for),
+// the pod starts (PGDATABASE is optional, so unset) and dumps the database
+// named like the user, which the image's entrypoint creates when POSTGRES_DB
+// is unset; with a database key, the engine creates that database
+// (POSTGRES_DB) and the backup dumps it.
+func TestBackupWithAUserSecret(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	srv := postgres.Start(t)
+	eng, err := engine.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	db := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "billing"},
+		Spec: dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17",
+			Credentials: &dbv1.CredentialsSpec{SecretName: "billing-owner"}},
+	}
+	db.Spec.Backup.Retention = 3
+	for name, data := range map[string]map[string]string{
+		"without database": {"username": "owner1", "password": "pw-1"},
+		"with database":    {"username": "owner2", "password": "pw-2", "database": "ledger"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "billing-owner"}, Data: map[string][]byte{}}
+			for k, v := range data {
+				secret.Data[k] = []byte(v)
+			}
+			// What the engine's container creates on its first start: the
+			// user, and POSTGRES_DB's database, the user's name by default.
+			env := map[string]string{}
+			for _, e := range eng.Env(secret.Name) {
+				if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
+					if v, ok := data[ref.SecretKeyRef.Key]; ok {
+						env[e.Name] = v
+					} else {
+						require.True(t, ptr.Deref(ref.SecretKeyRef.Optional, false), "the engine requires key %s", ref.SecretKeyRef.Key)
+					}
+				}
+			}
+			created := cmp.Or(env["POSTGRES_DB"], env["POSTGRES_USER"])
+			assert.Equal(t, cmp.Or(data["database"], data["username"]), created, "the engine's database")
+			srv.SQL(t, "postgres", fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", env["POSTGRES_USER"], env["POSTGRES_PASSWORD"]))
+			srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE %s OWNER %s", created, env["POSTGRES_USER"]))
+			srv.SQL(t, created, fmt.Sprintf("SET ROLE %s; CREATE TABLE items AS SELECT g AS id FROM generate_series(1, 42) g", env["POSTGRES_USER"]))
+
+			dir := t.TempDir()
+			pod := renderBackupPod(t, db, eng, secret, srv, dir)
+			out, err := pod.run(t, srv, pod.command, nil)
+			require.NoError(t, err, "backup: %s", out)
+			assert.Contains(t, out, "dumping database "+created+" ")
+			complete, _ := dumps(t, dir)
+			require.Len(t, complete, 1)
+			target := "restored_" + created
+			srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE %s OWNER %s", target, env["POSTGRES_USER"]))
+			into := pod.withEnv(map[string]string{"PGDATABASE": target})
+			out, err = into.run(t, srv, eng.RestoreCommand(dir, db.Name, complete[0]), nil)
+			require.NoError(t, err, "restore: %s", out)
+			assert.Equal(t, "42", srv.SQL(t, target, "SELECT count(*) FROM items"))
+		})
+	}
 }
