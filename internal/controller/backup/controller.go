@@ -129,7 +129,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		return facet.Outcome{}, fmt.Errorf("listing backup Jobs: %w", err)
 	}
 	backups := slices.DeleteFunc(jobs.Items, func(j batchv1.Job) bool { return j.Name == resources.RestoreJobName(db) })
-	history := Observe(cron, backups)
+	history := Merge(Observe(cron, backups), db.Status.Backup)
 	history.OnDemandToken, history.RestoredFrom = token, restoredFrom
 	cond, after := Assess(db, history, s.now())
 	if restoring != nil {
