@@ -56,10 +56,15 @@ func (Postgres) DataMountPath() string { return postgresDataDir }
 
 // Env implements Engine. PGDATA is a subdirectory of the mount, because
 // initdb refuses a directory that holds a filesystem's lost+found.
+// POSTGRES_DB is the Secret's optional database key, the database that the
+// image's entrypoint creates on the first start and that backups dump;
+// without the key the variable is unset and the entrypoint creates the
+// database named like POSTGRES_USER, which backups then dump.
 func (Postgres) Env(secretName string) []corev1.EnvVar {
 	return []corev1.EnvVar{
 		secretEnv("POSTGRES_USER", secretName, UsernameKey),
 		secretEnv("POSTGRES_PASSWORD", secretName, PasswordKey),
+		optionalSecretEnv("POSTGRES_DB", secretName, DatabaseKey),
 		{Name: "PGDATA", Value: postgresDataDir + "/pgdata"},
 	}
 }
@@ -121,8 +126,9 @@ func (Postgres) BackupEnv(host, secretName string) []corev1.EnvVar {
 }
 
 // BackupCommand implements Engine: pg_dump -Fc of the user's database into a
-// temporary file, a SHA-256 checksum beside it, both renamed into place only
-// when complete, then the oldest dumps beyond retention removed.
+// temporary file of this pod's own, a SHA-256 checksum beside it, both
+// linked into place under a name no other dump holds only when complete,
+// then the oldest dumps beyond retention removed.
 func (Postgres) BackupCommand(dir, prefix string, retention int32) []string {
 	return []string{"/bin/bash", "-c", postgresBackupScript, "backup", dir, prefix, strconv.Itoa(int(retention))}
 }
@@ -156,20 +162,40 @@ echo "restored $file"
 `
 
 // postgresBackupScript takes the backup directory, the dump file prefix and
-// the retention as $1, $2 and $3.
+// the retention as $1, $2 and $3. Two dumps of one Database can run at once
+// (an on-demand or final backup beside a scheduled one) and can start in the
+// same second, so none of its files is shared: the temporary files are named
+// after the pod (HOSTNAME is the pod's name; the shell's pid besides), and
+// the dump's name is claimed with a hard link of its checksum file, which
+// fails when the name is taken (link(2) never replaces a file); the loser
+// takes the next second's stamp. The dump is linked last, so a dump never
+// appears without its checksum.
 const postgresBackupScript = `set -euo pipefail
 dir=$1 prefix=$2 retention=$3
 db=${PGDATABASE:-$PGUSER}
+tmp="$dir/.$prefix.${HOSTNAME:-local}.$$.tmp"
+claimed=
+trap 'rm -f "$tmp" "$tmp.sha256" ${claimed:+"$claimed"}' EXIT
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-name="$prefix-$stamp.dump"
-tmp="$dir/.$name.tmp"
-trap 'rm -f "$tmp" "$tmp.sha256"' EXIT
-echo "dumping database $db from $PGHOST:$PGPORT into $dir/$name"
+echo "dumping database $db from $PGHOST:$PGPORT into $tmp"
 pg_dump --format=custom --no-password --dbname="$db" --file="$tmp"
 pg_restore --list "$tmp" >/dev/null
-(cd "$dir" && sha256sum "$(basename "$tmp")" | sed "s|\.$name\.tmp|$name|") >"$tmp.sha256"
-mv "$tmp.sha256" "$dir/$name.sha256"
-mv "$tmp" "$dir/$name"
+sum=$(sha256sum <"$tmp" | cut -d " " -f 1)
+for attempt in $(seq 1 60); do
+	name="$prefix-$stamp.dump"
+	printf "%s  %s\n" "$sum" "$name" >"$tmp.sha256"
+	if ln "$tmp.sha256" "$dir/$name.sha256" 2>/dev/null; then
+		claimed="$dir/$name.sha256"
+		break
+	fi
+	[[ -e $dir/$name.sha256 ]] || { echo "cannot link $dir/$name.sha256 (the backup volume needs hard links)" >&2; exit 1; }
+	[[ $attempt == 60 ]] && { echo "no free dump name in $dir after 60 tries" >&2; exit 1; }
+	echo "$name is taken by another dump; taking a later stamp"
+	sleep 1
+	stamp=$(date -u +%Y%m%dT%H%M%SZ)
+done
+ln "$tmp" "$dir/$name"
+claimed=
 sync "$dir/$name" "$dir/$name.sha256" 2>/dev/null || sync
 echo "wrote $dir/$name ($(stat -c %s "$dir/$name") bytes)"
 ls -1 "$dir" | grep -E "^$prefix-[0-9]{8}T[0-9]{6}Z\.dump$" | sort -r | tail -n +$((retention + 1)) | while read -r old; do

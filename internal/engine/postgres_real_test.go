@@ -1,8 +1,10 @@
 package engine_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -10,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,4 +222,148 @@ func TestBackupAndRestoreOnARealServer(t *testing.T) {
 	assert.Error(t, err, "a corrupt dump was restored: %s", out)
 	assert.Contains(t, out, "checksum mismatch")
 	assert.Equal(t, "0", srv.SQL(t, "corrupt", "SELECT count(*) FROM pg_tables WHERE tablename = 'items'"))
+}
+
+// withEnv is the pod with more environment, e.g. the HOSTNAME a kubelet sets
+// to the pod's name.
+func (p backupPod) withEnv(env map[string]string) backupPod {
+	q := p
+	q.env = maps.Clone(p.env)
+	maps.Copy(q.env, env)
+	return q
+}
+
+// TestConcurrentBackupsNeverShareAFile runs two backups of one Database at
+// once, started in the same second, into one directory with one prefix, as
+// an on-demand Job and a scheduled one can: each dumps a different database,
+// so a mix-up of the two shows in the rows. Both must leave a complete dump
+// of their own, with a valid checksum, that restores their own rows.
+func TestConcurrentBackupsNeverShareAFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	srv := postgres.Start(t)
+	eng, err := engine.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	db := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
+	}
+	db.Spec.Backup.Retention = 5
+	secret := resources.CredentialsSecret(db, eng, "s3cret-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	user, password := string(secret.Data["username"]), string(secret.Data["password"])
+	srv.SQL(t, "postgres", fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", user, password))
+	const rows = "SELECT count(*), sum(id), md5(string_agg(name, ',' ORDER BY id)) FROM items"
+	want := map[string]string{}
+	for _, name := range []string{"alpha", "beta"} {
+		srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE %s OWNER %s", name, user))
+		// Large enough that the two dumps are being written at the same time.
+		srv.SQL(t, name, fmt.Sprintf("SET ROLE %s; CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL); "+
+			"INSERT INTO items SELECT g, '%s-' || g || repeat(md5(g::text), 4) FROM generate_series(1, 200000) g", user, name))
+		want[name] = srv.SQL(t, name, rows)
+	}
+
+	dir := t.TempDir()
+	pod := renderBackupPod(t, db, eng, secret, srv, dir)
+	// Start both just after a second begins, so that they stamp the same second.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+	var wg sync.WaitGroup
+	outs, errs := make([]string, 2), make([]error, 2)
+	for i, name := range []string{"alpha", "beta"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := pod.withEnv(map[string]string{"HOSTNAME": "orders-backup-" + name + "-x7k2p"})
+			outs[i], errs[i] = p.run(t, srv, p.command, map[string]string{"PGDATABASE": name})
+		}()
+	}
+	wg.Wait()
+	for i := range outs {
+		require.NoError(t, errs[i], "backup %d: %s", i, outs[i])
+	}
+	if !strings.Contains(outs[0]+outs[1], "is taken by another dump") {
+		t.Logf("the two backups did not stamp the same second (a slow start?): %q", outs)
+	}
+	complete, other := dumps(t, dir)
+	require.Len(t, complete, 2, "two backups, two dumps (outputs: %q)", outs)
+	assert.Empty(t, other, "stray files")
+
+	got := map[string]string{}
+	for i, dump := range complete {
+		assert.Regexp(t, `^orders-\d{8}T\d{6}Z\.dump$`, dump)
+		check := exec.Command("sha256sum", "--check", "--strict", dump+".sha256")
+		check.Dir = dir
+		out, err := check.CombinedOutput()
+		require.NoError(t, err, "checksum of %s: %s", dump, out)
+		target := fmt.Sprintf("restored%d", i)
+		srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE %s OWNER %s", target, user))
+		out2, err := pod.run(t, srv, eng.RestoreCommand(dir, "orders", dump), map[string]string{"PGDATABASE": target})
+		require.NoError(t, err, "restore %s: %s", dump, out2)
+		got[dump] = srv.SQL(t, target, rows)
+	}
+	assert.ElementsMatch(t, []string{want["alpha"], want["beta"]}, slices.Collect(maps.Values(got)),
+		"each dump restores the rows of its own database")
+}
+
+// TestBackupWithAUserSecret runs the backup of a Database whose Secret is
+// the user's own: with only username and password (what the docs ask for),
+// the pod starts (PGDATABASE is optional, so unset) and dumps the database
+// named like the user, which the image's entrypoint creates when POSTGRES_DB
+// is unset; with a database key, the engine creates that database
+// (POSTGRES_DB) and the backup dumps it.
+func TestBackupWithAUserSecret(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	srv := postgres.Start(t)
+	eng, err := engine.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	db := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "billing"},
+		Spec: dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17",
+			Credentials: &dbv1.CredentialsSpec{SecretName: "billing-owner"}},
+	}
+	db.Spec.Backup.Retention = 3
+	for name, data := range map[string]map[string]string{
+		"without database": {"username": "owner1", "password": "pw-1"},
+		"with database":    {"username": "owner2", "password": "pw-2", "database": "ledger"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "billing-owner"}, Data: map[string][]byte{}}
+			for k, v := range data {
+				secret.Data[k] = []byte(v)
+			}
+			// What the engine's container creates on its first start: the
+			// user, and POSTGRES_DB's database, the user's name by default.
+			env := map[string]string{}
+			for _, e := range eng.Env(secret.Name) {
+				if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
+					if v, ok := data[ref.SecretKeyRef.Key]; ok {
+						env[e.Name] = v
+					} else {
+						require.True(t, ptr.Deref(ref.SecretKeyRef.Optional, false), "the engine requires key %s", ref.SecretKeyRef.Key)
+					}
+				}
+			}
+			created := cmp.Or(env["POSTGRES_DB"], env["POSTGRES_USER"])
+			assert.Equal(t, cmp.Or(data["database"], data["username"]), created, "the engine's database")
+			srv.SQL(t, "postgres", fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", env["POSTGRES_USER"], env["POSTGRES_PASSWORD"]))
+			srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE %s OWNER %s", created, env["POSTGRES_USER"]))
+			srv.SQL(t, created, fmt.Sprintf("SET ROLE %s; CREATE TABLE items AS SELECT g AS id FROM generate_series(1, 42) g", env["POSTGRES_USER"]))
+
+			dir := t.TempDir()
+			pod := renderBackupPod(t, db, eng, secret, srv, dir)
+			out, err := pod.run(t, srv, pod.command, nil)
+			require.NoError(t, err, "backup: %s", out)
+			assert.Contains(t, out, "dumping database "+created+" ")
+			complete, _ := dumps(t, dir)
+			require.Len(t, complete, 1)
+			target := "restored_" + created
+			srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE %s OWNER %s", target, env["POSTGRES_USER"]))
+			into := pod.withEnv(map[string]string{"PGDATABASE": target})
+			out, err = into.run(t, srv, eng.RestoreCommand(dir, db.Name, complete[0]), nil)
+			require.NoError(t, err, "restore: %s", out)
+			assert.Equal(t, "42", srv.SQL(t, target, "SELECT count(*) FROM items"))
+		})
+	}
 }

@@ -130,7 +130,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 }
 
 // CacheOptions keep the operator's memory independent of what else runs in
-// the cluster: children are cached only when dbkeeper labelled them,
+// the cluster: children (and the pods of backup Jobs, which inherit the
+// labels of the Job's template) are cached only when dbkeeper labelled them,
 // managedFields are stripped from everything, and Secrets are cached as
 // metadata only (typed Secret reads go to the API server, see New), so no
 // password is ever held in the cache.
@@ -147,6 +148,7 @@ func CacheOptions(namespaces []string, syncPeriod time.Duration) cache.Options {
 			&corev1.PersistentVolumeClaim{}: byLabel,
 			&batchv1.CronJob{}:              byLabel,
 			&batchv1.Job{}:                  byLabel,
+			&corev1.Pod{}:                   byLabel,
 			&corev1.Secret{}:                byLabel,
 			secretMeta:                      byLabel,
 		},

@@ -24,6 +24,10 @@ const (
 	backupActiveDeadlineSeconds = 6 * 60 * 60
 	backupStartingDeadline      = 30 * 60
 	backupHistory               = 3
+	// OnDemandBackupTTL is how long a finished on-demand backup Job (and
+	// its pod, with the log) is kept before it is deleted: a day to read
+	// it; its result stays in status.backup.
+	OnDemandBackupTTL = 24 * 60 * 60
 )
 
 // BackupPVC is the volume that holds a Database's dumps. It carries an owner
@@ -75,9 +79,16 @@ func OnDemandBackupJobName(db *dbv1.Database, token string) string {
 }
 
 // OnDemandBackupJob is the Job the backup-now annotation runs: the
-// CronJob's job template, owned by the Database, with the token recorded.
+// CronJob's job template, owned by the Database, with the token recorded,
+// deleted OnDemandBackupTTL seconds after it finished (the CronJob's
+// history limit does not reach it).
 func OnDemandBackupJob(db *dbv1.Database, eng engine.Engine, token string) (*batchv1ac.JobApplyConfiguration, error) {
-	return backupJob(db, eng, OnDemandBackupJobName(db, token), map[string]string{dbv1.AnnotationBackupNow: token})
+	job, err := backupJob(db, eng, OnDemandBackupJobName(db, token), map[string]string{dbv1.AnnotationBackupNow: token})
+	if err != nil {
+		return nil, err
+	}
+	job.Spec.WithTTLSecondsAfterFinished(OnDemandBackupTTL)
+	return job, nil
 }
 
 // FinalBackupJobName is the name of the backup Job that

@@ -1,54 +1,46 @@
 package resources
 
 import (
+	"encoding/json"
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 )
 
 // The engine package speaks in core/v1 types; these turn them into apply
-// configurations without losing a field.
+// configurations without losing a field: an apply configuration has the
+// fields and JSON names of its type, so the conversion goes through JSON
+// instead of naming fields one by one (a field left out by hand, such as
+// SecretKeyRef.Optional, is silently not sent).
 
 func envApply(env []corev1.EnvVar) []*corev1ac.EnvVarApplyConfiguration {
 	out := make([]*corev1ac.EnvVarApplyConfiguration, 0, len(env))
-	for _, e := range env {
-		a := corev1ac.EnvVar().WithName(e.Name)
-		switch {
-		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
-			ref := e.ValueFrom.SecretKeyRef
-			a.WithValueFrom(corev1ac.EnvVarSource().WithSecretKeyRef(
-				corev1ac.SecretKeySelector().WithName(ref.Name).WithKey(ref.Key)))
-		default:
-			a.WithValue(e.Value)
-		}
-		out = append(out, a)
+	for i := range env {
+		out = append(out, viaJSON[corev1ac.EnvVarApplyConfiguration](&env[i]))
 	}
 	return out
 }
 
 func probeApply(p *corev1.Probe) *corev1ac.ProbeApplyConfiguration {
-	a := corev1ac.Probe().
-		WithPeriodSeconds(p.PeriodSeconds).
-		WithTimeoutSeconds(p.TimeoutSeconds).
-		WithFailureThreshold(p.FailureThreshold)
-	if p.InitialDelaySeconds > 0 {
-		a.WithInitialDelaySeconds(p.InitialDelaySeconds)
-	}
-	switch {
-	case p.Exec != nil:
-		a.WithExec(corev1ac.ExecAction().WithCommand(p.Exec.Command...))
-	case p.TCPSocket != nil:
-		a.WithTCPSocket(corev1ac.TCPSocketAction().WithPort(p.TCPSocket.Port))
-	}
-	return a
+	return viaJSON[corev1ac.ProbeApplyConfiguration](p)
 }
 
 func resourcesApply(r corev1.ResourceRequirements) *corev1ac.ResourceRequirementsApplyConfiguration {
-	a := corev1ac.ResourceRequirements()
-	if len(r.Requests) > 0 {
-		a.WithRequests(r.Requests)
+	return viaJSON[corev1ac.ResourceRequirementsApplyConfiguration](&r)
+}
+
+// viaJSON decodes the JSON of a core/v1 value into its apply configuration.
+// It panics on an error, which would be a programming error: a core/v1
+// value always encodes, and its apply configuration decodes what it encodes.
+func viaJSON[T any](in any) *T {
+	raw, err := json.Marshal(in)
+	if err != nil {
+		panic(fmt.Sprintf("encoding %T: %v", in, err))
 	}
-	if len(r.Limits) > 0 {
-		a.WithLimits(r.Limits)
+	out := new(T)
+	if err := json.Unmarshal(raw, out); err != nil {
+		panic(fmt.Sprintf("decoding %T into %T: %v", in, out, err))
 	}
-	return a
+	return out
 }

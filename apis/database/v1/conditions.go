@@ -91,6 +91,11 @@ const (
 	// ReasonBackupStale: the last successful backup is older than
 	// spec.backup.maxAge, or none succeeded that long after creation.
 	ReasonBackupStale = "BackupStale"
+	// ReasonBackupPodNotStarting: the pod of a running backup or restore
+	// Job cannot start its container (a key or the Secret missing, an
+	// image that cannot be pulled); the message names the Job, the pod,
+	// the kubelet's reason and its message.
+	ReasonBackupPodNotStarting = "BackupPodNotStarting"
 )
 
 // Reasons of Deleting.

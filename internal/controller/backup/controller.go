@@ -40,6 +40,7 @@ const Name = "backup"
 // +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Controller is the backup controller.
@@ -100,8 +101,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
 	}
-	pvc := &corev1.PersistentVolumeClaim{}
-	if err := s.apply(ctx, db, pvc, resources.BackupPVC(db), "PVC"); err != nil {
+	if err := s.applyPVC(ctx, db); err != nil {
 		return facet.Outcome{}, err
 	}
 	desired, err := resources.BackupCronJob(db, eng)
@@ -128,12 +128,22 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if err := s.client.List(ctx, jobs, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return facet.Outcome{}, fmt.Errorf("listing backup Jobs: %w", err)
 	}
+	stuck, running, err := s.podNotStarting(ctx, db, jobs.Items)
+	if err != nil {
+		return facet.Outcome{}, err
+	}
 	backups := slices.DeleteFunc(jobs.Items, func(j batchv1.Job) bool { return j.Name == resources.RestoreJobName(db) })
-	history := Observe(cron, backups)
+	history := Merge(Observe(cron, backups), db.Status.Backup)
 	history.OnDemandToken, history.RestoredFrom = token, restoredFrom
 	cond, after := Assess(db, history, s.now())
 	if restoring != nil {
 		cond, after = *restoring, 0
+	}
+	if stuck != nil {
+		cond = *stuck
+	}
+	if running {
+		after = sooner(after, runningJobRecheck)
 	}
 	return facet.Outcome{Condition: cond, Status: statusOf(history), RequeueAfter: after}, nil
 }
@@ -226,15 +236,49 @@ func EnsureJob(ctx context.Context, c client.Client, desired *batchv1ac.JobApply
 	return &batchv1.Job{}, true, nil
 }
 
+// applyPVC applies the backup PVC, keeping the size of a live one that is
+// larger than the spec asks for.
+func (s *syncer) applyPVC(ctx context.Context, db *dbv1.Database) error {
+	desired := resources.BackupPVC(db)
+	live := &corev1.PersistentVolumeClaim{}
+	found, err := s.get(ctx, db, live, *desired.GetName(), "PVC")
+	if err != nil {
+		return err
+	}
+	if !found {
+		return s.write(ctx, nil, desired, "PVC")
+	}
+	resources.KeepLargerRequest(desired, live)
+	return s.write(ctx, live, desired, "PVC")
+}
+
 // apply fetches live by the name of desired and applies desired over it.
 func (s *syncer) apply(ctx context.Context, db *dbv1.Database, live client.Object, desired namedApplyConfiguration, kind string) error {
-	name := *desired.GetName()
-	if err := s.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, live); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("getting backup %s %s: %w", kind, name, err)
-		}
+	found, err := s.get(ctx, db, live, *desired.GetName(), kind)
+	if err != nil {
+		return err
+	}
+	if !found {
 		live = nil
 	}
+	return s.write(ctx, live, desired, kind)
+}
+
+// get reads the backup child of the name into live and reports whether it
+// exists.
+func (s *syncer) get(ctx context.Context, db *dbv1.Database, live client.Object, name, kind string) (bool, error) {
+	if err := s.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, live); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("getting backup %s %s: %w", kind, name, err)
+		}
+		return false, nil
+	}
+	return true, nil
+}
+
+// write applies desired over live, which is nil when there is none.
+func (s *syncer) write(ctx context.Context, live client.Object, desired namedApplyConfiguration, kind string) error {
+	name := *desired.GetName()
 	wrote, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name))
 	if err != nil {
 		return fmt.Errorf("applying backup %s %s: %w", kind, name, err)

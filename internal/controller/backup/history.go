@@ -34,20 +34,25 @@ type History struct {
 	RestoredFrom string
 	// lastFinishedFailed is true when the most recently finished Job failed.
 	lastFinishedFailed bool
+	// lastJobCreated is when LastJob was created, if Observe saw it.
+	lastJobCreated time.Time
+	// jobs are the names of the Jobs Observe saw.
+	jobs map[string]bool
 }
 
 // Observe reads the history off the CronJob (which may be nil) and the
 // backup Jobs. Only finished Jobs count as successes or failures.
 func Observe(cron *batchv1.CronJob, jobs []batchv1.Job) History {
-	var h History
+	h := History{jobs: map[string]bool{}}
 	if cron != nil {
 		h.LastSchedule = cron.Status.LastScheduleTime
 	}
-	var newest, lastFinished time.Time
+	var lastFinished time.Time
 	for i := range jobs {
 		j := &jobs[i]
-		if t := j.CreationTimestamp.Time; t.After(newest) {
-			newest, h.LastJob = t, j.Name
+		h.jobs[j.Name] = true
+		if t := j.CreationTimestamp.Time; t.After(h.lastJobCreated) {
+			h.lastJobCreated, h.LastJob = t, j.Name
 		}
 		done, failed, at, msg := Finished(j)
 		if !done {
@@ -64,6 +69,40 @@ func Observe(cron *batchv1.CronJob, jobs []batchv1.Job) History {
 		}
 	}
 	return h
+}
+
+// Merge is the observed history merged with the previous status (which may
+// be nil), so that nothing goes backwards when Jobs are deleted (on-demand
+// Jobs by their TTL, scheduled ones by the CronJob's history limit): each
+// time is the later of the two, with the failed Job and its message; the
+// last Job stays the previous one while that is gone and no live Job is
+// known to be newer (created after the last recorded finish: a deleted Job
+// had finished). Whether the last finished backup failed follows from the
+// merged times.
+func Merge(h History, prev *dbv1.BackupStatus) History {
+	if prev == nil {
+		return h
+	}
+	h.LastSchedule = later(h.LastSchedule, prev.LastScheduleTime)
+	h.LastSuccess = later(h.LastSuccess, prev.LastSuccessfulTime)
+	if prev.LastFailedTime != nil && (h.LastFailure == nil || prev.LastFailedTime.After(h.LastFailure.Time)) {
+		h.LastFailure, h.LastFailedJob, h.LastFailureMessage = prev.LastFailedTime, prev.LastFailedJob, prev.LastFailureMessage
+	}
+	if prev.LastJob != "" && prev.LastJob != h.LastJob && !h.jobs[prev.LastJob] {
+		if finished := later(h.LastSuccess, h.LastFailure); h.LastJob == "" || finished == nil || !h.lastJobCreated.After(finished.Time) {
+			h.LastJob, h.lastJobCreated = prev.LastJob, time.Time{}
+		}
+	}
+	h.lastFinishedFailed = h.LastFailure != nil && (h.LastSuccess == nil || h.LastFailure.After(h.LastSuccess.Time))
+	return h
+}
+
+// later is the later of two times, either of which may be nil.
+func later(a, b *metav1.Time) *metav1.Time {
+	if a == nil || (b != nil && b.After(a.Time)) {
+		return b
+	}
+	return a
 }
 
 // Finished reports whether a Job has finished, whether it failed, when, and

@@ -88,3 +88,57 @@ func TestObserveRecordsTheNewestOfEach(t *testing.T) {
 	assert.Equal(t, "DeadlineExceeded: pod exited 1", h.LastFailureMessage)
 	assert.True(t, h.lastFinishedFailed)
 }
+
+// TestHistoryNeverGoesBackwards: Jobs go away (the TTL of on-demand Jobs,
+// the CronJob's history limit), and what they told must stay in the status:
+// merged with the previous status, no time, Job name or failure is
+// forgotten or replaced by an older one.
+func TestHistoryNeverGoesBackwards(t *testing.T) {
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: t0.Add(d)} }
+	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0.Add(-48 * time.Hour))}}
+	db.Spec.Backup.Schedule = "0 2 * * *"
+	// The scheduled b-1 succeeded, then the on-demand b-now-1 failed; its
+	// Job is gone now, only b-1 is left.
+	prev := &dbv1.BackupStatus{
+		LastScheduleTime:   at(-24 * time.Hour),
+		LastSuccessfulTime: at(-23 * time.Hour),
+		LastFailedTime:     at(time.Minute),
+		LastJob:            "b-now-1",
+		LastFailedJob:      "b-now-1",
+		LastFailureMessage: "BackoffLimitExceeded: pod exited 1",
+	}
+	ok1 := job("b-1", t0.Add(-24*time.Hour), batchv1.JobComplete, t0.Add(-23*time.Hour), "")
+
+	for name, jobs := range map[string][]batchv1.Job{
+		"the failed Job was deleted": {ok1},
+		"every Job was deleted":      nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := Merge(Observe(nil, jobs), prev)
+			assert.Equal(t, prev.LastScheduleTime, h.LastSchedule)
+			assert.Equal(t, prev.LastSuccessfulTime, h.LastSuccess)
+			assert.Equal(t, prev.LastFailedTime, h.LastFailure)
+			assert.Equal(t, "b-now-1", h.LastJob)
+			assert.Equal(t, "b-now-1", h.LastFailedJob)
+			assert.Equal(t, prev.LastFailureMessage, h.LastFailureMessage)
+			cond, _ := Assess(db, h, t0.Add(time.Hour))
+			assert.Equal(t, dbv1.ReasonLastBackupFailed, cond.Reason, "the failure is still the last finished backup: %s", cond.Message)
+		})
+	}
+
+	t.Run("newer Jobs win", func(t *testing.T) {
+		ok2 := job("b-2", t0.Add(time.Hour), batchv1.JobComplete, t0.Add(61*time.Minute), "")
+		running := job("b-3", t0.Add(2*time.Hour), "", time.Time{}, "")
+		h := Merge(Observe(nil, []batchv1.Job{ok1, ok2, running}), prev)
+		assert.Equal(t, t0.Add(61*time.Minute), h.LastSuccess.Time)
+		assert.Equal(t, "b-3", h.LastJob)
+		assert.Equal(t, "b-now-1", h.LastFailedJob, "the last failure is still the last failure")
+		cond, _ := Assess(db, h, t0.Add(2*time.Hour))
+		assert.Equal(t, dbv1.ReasonBackupScheduled, cond.Reason, cond.Message)
+	})
+
+	t.Run("no previous status", func(t *testing.T) {
+		observed := Observe(nil, []batchv1.Job{ok1})
+		assert.Equal(t, observed, Merge(observed, nil))
+	})
+}
