@@ -110,3 +110,8 @@ func secretEnv(name, secretName, key string) corev1.EnvVar {
 		},
 	}}
 }
+
+// RestoreRefusedExitCode is the exit status of every engine's
+// RestoreCommand when the target database already holds data it did not
+// restore itself: nothing was touched, and retrying cannot help.
+const RestoreRefusedExitCode = 42
