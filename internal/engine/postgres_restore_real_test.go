@@ -158,6 +158,27 @@ func TestRestoreOnlyIntoAFreshDatabase(t *testing.T) {
 	assert.NotContains(t, string(list), "dbkeeper")
 	assert.NotContains(t, string(list), "DATABASE")
 
+	// A restore that dies half-way (here a truncated dump with a matching
+	// checksum) leaves the database empty and unmarked, so a retry may
+	// restore it.
+	data, err := os.ReadFile(filepath.Join(dir, complete[0]))
+	require.NoError(t, err)
+	cut := "orders-20000101T000000Z.dump"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, cut), data[:len(data)*3/4], 0o644))
+	sum, err := exec.Command("sha256sum", filepath.Join(dir, cut)).Output()
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, cut+".sha256"), []byte(strings.Replace(string(sum), dir+"/", "", 1)), 0o644))
+	srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE interrupted OWNER %s", user))
+	out, err = restore.run(t, srv, engine.Postgres{}.RestoreCommand(dir, "orders", cut), map[string]string{"PGDATABASE": "interrupted"})
+	require.Error(t, err, "a truncated dump restored: %s", out)
+	assert.NotEqual(t, engine.RestoreRefusedExitCode, exitCode(t, err), out)
+	t.Logf("the truncated restore: %s", out)
+	assert.Equal(t, "0", srv.SQL(t, "interrupted", "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace"), "a failed restore left objects")
+	assert.Empty(t, comment("interrupted"), "a failed restore left the mark")
+	out, err = restore.run(t, srv, engine.Postgres{}.RestoreCommand(dir, "orders", complete[0]), map[string]string{"PGDATABASE": "interrupted"})
+	require.NoError(t, err, "the retry after a failed restore: %s", out)
+	assert.Equal(t, want, srv.SQL(t, "interrupted", rows))
+
 	// Anything a user created, and no mark: refused, nothing touched.
 	for name, create := range map[string]string{
 		"a table":        "CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL); INSERT INTO items VALUES (1, 'live')",
