@@ -54,3 +54,10 @@ func servicePort(eng engine.Engine) *corev1ac.ServicePortApplyConfiguration {
 		WithProtocol(corev1.ProtocolTCP).
 		WithTargetPort(intstr.FromString(eng.PortName()))
 }
+
+// RestoreFinished reports whether the Database has no restore to wait for:
+// it has no spec.bootstrap, or status.backup.restoredFrom says the restore
+// Job succeeded.
+func RestoreFinished(db *dbv1.Database) bool {
+	return db.Spec.Bootstrap == nil || (db.Status.Backup != nil && db.Status.Backup.RestoredFrom != "")
+}
