@@ -165,19 +165,21 @@ const postgresRestoreScript = `set -euo pipefail
 dir=$1 prefix=$2 name=$3 refused=$4
 db=${PGDATABASE:-$PGUSER}
 sql() { psql --no-psqlrc --no-password --quiet --set=ON_ERROR_STOP=1 --dbname="$db" "$@"; }
+marked="` + postgresMarkOf + `"
+objects="` + postgresUserObjects + `"
 for i in $(seq 1 60); do
 	pg_isready --quiet --timeout=5 && break
 	[[ $i == 60 ]] && { echo "server $PGHOST:$PGPORT not ready" >&2; exit 1; }
 	sleep 5
 done
-mark=$(sql --tuples-only --no-align --command="` + postgresMarkOf + `")
+mark=$(sql --tuples-only --no-align --command="$marked")
 if [[ -n $mark ]]; then
 	echo "database $db was already ${mark#dbkeeper: }: not restoring again"
 	exit 0
 fi
-found=$(sql --tuples-only --no-align --command="SELECT count(*) || ': ' || string_agg(o, ', ') FROM (` + postgresUserObjects + ` LIMIT 5) user_objects(o) HAVING count(*) > 0")
+found=$(sql --tuples-only --no-align --command="SELECT string_agg(o, ', ') FROM ($objects LIMIT 5) user_objects(o)")
 if [[ -n $found ]]; then
-	echo "refusing to restore into database $db: it holds data that no dbkeeper restore put there (${found}...); nothing was touched" >&2
+	echo "refusing to restore into database $db: it holds data that no dbkeeper restore put there (${found}, ...); nothing was touched" >&2
 	exit "$refused"
 fi
 if [[ $name == latest ]]; then
@@ -194,7 +196,7 @@ echo "restoring $file into database $db on $PGHOST:$PGPORT"
 {
 	echo "BEGIN;"
 	echo "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('dbkeeper restore'));"
-	echo "DO \$dbkeeper\$ BEGIN IF EXISTS (` + postgresMarkOf + `) OR EXISTS (` + postgresUserObjects + `) THEN RAISE EXCEPTION 'database % changed while the restore started', pg_catalog.current_database(); END IF; END \$dbkeeper\$;"
+	echo "DO \$dbkeeper\$ BEGIN IF EXISTS ($marked) OR EXISTS ($objects) THEN RAISE EXCEPTION 'database % got data or a mark since it was checked: not restoring', pg_catalog.current_database(); END IF; END \$dbkeeper\$;"
 	pg_restore --no-owner --file=- "$file"
 	echo "$marking"
 	echo "COMMIT;"

@@ -198,6 +198,7 @@ func TestRestoreOnlyIntoAFreshDatabase(t *testing.T) {
 		out, code := run(target)
 		assert.Equal(t, engine.RestoreRefusedExitCode, code, "%s: restored over it: %s", name, out)
 		assert.Contains(t, out, "refusing to restore", name)
+		t.Logf("%s: %s", name, out)
 		assert.Equal(t, before, srv.SQL(t, target, objects), "%s: the refused restore changed the database", name)
 		assert.Empty(t, comment(target), "%s: marked", name)
 	}
