@@ -101,6 +101,7 @@ func TestBootstrapRestoreGuards(t *testing.T) {
 
 	// A restore that succeeds opens the client Service, and only then.
 	copied := bootstrapped("copy")
+	copied.Spec.DeletionPolicy = dbv1.DeletionPolicyRetain
 	require.NoError(t, k8s.Create(ctx, copied))
 	live := waitReady(t, copied)
 	require.NotNil(t, live.Status.Backup)
@@ -119,4 +120,24 @@ func TestBootstrapRestoreGuards(t *testing.T) {
 		assert.True(c, selects(svc, pod), "the client Service does not select the pod after the restore: %v", svc.Spec.Selector)
 		assert.Equal(c, 1, endpoints(c, ns, "copy"), "endpoints of the client Service")
 	}, timeout, tick)
+
+	// Re-created without its status (Velero, GitOps), over the Retained
+	// volume: the restore Job runs again with the restore command, which
+	// finds its mark in the data and touches nothing (proven against a real
+	// server by engine's TestRestoreOnlyIntoAFreshDatabase); the client
+	// Service waits for it again.
+	require.NoError(t, k8s.Delete(ctx, copied))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.True(c, isNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(copied), &dbv1.Database{})), "Database still there")
+		assert.True(c, isNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "copy-restore"}, &batchv1.Job{})), "restore Job not collected")
+	}, timeout, tick)
+	again := bootstrapped("copy")
+	require.NoError(t, k8s.Create(ctx, again))
+	live = waitReady(t, again)
+	assert.Equal(t, "src/latest", live.Status.Backup.RestoredFrom)
+	rerun := &batchv1.Job{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "copy-restore"}, rerun))
+	assert.NotEqual(t, job.UID, rerun.UID)
+	c := rerun.Spec.Template.Spec.Containers[0]
+	assert.Equal(t, eng.RestoreCommand(resources.BackupMountPath, "src", "latest"), append(c.Command, c.Args...))
 }
