@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -117,6 +118,9 @@ func (s *syncer) apply(ctx context.Context, desired *corev1ac.ServiceApplyConfig
 			return err
 		}
 		live = nil // apply, to own the ports again
+	}
+	if live != nil && !maps.Equal(live.Spec.Selector, desired.Spec.Selector) {
+		live = nil // apply: the selector is atomic, and a key it loses is a difference apply.Apply does not see
 	}
 	wrote, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name))
 	if err != nil {
