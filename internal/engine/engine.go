@@ -1,6 +1,6 @@
 // Package engine holds what differs between database engines: the image
 // catalog, the port, the environment, the probes, the pod's user and the
-// dump command. Adding an engine is adding one file that implements Engine
+// dump and restore commands. Adding an engine is adding one file that implements Engine
 // and one entry in the catalog below.
 package engine
 
@@ -62,7 +62,12 @@ type Engine interface {
 	// RestoreCommand restores the dump file of dir (written by
 	// BackupCommand with prefix; "latest" means the newest) into the
 	// database of the BackupEnv credentials, once the server answers and
-	// the checksum matches; it exits non-zero on any failure.
+	// the checksum matches, and only into a database that has never held
+	// data: one that carries the mark of an earlier restore (kept in the
+	// database itself) is left alone with exit 0, one that holds data
+	// without the mark is refused, untouched, with exit code
+	// RestoreRefusedExitCode. A restore sets the mark with the data, so a
+	// failed one leaves neither. It exits non-zero on any failure.
 	RestoreCommand(dir, prefix, file string) []string
 }
 
@@ -114,3 +119,8 @@ func secretEnv(name, secretName, key string) corev1.EnvVar {
 		},
 	}}
 }
+
+// RestoreRefusedExitCode is the exit status of every engine's
+// RestoreCommand when the target database already holds data it did not
+// restore itself: nothing was touched, and retrying cannot help.
+const RestoreRefusedExitCode = 42

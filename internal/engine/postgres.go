@@ -133,31 +133,96 @@ func (Postgres) BackupCommand(dir, prefix string, retention int32) []string {
 	return []string{"/bin/bash", "-c", postgresBackupScript, "backup", dir, prefix, strconv.Itoa(int(retention))}
 }
 
-// RestoreCommand implements Engine: the checksum is verified, then
-// pg_restore replaces the objects of the dump in the target database in one
-// transaction, so a failed restore leaves the database as it was.
+// RestoreCommand implements Engine. Once the server answers, the target
+// database decides: one that carries dbkeeper's mark (a comment on the
+// database, which a dump of it does not copy) was restored before, and is
+// left alone with exit 0; one that holds anything a user created (a
+// relation, function, type, schema, extension, large object...) is refused
+// with RestoreRefusedExitCode, untouched. Only a database as initdb and the
+// image's POSTGRES_DB leave it is restored: the checksum is verified, then
+// the dump's statements and the mark run in one transaction, so a failed or
+// interrupted restore leaves the database empty and unmarked.
 func (Postgres) RestoreCommand(dir, prefix, file string) []string {
-	return []string{"/bin/bash", "-c", postgresRestoreScript, "restore", dir, prefix, file}
+	return []string{"/bin/bash", "-c", postgresRestoreScript, "restore", dir, prefix, file, strconv.Itoa(RestoreRefusedExitCode)}
 }
 
+// postgresUserObjects lists what a user created in the current database,
+// as "kind name" rows: everything outside the system schemas, schemas
+// besides public, extensions besides plpgsql, large objects, event
+// triggers and publications. A database fresh from template1 has none.
+const postgresUserObjects = `WITH sys(oid) AS (
+  SELECT oid FROM pg_catalog.pg_namespace
+  WHERE nspname IN ('pg_catalog', 'information_schema') OR nspname ~ '^pg_(toast|temp_|toast_temp_)'
+), objects(kind, name) AS (
+  SELECT 'relation', oid::pg_catalog.regclass::text FROM pg_catalog.pg_class WHERE relnamespace NOT IN (SELECT oid FROM sys)
+  UNION ALL SELECT 'function', oid::pg_catalog.regprocedure::text FROM pg_catalog.pg_proc WHERE pronamespace NOT IN (SELECT oid FROM sys)
+  UNION ALL SELECT 'type', oid::pg_catalog.regtype::text FROM pg_catalog.pg_type WHERE typnamespace NOT IN (SELECT oid FROM sys)
+  UNION ALL SELECT 'operator', oid::pg_catalog.regoperator::text FROM pg_catalog.pg_operator WHERE oprnamespace NOT IN (SELECT oid FROM sys)
+  UNION ALL SELECT 'collation', collname FROM pg_catalog.pg_collation WHERE collnamespace NOT IN (SELECT oid FROM sys)
+  UNION ALL SELECT 'text search configuration', cfgname FROM pg_catalog.pg_ts_config WHERE cfgnamespace NOT IN (SELECT oid FROM sys)
+  UNION ALL SELECT 'schema', nspname FROM pg_catalog.pg_namespace WHERE oid NOT IN (SELECT oid FROM sys) AND nspname <> 'public'
+  UNION ALL SELECT 'extension', extname FROM pg_catalog.pg_extension WHERE extname <> 'plpgsql'
+  UNION ALL SELECT 'large object', oid::text FROM pg_catalog.pg_largeobject_metadata
+  UNION ALL SELECT 'event trigger', evtname FROM pg_catalog.pg_event_trigger
+  UNION ALL SELECT 'publication', pubname FROM pg_catalog.pg_publication
+)
+SELECT kind || ' ' || name FROM objects`
+
+// postgresMark is the comment dbkeeper's restore leaves on the database it
+// filled; postgresMarkOf reads it back (empty when the database has none).
+const (
+	postgresMark   = "dbkeeper: restored from "
+	postgresMarkOf = `SELECT d FROM pg_catalog.shobj_description(
+  (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database()), 'pg_database') d
+WHERE d LIKE 'dbkeeper: restored from %'`
+)
+
+// postgresRestoreScript takes the backup directory, the source's dump
+// prefix, the dump file name (or latest) and the refusal exit code as $1
+// to $4. The restore statements come from pg_restore as a script and run
+// through psql between an explicit BEGIN and a COMMIT that is only sent
+// once pg_restore has succeeded: if pg_restore dies, psql reaches the end
+// of its input inside the transaction and the server rolls it back.
 const postgresRestoreScript = `set -euo pipefail
-dir=$1 prefix=$2 name=$3
+dir=$1 prefix=$2 name=$3 refused=$4
 db=${PGDATABASE:-$PGUSER}
-if [[ $name == latest ]]; then
-	name=$(ls -1 "$dir" | grep -E "^$prefix-[0-9]{8}T[0-9]{6}Z\.dump$" | sort | tail -n 1 || true)
-	[[ -n $name ]] || { echo "no dump of $prefix in $dir" >&2; exit 1; }
-fi
-file=$dir/$name
+sql() { psql --no-psqlrc --no-password --quiet --set=ON_ERROR_STOP=1 --dbname="$db" "$@"; }
+marked="` + postgresMarkOf + `"
+objects="` + postgresUserObjects + `"
 for i in $(seq 1 60); do
 	pg_isready --quiet --timeout=5 && break
 	[[ $i == 60 ]] && { echo "server $PGHOST:$PGPORT not ready" >&2; exit 1; }
 	sleep 5
 done
+mark=$(sql --tuples-only --no-align --command="$marked")
+if [[ -n $mark ]]; then
+	echo "database $db was already ${mark#dbkeeper: }: not restoring again"
+	exit 0
+fi
+found=$(sql --tuples-only --no-align --command="SELECT string_agg(o, ', ') FROM ($objects LIMIT 5) user_objects(o)")
+if [[ -n $found ]]; then
+	echo "refusing to restore into database $db: it holds data that no dbkeeper restore put there (${found}, ...); nothing was touched" >&2
+	exit "$refused"
+fi
+if [[ $name == latest ]]; then
+	name=$(ls -1 "$dir" | grep -E "^$prefix-[0-9]{8}T[0-9]{6}Z\.dump$" | sort | tail -n 1 || true)
+	[[ -n $name ]] || { echo "no dump of $prefix in $dir" >&2; exit 1; }
+fi
+file=$dir/$name
 test -f "$file" || { echo "no dump $file" >&2; exit 1; }
 test -f "$file.sha256" || { echo "no checksum $file.sha256: not a complete dbkeeper dump" >&2; exit 1; }
 (cd "$(dirname "$file")" && sha256sum --check --status "$(basename "$file").sha256") || { echo "checksum mismatch for $file" >&2; exit 1; }
+pg_restore --list "$file" >/dev/null
+marking=$(sql --tuples-only --no-align --set=mark="` + postgresMark + `$prefix/$name" <<<"SELECT pg_catalog.format('COMMENT ON DATABASE %I IS %L;', pg_catalog.current_database(), :'mark')")
 echo "restoring $file into database $db on $PGHOST:$PGPORT"
-pg_restore --no-password --clean --if-exists --no-owner --exit-on-error --single-transaction --dbname="$db" "$file"
+{
+	echo "BEGIN;"
+	echo "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('dbkeeper restore'));"
+	echo "DO \$dbkeeper\$ BEGIN IF EXISTS ($marked) OR EXISTS ($objects) THEN RAISE EXCEPTION 'database % got data or a mark since it was checked: not restoring', pg_catalog.current_database(); END IF; END \$dbkeeper\$;"
+	pg_restore --no-owner --file=- "$file"
+	echo "$marking"
+	echo "COMMIT;"
+} | sql --output=/dev/null --file=-
 echo "restored $file"
 `
 

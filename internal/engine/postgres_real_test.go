@@ -207,7 +207,8 @@ func TestBackupAndRestoreOnARealServer(t *testing.T) {
 	require.NoError(t, err, "restore latest: %s", out)
 	assert.Contains(t, out, newest)
 	assert.Equal(t, want, srv.SQL(t, "latest", "SELECT count(*), sum(id), string_agg(name, ',' ORDER BY id) FROM items"))
-	out, err = pod.run(t, srv, eng.RestoreCommand(dir, "billing", "latest"), map[string]string{"PGDATABASE": "latest"})
+	srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE billing OWNER %s", user))
+	out, err = pod.run(t, srv, eng.RestoreCommand(dir, "billing", "latest"), map[string]string{"PGDATABASE": "billing"})
 	assert.Error(t, err, "restored a dump of another Database: %s", out)
 	assert.Contains(t, out, "no dump of billing")
 

@@ -122,7 +122,7 @@ func backupJobSpec(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobSpecAppl
 	if err != nil {
 		return nil, err
 	}
-	host := ClientServiceName(db) + "." + db.Namespace + ".svc"
+	host := ClientServiceHost(db)
 	container := corev1ac.Container().
 		WithName(backupContainer).
 		WithImage(image).
@@ -133,6 +133,7 @@ func backupJobSpec(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobSpecAppl
 	pod := corev1ac.PodSpec().
 		WithRestartPolicy(corev1.RestartPolicyNever).
 		WithEnableServiceLinks(false).
+		WithAutomountServiceAccountToken(false).
 		WithSecurityContext(restrictedPod(eng.User())).
 		WithVolumes(corev1ac.Volume().WithName(backupVolume).
 			WithPersistentVolumeClaim(corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(BackupName(db))))
@@ -146,14 +147,29 @@ func backupJobSpec(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobSpecAppl
 			WithSpec(pod)), nil
 }
 
+// restoreContainer is the restore Job's one container.
+const restoreContainer = "restore"
+
 // RestoreJobName is the name of the Job that restores spec.bootstrap's dump.
 func RestoreJobName(db *dbv1.Database) string { return db.Name + "-restore" }
 
+// RestorePodHost is the DNS name of the Database's first pod under the
+// headless Service, which publishes it before it is ready: the restore Job
+// connects there, because the client Service selects no pod until the
+// restore has finished.
+func RestorePodHost(db *dbv1.Database) string {
+	return fmt.Sprintf("%s-0.%s.%s.svc", StatefulSetName(db), HeadlessServiceName(db), db.Namespace)
+}
+
 // RestoreJob restores spec.bootstrap.fromBackup into the new Database: it
 // mounts the source Database's backup volume read-only, waits for the
-// server and restores the dump with the new Database's credentials. It
-// retries a few times (the restore is one transaction that cleans first).
-// It is nil when the Database has no bootstrap.
+// server (on its pod, see RestorePodHost) and restores the dump with the
+// new Database's credentials, only into a database that holds no data yet
+// (see engine.Engine.RestoreCommand). It retries a few times, as a failed
+// restore leaves the database as it was; a refusal
+// (engine.RestoreRefusedExitCode) fails the Job at once through its pod
+// failure policy, and the Job's Failed condition then has the reason
+// PodFailurePolicy. It is nil when the Database has no bootstrap.
 func RestoreJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobApplyConfiguration, error) {
 	if db.Spec.Bootstrap == nil {
 		return nil, nil
@@ -168,9 +184,9 @@ func RestoreJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobApplyConfig
 		file = "latest"
 	}
 	source := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: from.Database, Namespace: db.Namespace}}
-	host := ClientServiceName(db) + "." + db.Namespace + ".svc"
+	host := RestorePodHost(db)
 	container := corev1ac.Container().
-		WithName("restore").
+		WithName(restoreContainer).
 		WithImage(image).
 		WithCommand(eng.RestoreCommand(BackupMountPath, from.Database, file)...).
 		WithEnv(envApply(eng.BackupEnv(host, CredentialsSecretName(db)))...).
@@ -179,6 +195,7 @@ func RestoreJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobApplyConfig
 	pod := corev1ac.PodSpec().
 		WithRestartPolicy(corev1.RestartPolicyNever).
 		WithEnableServiceLinks(false).
+		WithAutomountServiceAccountToken(false).
 		WithSecurityContext(restrictedPod(eng.User())).
 		WithVolumes(corev1ac.Volume().WithName(backupVolume).
 			WithPersistentVolumeClaim(corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(BackupName(source)).WithReadOnly(true)))
@@ -189,6 +206,13 @@ func RestoreJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobApplyConfig
 		WithOwnerReferences(OwnerReference(db)).
 		WithSpec(batchv1ac.JobSpec().
 			WithBackoffLimit(3).
+			WithPodFailurePolicy(batchv1ac.PodFailurePolicy().WithRules(
+				batchv1ac.PodFailurePolicyRule().
+					WithAction(batchv1.PodFailurePolicyActionFailJob).
+					WithOnExitCodes(batchv1ac.PodFailurePolicyOnExitCodesRequirement().
+						WithContainerName(restoreContainer).
+						WithOperator(batchv1.PodFailurePolicyOnExitCodesOpIn).
+						WithValues(engine.RestoreRefusedExitCode)))).
 			WithActiveDeadlineSeconds(backupActiveDeadlineSeconds).
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(Labels(db, ComponentBackup)).

@@ -71,7 +71,7 @@ func TestBuildersRenderWhatTheEngineDeclares(t *testing.T) {
 			assert.Equal(t, eng.LivenessProbe(), c.LivenessProbe, "liveness probe")
 			assertMounts(t, pod, sts.Spec.VolumeClaimTemplates, c, append([]string{eng.DataMountPath()}, eng.ScratchMounts()...)...)
 
-			host := resources.ClientServiceName(db) + "." + db.Namespace + ".svc"
+			host := resources.ClientServiceHost(db)
 			cron, err := resources.BackupCronJob(db, eng)
 			require.NoError(t, err)
 			ondemand, err := resources.OnDemandBackupJob(db, eng, "token-1")
@@ -88,6 +88,10 @@ func TestBuildersRenderWhatTheEngineDeclares(t *testing.T) {
 			}
 			for kind, pod := range jobs {
 				require.Len(t, pod.Containers, 1, kind)
+				host := host
+				if kind == "restore" {
+					host = resources.RestorePodHost(db)
+				}
 				assert.Equal(t, eng.BackupEnv(host, secret), pod.Containers[0].Env, "%s env", kind)
 				assertMounts(t, pod, nil, pod.Containers[0], resources.BackupMountPath, "/tmp")
 			}

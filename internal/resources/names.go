@@ -38,6 +38,11 @@ func StatefulSetName(db *dbv1.Database) string { return db.Name }
 // ClientServiceName is the name of the Service clients connect to.
 func ClientServiceName(db *dbv1.Database) string { return db.Name }
 
+// ClientServiceHost is the in-cluster DNS name of the client Service.
+func ClientServiceHost(db *dbv1.Database) string {
+	return ClientServiceName(db) + "." + db.Namespace + ".svc"
+}
+
 // HeadlessServiceName is the name of the StatefulSet's governing Service.
 func HeadlessServiceName(db *dbv1.Database) string { return db.Name + "-headless" }
 
@@ -63,7 +68,7 @@ func BackupName(db *dbv1.Database) string { return db.Name + "-backup" }
 
 // Endpoint is the in-cluster host:port of the client Service.
 func Endpoint(db *dbv1.Database, port int32) string {
-	return fmt.Sprintf("%s.%s.svc:%d", ClientServiceName(db), db.Namespace, port)
+	return fmt.Sprintf("%s:%d", ClientServiceHost(db), port)
 }
 
 // Labels are the labels of a child of the given component.

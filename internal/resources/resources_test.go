@@ -134,6 +134,7 @@ func assertRestricted(t *testing.T, pod *corev1ac.PodSpecApplyConfiguration, uid
 	for _, v := range pod.Volumes {
 		assert.Nil(t, v.HostPath, "volume %s: hostPath is not allowed", *v.Name)
 	}
+	assert.Equal(t, ptr.To(false), pod.AutomountServiceAccountToken, "no pod of a Database talks to the Kubernetes API: it gets no token")
 }
 
 func TestRestrictedPodSecurity(t *testing.T) {

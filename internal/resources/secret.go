@@ -1,7 +1,6 @@
 package resources
 
 import (
-	"fmt"
 	"net/url"
 	"strconv"
 
@@ -29,7 +28,7 @@ const (
 // without spec.credentials.secretName. It is created, never applied, so a
 // later reconcile can never overwrite the password.
 func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string) *corev1.Secret {
-	host := fmt.Sprintf("%s.%s.svc", ClientServiceName(db), db.Namespace)
+	host := ClientServiceHost(db)
 	port := strconv.Itoa(int(eng.Port()))
 	uri := url.URL{
 		Scheme: string(eng.Name()),

@@ -9,15 +9,27 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 )
 
+// LabelRestorePending is in the client Service's selector, and on no pod,
+// while spec.bootstrap's restore has not finished: the Service then has no
+// endpoints.
+const LabelRestorePending = "database.dbkeeper.io/restore-pending"
+
 // ClientService is the Service clients connect to, of spec.service.type and
-// with spec.service.annotations.
+// with spec.service.annotations. Until spec.bootstrap's restore has
+// finished (RestoreFinished) its selector matches no pod, so that no client
+// reaches a database being filled, or one whose restore was refused; the
+// selector is atomic, so applying the usual one later replaces it whole.
 func ClientService(db *dbv1.Database, eng engine.Engine) *corev1ac.ServiceApplyConfiguration {
+	selector := PodSelectorLabels(db)
+	if !RestoreFinished(db) {
+		selector[LabelRestorePending] = "true"
+	}
 	svc := corev1ac.Service(ClientServiceName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
 		WithOwnerReferences(OwnerReference(db)).
 		WithSpec(corev1ac.ServiceSpec().
 			WithType(serviceType(db)).
-			WithSelector(PodSelectorLabels(db)).
+			WithSelector(selector).
 			WithPorts(servicePort(eng)))
 	if len(db.Spec.Service.Annotations) > 0 {
 		svc.WithAnnotations(db.Spec.Service.Annotations)
@@ -27,7 +39,8 @@ func ClientService(db *dbv1.Database, eng engine.Engine) *corev1ac.ServiceApplyC
 
 // HeadlessService is the StatefulSet's governing Service: it gives each pod a
 // stable DNS name and publishes pods before they are ready, so peers can
-// find each other during start-up.
+// find each other during start-up and the restore Job reaches the server
+// while the client Service is closed.
 func HeadlessService(db *dbv1.Database, eng engine.Engine) *corev1ac.ServiceApplyConfiguration {
 	return corev1ac.Service(HeadlessServiceName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
@@ -53,4 +66,11 @@ func servicePort(eng engine.Engine) *corev1ac.ServicePortApplyConfiguration {
 		WithPort(eng.Port()).
 		WithProtocol(corev1.ProtocolTCP).
 		WithTargetPort(intstr.FromString(eng.PortName()))
+}
+
+// RestoreFinished reports whether the Database has no restore to wait for:
+// it has no spec.bootstrap, or status.backup.restoredFrom says the restore
+// Job succeeded.
+func RestoreFinished(db *dbv1.Database) bool {
+	return db.Spec.Bootstrap == nil || (db.Status.Backup != nil && db.Status.Backup.RestoredFrom != "")
 }

@@ -49,6 +49,9 @@ const (
 	OutcomeLabel = "e2e.dbkeeper.io/outcome"
 	// OutcomeFail is the value of OutcomeLabel for failing pods.
 	OutcomeFail = "fail"
+	// ExitCodeLabel on a failing pod's template sets the exit code of its
+	// containers (1 without it).
+	ExitCodeLabel = "e2e.dbkeeper.io/exit-code"
 )
 
 // serviceRange is the Services' cluster IP range: 65,534 addresses.

@@ -55,6 +55,13 @@ const (
 const (
 	// ReasonServicesReady: the client and headless Services are in place.
 	ReasonServicesReady = "Ready"
+	// ReasonWaitingForRestore: the Services are in place, but until
+	// spec.bootstrap's restore has finished the client Service selects no
+	// pod, so no client reaches a half-filled database; the restore Job
+	// reaches the server through the headless Service. The condition is
+	// True: the facet is as specified, and BackupReady says how the restore
+	// goes.
+	ReasonWaitingForRestore = "WaitingForRestore"
 )
 
 // Reasons of CredentialsReady.
@@ -88,6 +95,10 @@ const (
 	// ReasonRestoreFailed: spec.bootstrap's restore Job failed; the message
 	// names it and why.
 	ReasonRestoreFailed = "RestoreFailed"
+	// ReasonRestoreRefused: spec.bootstrap's restore found the data volume
+	// already holding data it did not restore (such as a Retained
+	// predecessor's volume) and touched nothing; it is not retried.
+	ReasonRestoreRefused = "RestoreRefused"
 	// ReasonBackupStale: the last successful backup is older than
 	// spec.backup.maxAge, or none succeeded that long after creation.
 	ReasonBackupStale = "BackupStale"

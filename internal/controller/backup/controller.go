@@ -26,7 +26,6 @@ import (
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
-	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -149,9 +148,12 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 }
 
 // bootstrap runs spec.bootstrap's restore Job until it has succeeded once,
-// and returns the condition to report meanwhile (nil once restored) and
-// status.backup.restoredFrom. A failed restore is reported, not retried:
-// delete the Job to try again.
+// and returns the condition to report meanwhile (nil once restored, see
+// RestoreProgress) and status.backup.restoredFrom. A failed restore is
+// reported, not retried: delete the Job to try again. Without
+// restoredFrom (a Database re-created without its status) the Job runs
+// again; the restore command finds its mark in the data and touches
+// nothing.
 func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.Engine) (*metav1.Condition, string, error) {
 	if db.Spec.Bootstrap == nil {
 		return nil, "", nil
@@ -162,7 +164,6 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 	from := db.Spec.Bootstrap.FromBackup
 	source := from.Database + "/" + cmp.Or(from.File, "latest")
 	name := resources.RestoreJobName(db)
-	t := dbv1.ConditionBackupReady
 	desired, err := resources.RestoreJob(db, eng)
 	if err != nil {
 		return nil, "", reconcile.TerminalError(err)
@@ -174,16 +175,8 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 	if created {
 		log.FromContext(ctx).Info("Starting restore", "job", name, "from", source)
 	}
-	done, failed, _, msg := Finished(job)
-	switch {
-	case !done:
-		cond := conditions.False(t, dbv1.ReasonRestoring, fmt.Sprintf("restoring %s with Job %s", source, name))
-		return &cond, "", nil
-	case failed:
-		cond := conditions.False(t, dbv1.ReasonRestoreFailed, fmt.Sprintf(
-			"restore Job %s of %s failed (%s): check the dump name and the backup volume %s-backup, then delete the Job to retry",
-			name, source, msg, from.Database))
-		return &cond, "", nil
+	if cond := RestoreProgress(db, job, source); cond != nil {
+		return cond, "", nil
 	}
 	log.FromContext(ctx).Info("Restored", "job", name, "from", source)
 	return nil, source, nil

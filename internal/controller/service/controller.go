@@ -1,12 +1,15 @@
 // Package service is the controller of a Database's client Service and its
 // headless governing Service. It owns the ServiceReady condition and
-// status.endpoint.
+// status.endpoint. Until spec.bootstrap's restore has finished the client
+// Service selects no pod, and the controller watches the backup
+// controller's status write that says the restore finished.
 package service
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,8 +17,11 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
@@ -58,7 +64,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
-		For(&dbv1.Database{}, facet.ForDatabase()).
+		For(&dbv1.Database{}, builder.WithPredicates(predicate.Or(facet.DatabaseChanged(), restoreFinishedChanged()))).
 		Owns(&corev1.Service{}).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
@@ -88,6 +94,11 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	}
 	cond := conditions.True(dbv1.ConditionServiceReady, dbv1.ReasonServicesReady,
 		fmt.Sprintf("Services %s and %s are in place", resources.ClientServiceName(db), resources.HeadlessServiceName(db)))
+	if !resources.RestoreFinished(db) {
+		cond = conditions.True(dbv1.ConditionServiceReady, dbv1.ReasonWaitingForRestore, fmt.Sprintf(
+			"Services %s and %s are in place; %s selects no pod until spec.bootstrap's restore has finished (see BackupReady)",
+			resources.ClientServiceName(db), resources.HeadlessServiceName(db), resources.ClientServiceName(db)))
+	}
 	return facet.Outcome{
 		Condition: cond,
 		Status:    dbv1ac.DatabaseStatus().WithEndpoint(resources.Endpoint(db, eng.Port())),
@@ -108,6 +119,9 @@ func (s *syncer) apply(ctx context.Context, desired *corev1ac.ServiceApplyConfig
 		}
 		live = nil // apply, to own the ports again
 	}
+	if live != nil && !maps.Equal(live.Spec.Selector, desired.Spec.Selector) {
+		live = nil // apply: the selector is atomic, and a key it loses is a difference apply.Apply does not see
+	}
 	wrote, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name))
 	if err != nil {
 		return fmt.Errorf("applying Service %s: %w", *desired.Name, err)
@@ -116,6 +130,23 @@ func (s *syncer) apply(ctx context.Context, desired *corev1ac.ServiceApplyConfig
 		log.FromContext(ctx).Info("Applied Service", "service", *desired.Name)
 	}
 	return nil
+}
+
+// restoreFinishedChanged lets through the status write of the backup
+// controller that records (or, with a Database re-created without status,
+// lacks) spec.bootstrap's finished restore, which opens the client Service;
+// DatabaseChanged ignores status writes.
+func restoreFinishedChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, okOld := e.ObjectOld.(*dbv1.Database)
+			updated, okNew := e.ObjectNew.(*dbv1.Database)
+			return okOld && okNew && resources.RestoreFinished(old) != resources.RestoreFinished(updated)
+		},
+	}
 }
 
 func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
