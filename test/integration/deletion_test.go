@@ -70,6 +70,11 @@ func TestDeletionPolicies(t *testing.T) {
 				db.Spec.DeletionPolicy = tc.policy
 			}))
 			data := dataPVC(t, db)
+			// A PVC dbkeeper never made, with the labels of a data PVC
+			// (a copy through kubectl get -o yaml): no policy deletes it.
+			copied := data.DeepCopy()
+			copied.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: db.Name + "-copy", Labels: data.Labels}
+			require.NoError(t, admin.Create(ctx, copied))
 			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resources.GeneratedSecretName(db)}}
 			backup := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resources.BackupName(db)}}
 
@@ -88,6 +93,8 @@ func TestDeletionPolicies(t *testing.T) {
 				}
 				assert.Contains(t, list, what, "status.deletion of policy %s", tc.policy)
 			}
+			assert.NotContains(t, append(preview.Deletes, preview.Keeps...), "PersistentVolumeClaim/"+copied.Name,
+				"status.deletion lists a PVC dbkeeper did not make")
 
 			require.NoError(t, admin.Delete(ctx, db))
 			require.Eventually(t, func() bool { return isNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
@@ -96,7 +103,7 @@ func TestDeletionPolicies(t *testing.T) {
 			for _, c := range []struct {
 				obj  client.Object
 				keep bool
-			}{{data, tc.keepData}, {secret, tc.keepSecret}, {backup, tc.keepBack}} {
+			}{{data, tc.keepData}, {secret, tc.keepSecret}, {backup, tc.keepBack}, {copied, true}} {
 				if !c.keep {
 					assert.True(t, gone(t, c.obj), "%T %s kept, policy %s deletes it", c.obj, c.obj.GetName(), tc.policy)
 					continue
