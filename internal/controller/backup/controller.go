@@ -68,7 +68,9 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
 		Owns(&batchv1.CronJob{}).
-		Owns(&corev1.PersistentVolumeClaim{}).
+		// The backup PVC has no owner reference (the Delete and Retain
+		// policies keep it): find its Database by the instance label.
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentBackup))).
 		// Backup Jobs belong to the CronJob, not to the Database: find the
 		// Database by the instance label the job template gives them.
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(DatabaseOfJob)).
@@ -102,6 +104,13 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := s.apply(ctx, db, pvc, resources.BackupPVC(db), "PVC"); err != nil {
+		return facet.Outcome{}, err
+	}
+	// Earlier versions gave it an owner reference, with which garbage
+	// collection could take it before the cleanup finalizer runs. A
+	// conflict: the PVC changed since the cache saw it (our own apply), and
+	// that change brings us back.
+	if _, err := facet.Disown(ctx, s.client, db, pvc); err != nil && !apierrors.IsConflict(err) {
 		return facet.Outcome{}, err
 	}
 	desired, err := resources.BackupCronJob(db, eng)
