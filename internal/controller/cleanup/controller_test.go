@@ -37,14 +37,16 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 	meta := func(name, component string, refs ...metav1.OwnerReference) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: resources.Labels(db, component), OwnerReferences: refs}
 	}
-	pvc := func(m metav1.ObjectMeta) *corev1.PersistentVolumeClaim { return &corev1.PersistentVolumeClaim{ObjectMeta: m} }
+	pvc := func(m metav1.ObjectMeta) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: m}
+	}
 	objects := func() []client.Object {
 		return []client.Object{
 			pvc(meta("data-orders-0", resources.ComponentDatabase)),
 			pvc(meta("data-orders-1", resources.ComponentDatabase)),
-			pvc(meta("orders-copy", resources.ComponentDatabase)),       // a copy of the labels
+			pvc(meta("orders-copy", resources.ComponentDatabase)),        // a copy of the labels
 			pvc(meta("data-orders-0-copy", resources.ComponentDatabase)), // not an ordinal
-			pvc(meta("orders-backup", resources.ComponentBackup, ref)),  // an earlier version's owner reference
+			pvc(meta("orders-backup", resources.ComponentBackup, ref)),   // an earlier version's owner reference
 			&corev1.Secret{ObjectMeta: meta("orders-credentials", resources.ComponentCredentials, ref)},
 			&appsv1.StatefulSet{ObjectMeta: meta("orders", resources.ComponentDatabase, foreign)},
 		}
