@@ -173,7 +173,11 @@ func testDeletion(t *testing.T, ns string, tc deletionCase) {
 			}
 			pods := &corev1.PodList{}
 			require.NoError(c, k8s.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(resources.PodSelectorLabels(db))))
-			assert.Empty(c, pods.Items, "pods of %s still there", db.Name)
+			var running []string
+			for _, pod := range pods.Items {
+				running = append(running, pod.Name)
+			}
+			assert.Empty(c, running, "pods of %s still there", db.Name)
 		}
 	}, timeout, tick)
 
