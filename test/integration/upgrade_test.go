@@ -56,8 +56,9 @@ func TestUpgradeDisownsSecretAndBackupPVC(t *testing.T) {
 	require.Len(t, secret.OwnerReferences, 1, "an apply without the owner reference removed it; Disown's patch is not needed")
 
 	// What the earlier backup controller did: apply the PVC with the reference.
-	require.NoError(t, admin.Apply(ctx, resources.BackupPVC(db).WithOwnerReferences(ref),
-		client.FieldOwner("dbkeeper-backup"), client.ForceOwnership))
+	legacy := resources.BackupPVC(db)
+	legacy.OwnerReferences = nil
+	require.NoError(t, admin.Apply(ctx, legacy.WithOwnerReferences(ref), client.FieldOwner("dbkeeper-backup"), client.ForceOwnership))
 	backup := &corev1.PersistentVolumeClaim{}
 	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.BackupName(db)}, backup))
 	require.Len(t, backup.OwnerReferences, 1)
