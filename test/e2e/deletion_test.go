@@ -76,7 +76,7 @@ func TestDeletionMatrix(t *testing.T) {
 			cases = append(cases, deletionCase{policy: p, propagation: prop})
 		}
 	}
-	for _, p := range []dbv1.DeletionPolicy{dbv1.DeletionPolicyDelete, dbv1.DeletionPolicyWipeOut} {
+	for _, p := range []dbv1.DeletionPolicy{dbv1.DeletionPolicyDelete, dbv1.DeletionPolicyRetain, dbv1.DeletionPolicyWipeOut} {
 		for _, prop := range propagations {
 			cases = append(cases, deletionCase{policy: p, propagation: prop, cleanupOff: true})
 		}
