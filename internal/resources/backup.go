@@ -30,9 +30,11 @@ const (
 	OnDemandBackupTTL = 24 * 60 * 60
 )
 
-// BackupPVC is the volume that holds a Database's dumps. It carries an owner
-// reference like every child; the cleanup controller removes it when the
-// deletion policy keeps the backups.
+// BackupPVC is the volume that holds a Database's dumps. Unlike the other
+// children it carries no owner reference: the Delete and Retain policies
+// keep it, and garbage collection must not take it under any deletion
+// propagation or with the cleanup controller off. The cleanup controller
+// deletes it under WipeOut.
 func BackupPVC(db *dbv1.Database) *corev1ac.PersistentVolumeClaimApplyConfiguration {
 	spec := corev1ac.PersistentVolumeClaimSpec().
 		WithAccessModes(corev1.ReadWriteOnce).
@@ -43,7 +45,6 @@ func BackupPVC(db *dbv1.Database) *corev1ac.PersistentVolumeClaimApplyConfigurat
 	}
 	return corev1ac.PersistentVolumeClaim(BackupName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentBackup)).
-		WithOwnerReferences(OwnerReference(db)).
 		WithSpec(spec)
 }
 

@@ -1,13 +1,25 @@
 package resources
 
 import (
+	"regexp"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 )
 
-// OwnerReference is the controller reference every child carries, so that
-// garbage collection removes it with the Database unless cleanup keeps it.
+// OwnerReference is the controller reference of the children garbage
+// collection may take with the Database: the StatefulSet, the Services,
+// the CronJob and the backup Jobs. What a deletion policy may keep (the
+// generated Secret, the backup PVC; the data PVCs belong to the
+// StatefulSet's claim template) never carries it, since the collector
+// could take it before the cleanup finalizer runs (foreground deletion) or
+// without it (cleanup switched off).
 func OwnerReference(db *dbv1.Database) *metav1ac.OwnerReferenceApplyConfiguration {
 	return metav1ac.OwnerReference().
 		WithAPIVersion(dbv1.GroupVersion.String()).
@@ -16,4 +28,74 @@ func OwnerReference(db *dbv1.Database) *metav1ac.OwnerReferenceApplyConfiguratio
 		WithUID(db.UID).
 		WithController(true).
 		WithBlockOwnerDeletion(true)
+}
+
+// IsDatabaseReference reports whether ref points to a Database of the given
+// name (of any UID).
+func IsDatabaseReference(ref metav1.OwnerReference, name string) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == dbv1.GroupVersion.Group && ref.Kind == "Database" && ref.Name == name
+}
+
+// WithoutDatabaseReferences returns refs without the references to the
+// Database of db's name (whatever their UID: one to an earlier Database of
+// the same name would let the collector take the object too), and whether
+// there were any.
+func WithoutDatabaseReferences(db *dbv1.Database, refs []metav1.OwnerReference) ([]metav1.OwnerReference, bool) {
+	kept := make([]metav1.OwnerReference, 0, len(refs))
+	for _, ref := range refs {
+		if !IsDatabaseReference(ref, db.Name) {
+			kept = append(kept, ref)
+		}
+	}
+	return kept, len(kept) != len(refs)
+}
+
+// Belongs reports whether obj, found under one of db's child names, is
+// db's: it carries db's instance label and dbkeeper's managed-by label, any
+// owner reference to a Database of that name has db's UID, and nothing else
+// controls it. An object of another Database incarnation, or one somebody
+// else controls, is not db's, whatever its labels.
+func Belongs(db *dbv1.Database, obj metav1.Object) bool {
+	l := obj.GetLabels()
+	if l[LabelInstance] != db.Name || l[LabelManagedBy] != ManagedBy {
+		return false
+	}
+	for _, ref := range obj.GetOwnerReferences() {
+		if IsDatabaseReference(ref, db.Name) {
+			if ref.UID != db.UID {
+				return false
+			}
+			continue
+		}
+		if ptr.Deref(ref.Controller, false) {
+			return false
+		}
+	}
+	return true
+}
+
+// IsDataPVCName reports whether name is one of the data PVCs the
+// StatefulSet's claim template makes: data-<statefulset>-<ordinal>.
+func IsDataPVCName(db *dbv1.Database, name string) bool {
+	ordinal, ok := strings.CutPrefix(name, DataVolumeName+"-"+StatefulSetName(db)+"-")
+	if !ok {
+		return false
+	}
+	n, err := strconv.Atoi(ordinal)
+	return err == nil && n >= 0 && strconv.Itoa(n) == ordinal
+}
+
+// onDemandSuffix is the part of an on-demand Job's name after <name>-now-.
+var onDemandSuffix = regexp.MustCompile(`^[0-9a-f]{8}$`)
+
+// IsJobName reports whether name is one of the Jobs dbkeeper runs for db
+// itself (not those of the CronJob): the final backup, the restore, an
+// on-demand backup.
+func IsJobName(db *dbv1.Database, name string) bool {
+	if name == FinalBackupJobName(db) || name == RestoreJobName(db) {
+		return true
+	}
+	suffix, ok := strings.CutPrefix(name, db.Name+"-now-")
+	return ok && onDemandSuffix.MatchString(suffix)
 }

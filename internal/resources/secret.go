@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
@@ -26,7 +25,10 @@ const (
 
 // CredentialsSecret is the Secret dbkeeper generates, once, for a Database
 // without spec.credentials.secretName. It is created, never applied, so a
-// later reconcile can never overwrite the password.
+// later reconcile can never overwrite the password. It carries no owner
+// reference: the password of data a deletion policy keeps must not be
+// garbage collected, whatever the deletion propagation; the cleanup
+// controller deletes it when the policy says so.
 func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string) *corev1.Secret {
 	host := ClientServiceHost(db)
 	port := strconv.Itoa(int(eng.Port()))
@@ -41,14 +43,6 @@ func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string) *c
 			Name:      GeneratedSecretName(db),
 			Namespace: db.Namespace,
 			Labels:    Labels(db, ComponentCredentials),
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion:         dbv1.GroupVersion.String(),
-				Kind:               "Database",
-				Name:               db.Name,
-				UID:                db.UID,
-				Controller:         ptr.To(true),
-				BlockOwnerDeletion: ptr.To(true),
-			}},
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{
@@ -79,11 +73,10 @@ func CredentialsDrift(db *dbv1.Database, eng engine.Engine, data map[string][]by
 }
 
 // CredentialsSecretMetadata is what dbkeeper keeps applied on a generated
-// Secret after creating it: labels and the owner reference, never data, so
-// an adopted Secret (for example one kept by the Retain policy) keeps its
-// password.
+// Secret after creating it: its labels, never data (so an adopted Secret,
+// for example one kept by the Retain policy, keeps its password) and no
+// owner reference (see CredentialsSecret).
 func CredentialsSecretMetadata(db *dbv1.Database) *corev1ac.SecretApplyConfiguration {
 	return corev1ac.Secret(GeneratedSecretName(db), db.Namespace).
-		WithLabels(Labels(db, ComponentCredentials)).
-		WithOwnerReferences(OwnerReference(db))
+		WithLabels(Labels(db, ComponentCredentials))
 }

@@ -335,8 +335,17 @@ func assertOneOfEach(b *testing.B, ns string, n int) {
 			b.Fatal(err)
 		}
 		byOwner := map[types.UID]int{}
+		uidOf := map[string]types.UID{}
+		for _, db := range dbs.Items {
+			uidOf[db.Name] = db.UID
+		}
 		for _, obj := range objs {
-			if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
+			if k.Unowned {
+				// By the instance label: these carry no owner reference.
+				if uid, ok := uidOf[obj.GetLabels()[resources.LabelInstance]]; ok && len(obj.GetOwnerReferences()) == 0 {
+					byOwner[uid]++
+				}
+			} else if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
 				byOwner[ref.UID]++
 			}
 		}

@@ -85,18 +85,21 @@ type ChildKind struct {
 	PerDatabase int
 	// Labels narrow the kind to the children (nil when the kind is enough).
 	Labels client.MatchingLabels
+	// Unowned children carry no owner reference to the Database (a
+	// deletion policy may keep them): they are its by name and labels.
+	Unowned bool
 }
 
 // ChildKinds are the kinds of every Database's children: a StatefulSet,
 // two Services, the generated Secret, the CronJob and the backup PVC.
 func ChildKinds() []ChildKind {
 	return []ChildKind{
-		{"StatefulSet", func() client.ObjectList { return &appsv1.StatefulSetList{} }, 1, nil},
-		{"Service", func() client.ObjectList { return &corev1.ServiceList{} }, 2, nil},
-		{"Secret", func() client.ObjectList { return &corev1.SecretList{} }, 1, nil},
-		{"CronJob", func() client.ObjectList { return &batchv1.CronJobList{} }, 1, nil},
+		{"StatefulSet", func() client.ObjectList { return &appsv1.StatefulSetList{} }, 1, nil, false},
+		{"Service", func() client.ObjectList { return &corev1.ServiceList{} }, 2, nil, false},
+		{"Secret", func() client.ObjectList { return &corev1.SecretList{} }, 1, nil, true},
+		{"CronJob", func() client.ObjectList { return &batchv1.CronJobList{} }, 1, nil, false},
 		{"backup PersistentVolumeClaim", func() client.ObjectList { return &corev1.PersistentVolumeClaimList{} }, 1,
-			client.MatchingLabels{resources.LabelComponent: resources.ComponentBackup}},
+			client.MatchingLabels{resources.LabelComponent: resources.ComponentBackup}, true},
 	}
 }
 
@@ -128,7 +131,8 @@ func (k ChildKind) List(ctx context.Context, c client.Client, namespace string, 
 
 // AssertOneOfEach checks the Database has exactly one of each child
 // (StatefulSet, two Services, generated Secret, CronJob, backup PVC), each
-// controlled by it.
+// controlled by it, except the unowned ones, which carry no owner
+// reference to it.
 func AssertOneOfEach(t *testing.T, c client.Client, db *dbv1.Database) {
 	t.Helper()
 	ctx := context.Background()
@@ -138,6 +142,10 @@ func AssertOneOfEach(t *testing.T, c client.Client, db *dbv1.Database) {
 		require.NoError(t, err)
 		assert.Len(t, objs, l.PerDatabase, "%s children of %s", l.Kind, db.Name)
 		for _, obj := range objs {
+			if l.Unowned {
+				assert.Empty(t, obj.GetOwnerReferences(), "%s %s has owner references", l.Kind, obj.GetName())
+				continue
+			}
 			ref := metav1.GetControllerOfNoCopy(obj)
 			if assert.NotNil(t, ref, "%s %s has no controller", l.Kind, obj.GetName()) {
 				assert.Equal(t, db.UID, ref.UID, "%s %s controller", l.Kind, obj.GetName())

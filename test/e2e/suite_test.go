@@ -62,6 +62,12 @@ func newNamespace(t *testing.T) string {
 // log goes to a file that a failing test prints.
 func startOperator(t *testing.T, namespace string) *operator.Operator {
 	t.Helper()
+	return startOperatorWith(t, namespace, "*")
+}
+
+// startOperatorWith is startOperator with a --controllers value.
+func startOperatorWith(t *testing.T, namespace, controllers string) *operator.Operator {
+	t.Helper()
 	path := fmt.Sprintf("%s/operator-%d.log", t.TempDir(), time.Now().UnixNano())
 	f, err := os.Create(path)
 	require.NoError(t, err)
@@ -75,8 +81,9 @@ func startOperator(t *testing.T, namespace string) *operator.Operator {
 		}
 	})
 	return operator.Start(t, local.Config, operator.Options{
-		Namespaces: []string{namespace},
-		Logger:     logging.Capped(zapr.NewLogger(zap.New(core))),
+		Controllers: controllers,
+		Namespaces:  []string{namespace},
+		Logger:      logging.Capped(zapr.NewLogger(zap.New(core))),
 	})
 }
 

@@ -7,10 +7,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -49,6 +52,24 @@ func gone(t require.TestingT, obj client.Object) bool {
 	return !obj.GetDeletionTimestamp().IsZero()
 }
 
+// released reports whether the Database is gone. It plays the garbage
+// collector, which envtest does not run: a StatefulSet that cleanup deleted
+// in the foreground keeps its foregroundDeletion finalizer until the
+// collector has deleted its pods (envtest has none) and removes it.
+func released(t require.TestingT, db *dbv1.Database) bool {
+	ctx := context.Background()
+	sts := &appsv1.StatefulSet{}
+	err := admin.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}, sts)
+	if err == nil && !sts.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(sts, metav1.FinalizerDeleteDependents) {
+		patch := client.MergeFromWithOptions(sts.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(sts, metav1.FinalizerDeleteDependents)
+		if err := admin.Patch(ctx, sts, patch); err != nil && !isNotFound(err) && !apierrors.IsConflict(err) {
+			require.NoError(t, err)
+		}
+	}
+	return isNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
+}
+
 // TestDeletionPolicies deletes a Database under each policy and checks what
 // is deleted, what is kept, and that kept objects lose their owner
 // reference to the Database so garbage collection cannot take them.
@@ -70,6 +91,11 @@ func TestDeletionPolicies(t *testing.T) {
 				db.Spec.DeletionPolicy = tc.policy
 			}))
 			data := dataPVC(t, db)
+			// A PVC dbkeeper never made, with the labels of a data PVC
+			// (a copy through kubectl get -o yaml): no policy deletes it.
+			copied := data.DeepCopy()
+			copied.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: db.Name + "-copy", Labels: data.Labels}
+			require.NoError(t, admin.Create(ctx, copied))
 			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resources.GeneratedSecretName(db)}}
 			backup := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resources.BackupName(db)}}
 
@@ -88,15 +114,16 @@ func TestDeletionPolicies(t *testing.T) {
 				}
 				assert.Contains(t, list, what, "status.deletion of policy %s", tc.policy)
 			}
+			assert.NotContains(t, append(preview.Deletes, preview.Keeps...), "PersistentVolumeClaim/"+copied.Name,
+				"status.deletion lists a PVC dbkeeper did not make")
 
 			require.NoError(t, admin.Delete(ctx, db))
-			require.Eventually(t, func() bool { return isNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
-				timeout, tick, "the Database was not released")
+			require.Eventually(t, func() bool { return released(t, db) }, timeout, tick, "the Database was not released")
 
 			for _, c := range []struct {
 				obj  client.Object
 				keep bool
-			}{{data, tc.keepData}, {secret, tc.keepSecret}, {backup, tc.keepBack}} {
+			}{{data, tc.keepData}, {secret, tc.keepSecret}, {backup, tc.keepBack}, {copied, true}} {
 				if !c.keep {
 					assert.True(t, gone(t, c.obj), "%T %s kept, policy %s deletes it", c.obj, c.obj.GetName(), tc.policy)
 					continue
@@ -137,7 +164,6 @@ func TestDoNotDeleteHoldsTheDatabase(t *testing.T) {
 	patch := client.MergeFrom(live.DeepCopy())
 	live.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete
 	require.NoError(t, admin.Patch(ctx, live, patch))
-	require.Eventually(t, func() bool { return isNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
-		timeout, tick, "the Database was not released after the policy changed")
+	require.Eventually(t, func() bool { return released(t, db) }, timeout, tick, "the Database was not released after the policy changed")
 	assert.True(t, gone(t, data), "data kept after the policy changed to Delete")
 }

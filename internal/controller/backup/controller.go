@@ -68,7 +68,9 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
 		Owns(&batchv1.CronJob{}).
-		Owns(&corev1.PersistentVolumeClaim{}).
+		// The backup PVC has no owner reference (the Delete and Retain
+		// policies keep it): find its Database by the instance label.
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentBackup))).
 		// Backup Jobs belong to the CronJob, not to the Database: find the
 		// Database by the instance label the job template gives them.
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(DatabaseOfJob)).
@@ -240,6 +242,13 @@ func (s *syncer) applyPVC(ctx context.Context, db *dbv1.Database) error {
 	}
 	if !found {
 		return s.write(ctx, nil, desired, "PVC")
+	}
+	// Earlier versions gave it an owner reference, with which garbage
+	// collection could take it before the cleanup finalizer runs. A
+	// conflict: the PVC changed since the cache saw it, and that change
+	// brings us back.
+	if _, err := facet.Disown(ctx, s.client, db, live); err != nil && !apierrors.IsConflict(err) {
+		return err
 	}
 	resources.KeepLargerRequest(desired, live)
 	return s.write(ctx, live, desired, "PVC")

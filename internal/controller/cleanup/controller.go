@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,8 +41,15 @@ const Name = "cleanup"
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;patch;delete
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// waitRetry is how often cleanup looks again while it waits for the
+// StatefulSet and its pods to go.
+const waitRetry = 5 * time.Second
 
 // Controller is the cleanup controller.
 type Controller struct{}
@@ -62,6 +71,10 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		For(&dbv1.Database{}, facet.ForDatabase()).
 		// The final backup Job of spec.backup.beforeDelete.
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(backup.DatabaseOfJob)).
+		// The StatefulSet whose pods must be gone before the data PVCs
+		// are deleted; by label, since orphan deletion takes its owner
+		// reference.
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentDatabase))).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }
@@ -69,7 +82,10 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 // SetupDisabled implements controller.Controller. With cleanup off nobody
 // would ever remove the finalizer, so the stand-in removes it from every
 // Database: deletion then relies on garbage collection alone, which takes
-// the children with owner references and leaves the data PVCs.
+// the children with owner references (the StatefulSet and its pods, the
+// Services, the CronJob, unless the propagation is orphan) and nothing that
+// holds data: the data PVCs, the generated Secret and the backup PVC carry
+// no owner reference to the Database, whatever the policy.
 func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name+"-disabled").
@@ -122,8 +138,16 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.writer.Apply(ctx, db, cond, preview); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.carryOut(ctx, db, plan); err != nil {
+	waiting, err := r.carryOut(ctx, db, plan)
+	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("carrying out deletionPolicy %s: %w", db.Spec.DeletionPolicy, err)
+	}
+	if waiting != "" {
+		cond := conditions.True(t, dbv1.ReasonCleaningUp, fmt.Sprintf("carrying out deletionPolicy %s: waiting for %s to go before deleting the volumes it uses",
+			db.Spec.DeletionPolicy, waiting))
+		// The StatefulSet's deletion brings us back; the requeue is for a
+		// missed event only.
+		return ctrl.Result{RequeueAfter: waitRetry}, r.writer.Apply(ctx, db, cond, preview)
 	}
 	log.FromContext(ctx).Info("Removing finalizer", "deletionPolicy", db.Spec.DeletionPolicy)
 	return ctrl.Result{}, r.patchFinalizer(ctx, db, controllerutil.RemoveFinalizer)
@@ -178,11 +202,12 @@ func (r *reconciler) preview(ctx context.Context, db *dbv1.Database) (*dbv1ac.Da
 	}
 	names := map[string]bool{}
 	for _, pvc := range data.Items {
-		names[pvc.Name] = true
+		if isDataPVC(db, &pvc) {
+			names[pvc.Name] = true
+		}
 	}
-	template := *resources.DataVolumeClaimTemplate(db).GetName()
-	for i := range ptr.Deref(db.Spec.Replicas, 1) {
-		names[fmt.Sprintf("%s-%s-%d", template, resources.StatefulSetName(db), i)] = true
+	for i := range resources.Instances(db) {
+		names[resources.DataPVCName(db, int(i))] = true
 	}
 	p := planFor(db.Spec.DeletionPolicy)
 	d := dbv1ac.DeletionStatus().WithPolicy(db.Spec.DeletionPolicy)
@@ -236,41 +261,104 @@ func (p plan) String() string {
 }
 
 // carryOut deletes what the plan deletes and takes the owner reference off
-// what it keeps, so that garbage collection cannot take it either. Every
-// step treats "already gone" as done.
-func (r *reconciler) carryOut(ctx context.Context, db *dbv1.Database, p plan) error {
+// what it keeps, so that garbage collection cannot take it either. It
+// touches only the children this Database made: their exact names, checked
+// with Belongs (labels, owner UID), never whatever carries the labels.
+// Every step treats "already gone" as done. It returns what it waits for,
+// if anything: before deleting volumes, the workload that runs on them
+// (which orphan deletion would otherwise leave running) must be gone.
+func (r *reconciler) carryOut(ctx context.Context, db *dbv1.Database, p plan) (string, error) {
+	if p.deleteData || p.deleteBackup {
+		waiting, err := r.deleteWorkload(ctx, db)
+		if err != nil || waiting != "" {
+			return waiting, err
+		}
+	}
 	data := &corev1.PersistentVolumeClaimList{}
 	if err := r.list(ctx, db, resources.ComponentDatabase, data); err != nil {
-		return err
+		return "", err
 	}
 	for i := range data.Items {
+		if !isDataPVC(db, &data.Items[i]) {
+			continue
+		}
 		if err := r.deleteOrKeep(ctx, db, &data.Items[i], p.deleteData); err != nil {
-			return err
+			return "", err
 		}
 	}
-	backup := &corev1.PersistentVolumeClaimList{}
-	if err := r.list(ctx, db, resources.ComponentBackup, backup); err != nil {
-		return err
-	}
-	for i := range backup.Items {
-		if err := r.deleteOrKeep(ctx, db, &backup.Items[i], p.deleteBackup); err != nil {
-			return err
-		}
+	if err := r.deleteOrKeepNamed(ctx, db, &corev1.PersistentVolumeClaim{}, resources.BackupName(db), p.deleteBackup); err != nil {
+		return "", err
 	}
 	if resources.UserSecret(db) {
-		return nil // the user's Secret is never touched
+		return "", nil // the user's Secret is never touched
 	}
-	secrets := &metav1.PartialObjectMetadataList{}
-	secrets.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
-	if err := r.list(ctx, db, resources.ComponentCredentials, secrets); err != nil {
-		return err
-	}
-	for i := range secrets.Items {
-		if err := r.deleteOrKeep(ctx, db, &secrets.Items[i], p.deleteSecret); err != nil {
-			return err
+	secret := &metav1.PartialObjectMetadata{}
+	secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	return "", r.deleteOrKeepNamed(ctx, db, secret, resources.GeneratedSecretName(db), p.deleteSecret)
+}
+
+// deleteWorkload deletes what runs on the volumes a policy deletes: the
+// StatefulSet (in the foreground, so that it stays until its pods are
+// gone), the Services, the backup CronJob and the Jobs dbkeeper ran for the
+// Database. Garbage collection would take them after the Database, but not
+// under orphan deletion, which leaves them without an owner reference:
+// running, and failing, on deleted volumes forever. It returns the
+// StatefulSet's name while it (and so its pods) is still there.
+func (r *reconciler) deleteWorkload(ctx context.Context, db *dbv1.Database) (string, error) {
+	for _, child := range []struct {
+		obj  client.Object
+		name string
+	}{
+		{&corev1.Service{}, resources.ClientServiceName(db)},
+		{&corev1.Service{}, resources.HeadlessServiceName(db)},
+		{&batchv1.CronJob{}, resources.BackupName(db)},
+	} {
+		if err := r.deleteOrKeepNamed(ctx, db, child.obj, child.name, true); err != nil {
+			return "", err
 		}
 	}
-	return nil
+	jobs := &batchv1.JobList{}
+	if err := r.list(ctx, db, resources.ComponentBackup, jobs); err != nil {
+		return "", err
+	}
+	for i := range jobs.Items {
+		// Not the final backup Job: finalBackup looks for it on every
+		// reconcile, and would run it again; it has an owner reference
+		// and has finished.
+		job := &jobs.Items[i]
+		if job.Name != resources.FinalBackupJobName(db) && resources.IsJobName(db, job.Name) && resources.Belongs(db, job) {
+			if err := r.deleteOrKeep(ctx, db, job, true); err != nil {
+				return "", err
+			}
+		}
+	}
+	sts := &appsv1.StatefulSet{}
+	name := resources.StatefulSetName(db)
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sts); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("getting StatefulSet %s: %w", name, err)
+	}
+	if !resources.Belongs(db, sts) {
+		return "", nil
+	}
+	if sts.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(sts, metav1.FinalizerDeleteDependents) {
+		log.FromContext(ctx).Info("Deleting StatefulSet and its pods by deletion policy", "statefulSet", name)
+		err := r.client.Delete(ctx, sts, client.Preconditions{UID: ptr.To(sts.UID)}, client.PropagationPolicy(metav1.DeletePropagationForeground))
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return "", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("deleting StatefulSet %s: %w", name, err)
+		}
+	}
+	return "StatefulSet " + name + " and its pods", nil
+}
+
+// isDataPVC reports whether pvc is one of the Database's data volumes.
+func isDataPVC(db *dbv1.Database, pvc *corev1.PersistentVolumeClaim) bool {
+	return resources.IsDataPVCName(db, pvc.Name) && resources.Belongs(db, pvc)
 }
 
 func (r *reconciler) list(ctx context.Context, db *dbv1.Database, component string, list client.ObjectList) error {
@@ -281,32 +369,40 @@ func (r *reconciler) list(ctx context.Context, db *dbv1.Database, component stri
 	return nil
 }
 
+// deleteOrKeepNamed is deleteOrKeep for the child of that exact name, when
+// it exists and belongs to db.
+func (r *reconciler) deleteOrKeepNamed(ctx context.Context, db *dbv1.Database, obj client.Object, name string, del bool) error {
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("getting %s: %w", name, err)
+	}
+	if !resources.Belongs(db, obj) {
+		log.FromContext(ctx).V(1).Info("Leaving an object that is not this Database's", "object", name)
+		return nil
+	}
+	return r.deleteOrKeep(ctx, db, obj, del)
+}
+
 func (r *reconciler) deleteOrKeep(ctx context.Context, db *dbv1.Database, obj client.Object, del bool) error {
 	logger := log.FromContext(ctx).WithValues("object", obj.GetName())
 	if del {
+		if !obj.GetDeletionTimestamp().IsZero() {
+			return nil
+		}
 		logger.Info("Deleting by deletion policy")
-		if err := r.client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		err := r.client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("deleting %s: %w", obj.GetName(), err)
 		}
 		return nil
 	}
-	refs := obj.GetOwnerReferences()
-	kept := refs[:0:0]
-	for _, ref := range refs {
-		if ref.UID != db.UID {
-			kept = append(kept, ref)
-		}
+	if _, changed := resources.WithoutDatabaseReferences(db, obj.GetOwnerReferences()); changed {
+		logger.Info("Keeping by deletion policy: removing the owner reference")
 	}
-	if len(kept) == len(refs) {
-		return nil
-	}
-	logger.Info("Keeping by deletion policy: removing the owner reference")
-	before := obj.DeepCopyObject().(client.Object)
-	obj.SetOwnerReferences(kept)
-	if err := r.client.Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing owner reference from %s: %w", obj.GetName(), err)
-	}
-	return nil
+	_, err := facet.Disown(ctx, r.client, db, obj)
+	return err
 }
 
 func (r *reconciler) patchFinalizer(ctx context.Context, db *dbv1.Database, change func(client.Object, string) bool) error {

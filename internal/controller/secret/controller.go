@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -73,7 +74,10 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
-		Owns(&corev1.Secret{}, builder.OnlyMetadata).
+		// The generated Secret has no owner reference (a deletion policy
+		// may keep it): find its Database by the instance label. Metadata
+		// only: the cache never holds a password.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentCredentials)), builder.OnlyMetadata).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }
@@ -169,7 +173,8 @@ func (s *syncer) checkUserSecret(ctx context.Context, db *dbv1.Database) (facet.
 }
 
 // ensureGenerated creates the generated Secret if it does not exist and keeps
-// its labels, owner reference and the keys derived from the password. The
+// its labels and the keys derived from the password, and takes off the
+// owner reference to the Database that earlier versions gave it. The
 // password is written exactly once, by Create: a Secret that already
 // exists, in the cache or only on the server, keeps its password.
 func (s *syncer) ensureGenerated(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
@@ -192,6 +197,11 @@ func (s *syncer) ensureGenerated(ctx context.Context, db *dbv1.Database) (facet.
 	case err != nil:
 		return facet.Outcome{}, fmt.Errorf("getting Secret %s: %w", name, err)
 	default:
+		// A conflict: the Secret changed since the cache saw it, and that
+		// change brings us back.
+		if _, err := facet.Disown(ctx, s.client, db, live); err != nil && !apierrors.IsConflict(err) {
+			return facet.Outcome{}, err
+		}
 		if _, err := apply.Apply(ctx, s.client, live, resources.CredentialsSecretMetadata(db), facet.FieldOwner(Name)); err != nil {
 			return facet.Outcome{}, fmt.Errorf("applying metadata of Secret %s: %w", name, err)
 		}
@@ -248,6 +258,9 @@ func (s *syncer) adoptForeign(ctx context.Context, db *dbv1.Database) (facet.Out
 	if _, err := apply.Apply(ctx, s.client, nil, resources.CredentialsSecretMetadata(db), facet.FieldOwner(Name)); err != nil {
 		return facet.Outcome{}, fmt.Errorf("adopting Secret %s: %w", name, err)
 	}
+	// An owner reference it came with (to an earlier Database of this
+	// name) would let garbage collection take it: the next reconcile,
+	// which finds it in the cache, takes that off.
 	log.FromContext(ctx).Info("Adopted existing credentials Secret", "secret", name)
 	return facet.Outcome{
 		Condition: conditions.True(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretGenerated, fmt.Sprintf("adopted existing Secret %s and keeps it", name)),

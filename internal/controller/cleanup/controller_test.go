@@ -1,0 +1,108 @@
+package cleanup
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// TestCarryOutTouchesOnlyItsOwn: under WipeOut, cleanup deletes the
+// Database's own children and nothing that merely carries its labels, nor a
+// StatefulSet of its name that another Database owns; under Retain it takes
+// an earlier version's owner reference off what it keeps.
+func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, dbv1.AddToScheme(scheme))
+	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "shop", UID: "db-uid"},
+		Spec: dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres}}
+	ref := metav1.OwnerReference{APIVersion: dbv1.GroupVersion.String(), Kind: "Database", Name: "orders", UID: db.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+	foreign := ref
+	foreign.UID = "another-db-uid"
+	meta := func(name, component string, refs ...metav1.OwnerReference) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: resources.Labels(db, component), OwnerReferences: refs}
+	}
+	pvc := func(m metav1.ObjectMeta) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: m}
+	}
+	objects := func() []client.Object {
+		return []client.Object{
+			pvc(meta("data-orders-0", resources.ComponentDatabase)),
+			pvc(meta("data-orders-1", resources.ComponentDatabase)),
+			pvc(meta("orders-copy", resources.ComponentDatabase)),        // a copy of the labels
+			pvc(meta("data-orders-0-copy", resources.ComponentDatabase)), // not an ordinal
+			pvc(meta("orders-backup", resources.ComponentBackup, ref)),   // an earlier version's owner reference
+			&corev1.Secret{ObjectMeta: meta("orders-credentials", resources.ComponentCredentials, ref)},
+			&appsv1.StatefulSet{ObjectMeta: meta("orders", resources.ComponentDatabase, foreign)},
+		}
+	}
+	exists := func(c client.Client, obj client.Object) bool {
+		err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+		if apierrors.IsNotFound(err) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}
+
+	t.Run("WipeOut", func(t *testing.T) {
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objects()...).Build()
+		r := &reconciler{client: c}
+		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyWipeOut))
+		require.NoError(t, err)
+		assert.Empty(t, waiting, "waits for a StatefulSet that is not this Database's")
+		for name, want := range map[string]bool{
+			"data-orders-0": false, "data-orders-1": false, "orders-backup": false,
+			"orders-copy": true, "data-orders-0-copy": true,
+		} {
+			assert.Equal(t, want, exists(c, pvc(metav1.ObjectMeta{Namespace: "shop", Name: name})), "PVC %s exists", name)
+		}
+		assert.False(t, exists(c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-credentials"}}))
+		assert.True(t, exists(c, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}),
+			"deleted a StatefulSet another Database owns")
+	})
+
+	t.Run("Retain", func(t *testing.T) {
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objects()...).Build()
+		r := &reconciler{client: c}
+		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyRetain))
+		require.NoError(t, err)
+		assert.Empty(t, waiting)
+		for _, obj := range []client.Object{
+			pvc(metav1.ObjectMeta{Namespace: "shop", Name: "data-orders-0"}),
+			pvc(metav1.ObjectMeta{Namespace: "shop", Name: "orders-backup"}),
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-credentials"}},
+		} {
+			if assert.True(t, exists(c, obj), "%T %s deleted", obj, obj.GetName()) {
+				assert.Empty(t, obj.GetOwnerReferences(), "%T %s kept with an owner reference", obj, obj.GetName())
+			}
+		}
+	})
+
+	t.Run("Delete waits for its StatefulSet", func(t *testing.T) {
+		objs := objects()
+		objs[len(objs)-1] = &appsv1.StatefulSet{ObjectMeta: meta("orders", resources.ComponentDatabase)} // orphaned
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+		r := &reconciler{client: c}
+		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyDelete))
+		require.NoError(t, err)
+		assert.Contains(t, waiting, "StatefulSet orders")
+		assert.True(t, exists(c, pvc(metav1.ObjectMeta{Namespace: "shop", Name: "data-orders-0"})),
+			"deleted a data PVC while the StatefulSet was there")
+	})
+}

@@ -1,0 +1,61 @@
+package facet
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// DatabaseOf maps a child of the given component to its Database by the
+// instance label. It is the watch of the children that carry no owner
+// reference (the generated Secret, the backup PVC), and of those that lost
+// theirs (orphan deletion).
+func DatabaseOf(component string) handler.MapFunc {
+	return func(_ context.Context, obj client.Object) []reconcile.Request {
+		l := obj.GetLabels()
+		if l[resources.LabelComponent] != component || l[resources.LabelInstance] == "" || l[resources.LabelManagedBy] != resources.ManagedBy {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: l[resources.LabelInstance]}}}
+	}
+}
+
+// Disown removes every owner reference to the Database of db's name from
+// obj, which must be live (read from the cache or the API server), with an
+// optimistic lock. Earlier versions of dbkeeper gave the generated Secret
+// and the backup PVC an owner reference, which lets garbage collection take
+// them before the cleanup finalizer runs; the controller that keeps them
+// calls this. A patch and not an apply: the Secret's reference was written
+// by Create, so leaving it out of an apply would not remove it. It reports
+// whether it patched. NotFound is no error; a conflict (obj changed since
+// it was read) is returned, for the caller to decide: the watch brings the
+// newer version back anyway.
+func Disown(ctx context.Context, c client.Client, db *dbv1.Database, obj client.Object) (bool, error) {
+	kept, changed := resources.WithoutDatabaseReferences(db, obj.GetOwnerReferences())
+	if !changed {
+		return false, nil
+	}
+	before := obj.DeepCopyObject().(client.Object)
+	obj.SetOwnerReferences(kept)
+	if len(kept) == 0 {
+		obj.SetOwnerReferences(nil)
+	}
+	err := c.Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("removing the owner reference to Database %s from %s: %w", db.Name, obj.GetName(), err)
+	}
+	log.FromContext(ctx).Info("Removed the owner reference to the Database", "object", obj.GetName())
+	return true, nil
+}
