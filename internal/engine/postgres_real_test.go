@@ -130,30 +130,47 @@ func closedPort(t *testing.T) string {
 	return strconv.Itoa(port)
 }
 
+
+// realServer starts a PostgreSQL server for a Database named orders with
+// the given retention and creates the login role of its generated Secret.
+// It skips under -short.
+func realServer(t *testing.T, retention int32) (srv *postgres.Server, eng engine.Engine, db *dbv1.Database, secret *corev1.Secret, user string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	srv = postgres.Start(t)
+	eng, err := engine.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	db = &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
+	}
+	db.Spec.Backup.Retention = retention
+	secret = resources.CredentialsSecret(db, eng, "s3cret-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	user = string(secret.Data["username"])
+	srv.SQL(t, "postgres", fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", user, secret.Data["password"]))
+	return srv, eng, db, secret, user
+}
+
+// fillItems creates the database owned by user with an items table of n
+// rows written as that user.
+func fillItems(t *testing.T, srv *postgres.Server, database, user string, n int) {
+	t.Helper()
+	srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE %s OWNER %s", database, user))
+	srv.SQL(t, database, fmt.Sprintf("SET ROLE %s; CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL); "+
+		"INSERT INTO items SELECT g, 'item-' || g FROM generate_series(1, %d) g", user, n))
+}
+
 // TestBackupAndRestoreOnARealServer runs the backup CronJob's command, as the
 // builder renders it, against a real PostgreSQL holding known rows: the dump
 // lands atomically with its checksum, retention prunes, failures exit
 // non-zero and leave nothing, and the restore command brings the rows back
 // in a fresh database.
 func TestBackupAndRestoreOnARealServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL; skipped under -short")
-	}
-	srv := postgres.Start(t)
-	eng, err := engine.For(dbv1.EnginePostgres)
-	require.NoError(t, err)
-	db := &dbv1.Database{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
-		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
-	}
-	db.Spec.Backup.Retention = 2
-	secret := resources.CredentialsSecret(db, eng, "s3cret-"+strconv.FormatInt(time.Now().UnixNano(), 36))
-	user, password, database := string(secret.Data["username"]), string(secret.Data["password"]), string(secret.Data["database"])
-
-	srv.SQL(t, "postgres", fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", user, password))
-	srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE %s OWNER %s", database, user))
-	srv.SQL(t, database, fmt.Sprintf("SET ROLE %s; CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL); "+
-		"INSERT INTO items SELECT g, 'item-' || g FROM generate_series(1, 500) g", user))
+	srv, eng, db, secret, user := realServer(t, 2)
+	database := resources.GeneratedUsername
+	fillItems(t, srv, database, user, 500)
 	want := srv.SQL(t, database, "SELECT count(*), sum(id), string_agg(name, ',' ORDER BY id) FROM items")
 
 	dir := t.TempDir()
@@ -240,20 +257,7 @@ func (p backupPod) withEnv(env map[string]string) backupPod {
 // so a mix-up of the two shows in the rows. Both must leave a complete dump
 // of their own, with a valid checksum, that restores their own rows.
 func TestConcurrentBackupsNeverShareAFile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL; skipped under -short")
-	}
-	srv := postgres.Start(t)
-	eng, err := engine.For(dbv1.EnginePostgres)
-	require.NoError(t, err)
-	db := &dbv1.Database{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
-		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
-	}
-	db.Spec.Backup.Retention = 5
-	secret := resources.CredentialsSecret(db, eng, "s3cret-"+strconv.FormatInt(time.Now().UnixNano(), 36))
-	user, password := string(secret.Data["username"]), string(secret.Data["password"])
-	srv.SQL(t, "postgres", fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", user, password))
+	srv, eng, db, secret, user := realServer(t, 5)
 	const rows = "SELECT count(*), sum(id), md5(string_agg(name, ',' ORDER BY id)) FROM items"
 	want := map[string]string{}
 	for _, name := range []string{"alpha", "beta"} {

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -83,23 +82,9 @@ func exitCode(t *testing.T, err error) int {
 // user created and no mark is refused with RestoreRefusedExitCode and left
 // as it was.
 func TestRestoreOnlyIntoAFreshDatabase(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL; skipped under -short")
-	}
-	srv := postgres.Start(t)
-	eng, err := engine.For(dbv1.EnginePostgres)
-	require.NoError(t, err)
-	source := &dbv1.Database{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
-		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
-	}
-	source.Spec.Backup.Retention = 2
-	secret := resources.CredentialsSecret(source, eng, "s3cret-"+strconv.FormatInt(time.Now().UnixNano(), 36))
-	user, password, database := string(secret.Data["username"]), string(secret.Data["password"]), string(secret.Data["database"])
-	srv.SQL(t, "postgres", fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", user, password))
-	srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE %s OWNER %s", database, user))
-	srv.SQL(t, database, fmt.Sprintf("SET ROLE %s; CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL); "+
-		"INSERT INTO items SELECT g, 'item-' || g FROM generate_series(1, 300) g", user))
+	srv, eng, source, secret, user := realServer(t, 2)
+	database := resources.GeneratedUsername
+	fillItems(t, srv, database, user, 300)
 	const rows = "SELECT count(*), sum(id), md5(string_agg(name, ',' ORDER BY id)) FROM items"
 	want := srv.SQL(t, database, rows)
 

@@ -238,19 +238,8 @@ func TestFinalBackupBeforeDelete(t *testing.T) {
 // TestBootstrapFromBackup: a Database with spec.bootstrap is not Ready until
 // its restore Job succeeded, which it runs once; a failed restore says so.
 func TestBootstrapFromBackup(t *testing.T) {
-	ns := newNamespace(t)
-	startOperator(t, ns)
+	ns, history := withSource(t)
 	ctx := context.Background()
-	source := newDatabase(ns, "src", func(d *dbv1.Database) { d.Spec.Backup.Schedule = "0 0 1 1 *" })
-	require.NoError(t, k8s.Create(ctx, source))
-	waitReady(t, source)
-
-	history := func(name string) *dbv1.Database {
-		return newDatabase(ns, name, func(d *dbv1.Database) {
-			d.Spec.Backup.Schedule = "0 0 1 1 *"
-			d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "src"}}
-		})
-	}
 	restored := history("copy")
 	require.NoError(t, k8s.Create(ctx, restored))
 	live := waitReady(t, restored)

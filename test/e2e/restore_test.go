@@ -37,24 +37,32 @@ func selects(svc *corev1.Service, pod *corev1.Pod) bool {
 	return len(svc.Spec.Selector) > 0 && labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels))
 }
 
+// withSource runs an operator in a new namespace with a Ready Database
+// "src", and returns the namespace and a maker of Databases bootstrapped
+// from src's backups (none scheduled in the test's lifetime).
+func withSource(t *testing.T) (string, func(name string) *dbv1.Database) {
+	t.Helper()
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	source := newDatabase(ns, "src", func(d *dbv1.Database) { d.Spec.Backup.Schedule = "0 0 1 1 *" })
+	require.NoError(t, k8s.Create(context.Background(), source))
+	waitReady(t, source)
+	return ns, func(name string) *dbv1.Database {
+		return newDatabase(ns, name, func(d *dbv1.Database) {
+			d.Spec.Backup.Schedule = "0 0 1 1 *"
+			d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "src"}}
+		})
+	}
+}
+
 // TestBootstrapRestoreGuards: until spec.bootstrap's restore has finished,
 // the client Service selects no pod (the restore Job reaches the server
 // through the headless Service); a restore whose pod exits with
 // engine.RestoreRefusedExitCode (the data volume holds data) fails at once,
 // without retries, and says RestoreRefused.
 func TestBootstrapRestoreGuards(t *testing.T) {
-	ns := newNamespace(t)
-	startOperator(t, ns)
+	ns, bootstrapped := withSource(t)
 	ctx := context.Background()
-	source := newDatabase(ns, "src", func(d *dbv1.Database) { d.Spec.Backup.Schedule = "0 0 1 1 *" })
-	require.NoError(t, k8s.Create(ctx, source))
-	waitReady(t, source)
-	bootstrapped := func(name string) *dbv1.Database {
-		return newDatabase(ns, name, func(d *dbv1.Database) {
-			d.Spec.Backup.Schedule = "0 0 1 1 *"
-			d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "src"}}
-		})
-	}
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 
