@@ -130,7 +130,6 @@ func closedPort(t *testing.T) string {
 	return strconv.Itoa(port)
 }
 
-
 // realServer starts a PostgreSQL server for a Database named orders with
 // the given retention and creates the login role of its generated Secret.
 // It skips under -short.
