@@ -57,13 +57,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionBackupReady }
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	registerMetrics(mgr.GetCache())
-	r := &facet.Reconciler{
-		Client:        mgr.GetClient(),
-		Writer:        facet.NewWriter(mgr, Name),
-		ConditionType: c.ConditionType(),
-		Syncer:        &syncer{client: mgr.GetClient(), now: time.Now},
-		Options:       o,
-	}
+	r := facet.NewReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name), c.ConditionType(), newSyncer(mgr.GetClient(), time.Now), o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -92,10 +86,16 @@ func DatabaseOfJob(_ context.Context, obj client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: l[resources.LabelInstance]}}}
 }
 
+// syncer keeps the backup PVC, the CronJob and the on-demand and restore
+// Jobs, and reads the backup history off the Jobs.
 type syncer struct {
 	client client.Client
 	now    func() time.Time
 }
+
+// newSyncer is the backup syncer that reads and writes with c and judges
+// the age of backups by the clock now.
+func newSyncer(c client.Client, now func() time.Time) *syncer { return &syncer{client: c, now: now} }
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
 	eng, err := engine.For(db.Spec.Engine)

@@ -65,7 +65,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionDeleting }
 
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
-	r := &reconciler{client: mgr.GetClient(), writer: facet.NewWriter(mgr, Name)}
+	r := newReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name))
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -91,14 +91,22 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 		Named(Name+"-disabled").
 		For(&dbv1.Database{}, facet.ForDatabase()).
 		WithOptions(facet.ControllerOptions(o)).
-		Complete(&releaser{client: mgr.GetClient()})
+		Complete(newReleaser(mgr.GetClient()))
 }
 
+// reconciler adds the finalizer and carries out the deletion policy.
 type reconciler struct {
 	client client.Client
 	writer conditions.Writer
 }
 
+// newReconciler is the cleanup reconciler that reads, deletes and patches
+// with c and writes Deleting and status.deletion with w.
+func newReconciler(c client.Client, w conditions.Writer) *reconciler {
+	return &reconciler{client: c, writer: w}
+}
+
+// Reconcile implements reconcile.Reconciler.
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	db := &dbv1.Database{}
 	if err := r.client.Get(ctx, req.NamespacedName, db); err != nil {
@@ -421,6 +429,10 @@ type releaser struct {
 	client client.Client
 }
 
+// newReleaser is the releaser that patches with c.
+func newReleaser(c client.Client) *releaser { return &releaser{client: c} }
+
+// Reconcile implements reconcile.Reconciler.
 func (r *releaser) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	db := &dbv1.Database{}
 	if err := r.client.Get(ctx, req.NamespacedName, db); err != nil {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -62,7 +63,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 
 	t.Run("WipeOut", func(t *testing.T) {
 		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objects()...).Build()
-		r := &reconciler{client: c}
+		r := newReconciler(c, conditions.Writer{})
 		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyWipeOut))
 		require.NoError(t, err)
 		assert.Empty(t, waiting, "waits for a StatefulSet that is not this Database's")
@@ -79,7 +80,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 
 	t.Run("Retain", func(t *testing.T) {
 		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objects()...).Build()
-		r := &reconciler{client: c}
+		r := newReconciler(c, conditions.Writer{})
 		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyRetain))
 		require.NoError(t, err)
 		assert.Empty(t, waiting)
@@ -98,7 +99,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 		objs := objects()
 		objs[len(objs)-1] = &appsv1.StatefulSet{ObjectMeta: meta("orders", resources.ComponentDatabase)} // orphaned
 		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
-		r := &reconciler{client: c}
+		r := newReconciler(c, conditions.Writer{})
 		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyDelete))
 		require.NoError(t, err)
 		assert.Contains(t, waiting, "StatefulSet orders")

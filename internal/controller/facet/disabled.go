@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -41,11 +42,7 @@ func (d *Disabled) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 
 // SetupDisabled registers the stand-in of a disabled controller.
 func SetupDisabled(mgr ctrl.Manager, controllerName, conditionType string, o Options) error {
-	d := &Disabled{
-		Client:        mgr.GetClient(),
-		Writer:        NewWriter(mgr, controllerName),
-		ConditionType: conditionType,
-	}
+	d := &Disabled{Client: mgr.GetClient(), Writer: NewWriter(mgr, controllerName), ConditionType: conditionType}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(controllerName+"-disabled").
 		For(&dbv1.Database{}, ForDatabase()).
@@ -57,12 +54,15 @@ func SetupDisabled(mgr ctrl.Manager, controllerName, conditionType string, o Opt
 	return nil
 }
 
-// NewWriter is the condition writer of the named controller.
+// NewWriter is the condition writer of the named controller, with the
+// manager's client and an event recorder of the controller's field owner.
 func NewWriter(mgr ctrl.Manager, controllerName string) conditions.Writer {
-	return conditions.Writer{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder(FieldOwner(controllerName)),
-		Owner:    FieldOwner(controllerName),
-		Sent:     &apply.Sent{},
-	}
+	return WriterFor(mgr.GetClient(), mgr.GetEventRecorder(FieldOwner(controllerName)), controllerName)
+}
+
+// WriterFor is the condition writer of the named controller from plain
+// dependencies: the client it applies with and the recorder of its Events
+// (which may be nil: no Events).
+func WriterFor(c client.Client, recorder events.EventRecorder, controllerName string) conditions.Writer {
+	return conditions.Writer{Client: c, Recorder: recorder, Owner: FieldOwner(controllerName), Sent: &apply.Sent{}}
 }

@@ -78,6 +78,13 @@ type Reconciler struct {
 	Options       Options
 }
 
+// NewReconciler is the Reconciler of a facet from plain dependencies: the
+// client that reads the Database, the facet's condition writer, its
+// condition type, its Syncer and the manager's options.
+func NewReconciler(c client.Client, w conditions.Writer, conditionType string, s Syncer, o Options) *Reconciler {
+	return &Reconciler{Client: c, Writer: w, ConditionType: conditionType, Syncer: s, Options: o}
+}
+
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	db := &dbv1.Database{}

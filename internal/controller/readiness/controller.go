@@ -39,7 +39,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionReady }
 // reacts to every change of a Database, status included: that is where the
 // facets report.
 func (Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
-	r := &reconciler{client: mgr.GetClient(), writer: facet.NewWriter(mgr, Name), facets: o.Facets, waitForFinalizer: o.WaitForFinalizer}
+	r := newReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name), o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}).
@@ -52,6 +52,7 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
 }
 
+// reconciler writes the Ready summary of one Database.
 type reconciler struct {
 	client client.Client
 	writer conditions.Writer
@@ -63,6 +64,13 @@ type reconciler struct {
 	waitForFinalizer bool
 }
 
+// newReconciler is the readiness reconciler that reads with c, writes Ready
+// with w, and summarizes the facets of o.
+func newReconciler(c client.Client, w conditions.Writer, o facet.Options) *reconciler {
+	return &reconciler{client: c, writer: w, facets: o.Facets, waitForFinalizer: o.WaitForFinalizer}
+}
+
+// Reconcile implements reconcile.Reconciler.
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	db := &dbv1.Database{}
 	if err := r.client.Get(ctx, req.NamespacedName, db); err != nil {

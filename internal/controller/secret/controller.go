@@ -64,13 +64,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionCredentialsReady
 
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
-	r := &facet.Reconciler{
-		Client:        mgr.GetClient(),
-		Writer:        facet.NewWriter(mgr, Name),
-		ConditionType: c.ConditionType(),
-		Syncer:        &syncer{client: mgr.GetClient(), reader: mgr.GetAPIReader()},
-		Options:       o,
-	}
+	r := facet.NewReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name), c.ConditionType(), newSyncer(mgr.GetClient(), mgr.GetAPIReader()), o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -87,6 +81,7 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
 }
 
+// syncer keeps the generated credentials Secret or checks the user's.
 type syncer struct {
 	client client.Client
 	// reader reads Secrets from the API server: the cache holds only the
@@ -97,6 +92,12 @@ type syncer struct {
 	// it changed (and once per Secret after a restart), never on every
 	// reconcile.
 	checked sync.Map
+}
+
+// newSyncer is the secret syncer that writes with c and reads Secrets
+// data with reader, which must read from the API server.
+func newSyncer(c client.Client, reader client.Reader) *syncer {
+	return &syncer{client: c, reader: reader}
 }
 
 // restoreData puts back the keys of a generated Secret derived from its

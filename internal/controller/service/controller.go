@@ -55,13 +55,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionServiceReady }
 
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
-	r := &facet.Reconciler{
-		Client:        mgr.GetClient(),
-		Writer:        facet.NewWriter(mgr, Name),
-		ConditionType: c.ConditionType(),
-		Syncer:        &syncer{client: mgr.GetClient()},
-		Options:       o,
-	}
+	r := facet.NewReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name), c.ConditionType(), newSyncer(mgr.GetClient()), o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, builder.WithPredicates(predicate.Or(facet.DatabaseChanged(), restoreFinishedChanged()))).
@@ -75,9 +69,13 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
 }
 
+// syncer keeps the client and headless Services.
 type syncer struct {
 	client client.Client
 }
+
+// newSyncer is the service syncer that reads and writes with c.
+func newSyncer(c client.Client) *syncer { return &syncer{client: c} }
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
 	eng, err := engine.For(db.Spec.Engine)
