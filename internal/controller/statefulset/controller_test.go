@@ -1,14 +1,21 @@
 package statefulset
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
 // TestObserve reads StatefulSetReady off the StatefulSet as it was before
@@ -62,4 +69,43 @@ func TestObserve(t *testing.T) {
 			assert.Contains(t, got.Message, tc.message)
 		})
 	}
+}
+
+// TestSync: the first sync creates the StatefulSet and reports it
+// progressing; the next reads the replica counts off the live StatefulSet
+// into the status and grows a data PVC smaller than spec.storage.size.
+func TestSync(t *testing.T) {
+	ctx := context.Background()
+	db := facettest.Database()
+	db.Spec.Storage.Size = ptr.To(resource.MustParse("2Gi"))
+	c := facettest.Client(t, db)
+	s := newSyncer(c)
+
+	out, err := s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, metav1.ConditionFalse, out.Condition.Status)
+	assert.Equal(t, dbv1.ReasonProgressing, out.Condition.Reason)
+	assert.Contains(t, out.Condition.Message, "created the StatefulSet")
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: resources.StatefulSetName(db)}, sts))
+	assert.Equal(t, resources.Labels(db, resources.ComponentDatabase), sts.Labels)
+
+	// The StatefulSet controller ran its pod, and the PVC of ordinal 0
+	// was made at the old size.
+	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1}
+	require.NoError(t, c.Status().Update(ctx, sts))
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: resources.DataPVCName(db, 0),
+		Labels: resources.Labels(db, resources.ComponentDatabase)}}
+	pvc.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+	require.NoError(t, c.Create(ctx, pvc))
+
+	out, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, metav1.ConditionTrue, out.Condition.Status, out.Condition.Message)
+	assert.Equal(t, dbv1.ReasonStatefulSetReady, out.Condition.Reason)
+	require.NotNil(t, out.Status.Replicas)
+	assert.Equal(t, int32(1), *out.Status.ReadyReplicas)
+	assert.NotEmpty(t, *out.Status.Selector)
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pvc), pvc))
+	assert.Equal(t, "2Gi", pvc.Spec.Resources.Requests.Storage().String(), "the data PVC grew")
 }

@@ -39,12 +39,12 @@ func Client(t testing.TB, objs ...client.Object) client.WithWatch {
 		Build()
 }
 
-// Database is the PostgreSQL Database shop/orders at generation 1, with
+// Database is the PostgreSQL 17 Database shop/orders at generation 1, with
 // the cleanup finalizer (so the facets do not wait for it).
 func Database() *dbv1.Database {
 	return &dbv1.Database{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", UID: "orders-uid", Generation: 1,
 			Finalizers: []string{dbv1.Finalizer}},
-		Spec: dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres},
+		Spec: dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
 	}
 }
