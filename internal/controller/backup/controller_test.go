@@ -1,0 +1,57 @@
+package backup
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// TestSync: a sync creates the backup PVC and the CronJob and reports
+// BackupReady from the history at the syncer's clock; the backup-now
+// annotation starts one Job per token, recorded in status.backup.
+func TestSync(t *testing.T) {
+	ctx := context.Background()
+	db := facettest.Database()
+	db.CreationTimestamp = metav1.NewTime(t0)
+	db.Spec.Backup.Schedule = "0 2 * * *"
+	c := facettest.Client(t, db)
+	now := t0.Add(time.Hour)
+	s := newSyncer(c, func() time.Time { return now })
+	key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: db.Namespace, Name: name} }
+
+	out, err := s.Sync(ctx, db)
+	require.NoError(t, err)
+	require.NoError(t, c.Get(ctx, key(resources.BackupName(db)), &corev1.PersistentVolumeClaim{}), "backup PVC")
+	require.NoError(t, c.Get(ctx, key(resources.BackupName(db)), &batchv1.CronJob{}), "backup CronJob")
+	assert.Equal(t, metav1.ConditionTrue, out.Condition.Status, out.Condition.Message)
+	assert.Equal(t, dbv1.ReasonBackupScheduled, out.Condition.Reason)
+	assert.Equal(t, db.Spec.BackupMaxAge()-time.Hour+time.Second, out.RequeueAfter, "looks again when the backups would be stale")
+
+	db.Annotations = map[string]string{dbv1.AnnotationBackupNow: "t1"}
+	out, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	jobs := &batchv1.JobList{}
+	require.NoError(t, c.List(ctx, jobs, client.InNamespace(db.Namespace)))
+	require.Len(t, jobs.Items, 1)
+	assert.Equal(t, resources.OnDemandBackupJobName(db, "t1"), jobs.Items[0].Name)
+	require.NotNil(t, out.Status.Backup)
+	assert.Equal(t, "t1", *out.Status.Backup.LastOnDemandToken)
+
+	// The token recorded, a sync starts no second Job.
+	db.Status.Backup = &dbv1.BackupStatus{LastOnDemandToken: "t1"}
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	require.NoError(t, c.List(ctx, jobs, client.InNamespace(db.Namespace)))
+	assert.Len(t, jobs.Items, 1)
+}
