@@ -1,0 +1,79 @@
+package secret
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// TestSyncGenerates: the first sync generates the credentials Secret; later
+// syncs keep its password.
+func TestSyncGenerates(t *testing.T) {
+	ctx := context.Background()
+	db := facettest.Database()
+	c := facettest.Client(t, db)
+	s := newSyncer(c, c)
+	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.GeneratedSecretName(db)}
+
+	out, err := s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, dbv1.ReasonSecretGenerated, out.Condition.Reason, out.Condition.Message)
+	assert.Equal(t, key.Name, *out.Status.CredentialsSecret)
+	sec := &corev1.Secret{}
+	require.NoError(t, c.Get(ctx, key, sec))
+	password := string(sec.Data[engine.PasswordKey])
+	require.NotEmpty(t, password)
+
+	out, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, dbv1.ReasonSecretGenerated, out.Condition.Reason, out.Condition.Message)
+	require.NoError(t, c.Get(ctx, key, sec))
+	assert.Equal(t, password, string(sec.Data[engine.PasswordKey]), "regenerated the password")
+}
+
+// TestSyncChecksTheUsersSecret: the Secret of spec.credentials.secretName
+// is reported missing, incomplete or in use, and never written.
+func TestSyncChecksTheUsersSecret(t *testing.T) {
+	secret := func(data map[string][]byte) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "mine", ResourceVersion: "7"}, Data: data}
+	}
+	for name, tc := range map[string]struct {
+		secret *corev1.Secret
+		status metav1.ConditionStatus
+		reason string
+	}{
+		"missing":    {nil, metav1.ConditionFalse, dbv1.ReasonSecretNotFound},
+		"incomplete": {secret(map[string][]byte{engine.UsernameKey: []byte("app")}), metav1.ConditionFalse, dbv1.ReasonSecretInvalid},
+		"complete": {secret(map[string][]byte{engine.UsernameKey: []byte("app"), engine.PasswordKey: []byte("s3cret")}),
+			metav1.ConditionTrue, dbv1.ReasonSecretProvided},
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := facettest.Database()
+			db.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "mine"}
+			objs := []client.Object{db}
+			if tc.secret != nil {
+				objs = append(objs, tc.secret)
+			}
+			c := facettest.Client(t, objs...)
+			out, err := newSyncer(c, c).Sync(context.Background(), db)
+			require.NoError(t, err)
+			assert.Equal(t, tc.status, out.Condition.Status)
+			assert.Equal(t, tc.reason, out.Condition.Reason, out.Condition.Message)
+			if tc.secret != nil {
+				live := &corev1.Secret{}
+				require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(tc.secret), live))
+				assert.Equal(t, tc.secret.ResourceVersion, live.ResourceVersion, "wrote the user's Secret")
+			}
+		})
+	}
+}

@@ -1,0 +1,53 @@
+package service
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// TestSync: a sync creates the client and headless Services and reports
+// the endpoint; while spec.bootstrap's restore has not finished, the
+// condition says the client Service waits for it.
+func TestSync(t *testing.T) {
+	for name, tc := range map[string]struct {
+		bootstrap, restored bool
+		reason              string
+	}{
+		"no bootstrap":     {reason: dbv1.ReasonServicesReady},
+		"restore running":  {bootstrap: true, reason: dbv1.ReasonWaitingForRestore},
+		"restore finished": {bootstrap: true, restored: true, reason: dbv1.ReasonServicesReady},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			db := facettest.Database()
+			if tc.bootstrap {
+				db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "src"}}
+			}
+			if tc.restored {
+				db.Status.Backup = &dbv1.BackupStatus{RestoredFrom: "src/latest"}
+			}
+			c := facettest.Client(t, db)
+			out, err := newSyncer(c).Sync(ctx, db)
+			require.NoError(t, err)
+			assert.Equal(t, metav1.ConditionTrue, out.Condition.Status)
+			assert.Equal(t, tc.reason, out.Condition.Reason, out.Condition.Message)
+			require.NotNil(t, out.Status.Endpoint)
+			assert.Contains(t, *out.Status.Endpoint, resources.ClientServiceName(db))
+			for _, name := range []string{resources.ClientServiceName(db), resources.HeadlessServiceName(db)} {
+				svc := &corev1.Service{}
+				require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, svc), "Service %s", name)
+				assert.NotEmpty(t, svc.Spec.Ports, "Service %s", name)
+			}
+		})
+	}
+}
