@@ -9,15 +9,19 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -105,5 +109,78 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 		assert.Contains(t, waiting, "StatefulSet orders")
 		assert.True(t, exists(c, pvc(metav1.ObjectMeta{Namespace: "shop", Name: "data-orders-0"})),
 			"deleted a data PVC while the StatefulSet was there")
+	})
+}
+
+// TestPlanFor: what each deletion policy deletes and keeps.
+func TestPlanFor(t *testing.T) {
+	for policy, want := range map[dbv1.DeletionPolicy]string{
+		dbv1.DeletionPolicyDelete:  "delete the data PVCs, delete the generated credentials Secret, keep the backup PVC",
+		dbv1.DeletionPolicyRetain:  "keep the data PVCs, keep the generated credentials Secret, keep the backup PVC",
+		dbv1.DeletionPolicyWipeOut: "delete the data PVCs, delete the generated credentials Secret, delete the backup PVC",
+	} {
+		assert.Equal(t, want, planFor(policy).String(), "policy %s", policy)
+	}
+}
+
+// TestReconcile: a live Database gets the finalizer and status.deletion,
+// the preview of its policy; a deleted one under DoNotDelete keeps its
+// finalizer and reports DeletionBlocked; under Retain, with nothing left to
+// wait for, the finalizer goes.
+func TestReconcile(t *testing.T) {
+	ctx := context.Background()
+	reconcile := func(t *testing.T, db *dbv1.Database) *dbv1.Database {
+		t.Helper()
+		c := facettest.Client(t, db)
+		r := newReconciler(c, facet.WriterFor(c, nil, Name))
+		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
+		_, err := r.Reconcile(ctx, req)
+		if apierrors.IsConflict(err) {
+			// The pass wrote Deleting, which moved the resourceVersion
+			// under its finalizer patch; the next pass writes nothing
+			// and patches.
+			_, err = r.Reconcile(ctx, req)
+		}
+		require.NoError(t, err)
+		got := &dbv1.Database{}
+		err = c.Get(ctx, client.ObjectKeyFromObject(db), got)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		require.NoError(t, err)
+		return got
+	}
+
+	t.Run("live: finalizer and preview", func(t *testing.T) {
+		db := facettest.Database()
+		db.Finalizers = nil
+		db.Spec.DeletionPolicy = dbv1.DeletionPolicyWipeOut
+		got := reconcile(t, db)
+		assert.Contains(t, got.Finalizers, dbv1.Finalizer)
+		require.NotNil(t, got.Status.Deletion)
+		assert.Equal(t, []string{"PersistentVolumeClaim/data-orders-0", "Secret/orders-credentials", "PersistentVolumeClaim/orders-backup"},
+			got.Status.Deletion.Deletes)
+		assert.Empty(t, got.Status.Deletion.Keeps)
+	})
+
+	t.Run("deleted under DoNotDelete: blocked", func(t *testing.T) {
+		db := facettest.Database()
+		db.DeletionTimestamp = ptr.To(metav1.Now())
+		db.Spec.DeletionPolicy = dbv1.DeletionPolicyDoNotDelete
+		got := reconcile(t, db)
+		require.NotNil(t, got, "the Database went")
+		assert.Contains(t, got.Finalizers, dbv1.Finalizer)
+		deleting := meta.FindStatusCondition(got.Status.Conditions, dbv1.ConditionDeleting)
+		require.NotNil(t, deleting)
+		assert.Equal(t, dbv1.ReasonDeletionBlocked, deleting.Reason)
+		assert.True(t, got.Status.Deletion.Blocked)
+	})
+
+	t.Run("deleted under Retain: released", func(t *testing.T) {
+		db := facettest.Database()
+		db.DeletionTimestamp = ptr.To(metav1.Now())
+		db.Spec.DeletionPolicy = dbv1.DeletionPolicyRetain
+		got := reconcile(t, db)
+		assert.Nil(t, got, "the finalizer was not removed")
 	})
 }
