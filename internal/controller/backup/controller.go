@@ -15,8 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -28,6 +26,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/jobs"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -67,7 +66,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentBackup))).
 		// Backup Jobs belong to the CronJob, not to the Database: find the
 		// Database by the instance label the job template gives them.
-		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(DatabaseOfJob)).
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobs.DatabaseOf)).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }
@@ -75,15 +74,6 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 // SetupDisabled implements controller.Controller.
 func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
-}
-
-// DatabaseOfJob maps a backup Job to its Database by the instance label.
-func DatabaseOfJob(_ context.Context, obj client.Object) []reconcile.Request {
-	l := obj.GetLabels()
-	if l[resources.LabelComponent] != resources.ComponentBackup || l[resources.LabelInstance] == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: l[resources.LabelInstance]}}}
 }
 
 // syncer keeps the backup PVC, the CronJob and the on-demand and restore
@@ -124,16 +114,16 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		return facet.Outcome{}, err
 	}
 
-	jobs := &batchv1.JobList{}
+	list := &batchv1.JobList{}
 	sel := labels.SelectorFromSet(resources.Labels(db, resources.ComponentBackup))
-	if err := s.client.List(ctx, jobs, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := s.client.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return facet.Outcome{}, fmt.Errorf("listing backup Jobs: %w", err)
 	}
-	stuck, running, err := s.podNotStarting(ctx, db, jobs.Items)
+	stuck, running, err := s.podNotStarting(ctx, db, list.Items)
 	if err != nil {
 		return facet.Outcome{}, err
 	}
-	backups := slices.DeleteFunc(jobs.Items, func(j batchv1.Job) bool { return j.Name == resources.RestoreJobName(db) })
+	backups := slices.DeleteFunc(list.Items, func(j batchv1.Job) bool { return j.Name == resources.RestoreJobName(db) })
 	history := Merge(Observe(cron, backups), db.Status.Backup)
 	history.OnDemandToken, history.RestoredFrom = token, restoredFrom
 	cond, after := Assess(db, history, s.now())
@@ -170,7 +160,7 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 	if err != nil {
 		return nil, "", reconcile.TerminalError(err)
 	}
-	job, created, err := EnsureJob(ctx, s.client, desired, facet.FieldOwner(Name))
+	job, created, err := jobs.Ensure(ctx, s.client, desired, facet.FieldOwner(Name))
 	if err != nil {
 		return nil, "", fmt.Errorf("ensuring restore Job %s: %w", name, err)
 	}
@@ -201,7 +191,7 @@ func (s *syncer) runOnDemand(ctx context.Context, db *dbv1.Database, eng engine.
 	if err != nil {
 		return "", reconcile.TerminalError(err)
 	}
-	_, created, err := EnsureJob(ctx, s.client, job, facet.FieldOwner(Name))
+	_, created, err := jobs.Ensure(ctx, s.client, job, facet.FieldOwner(Name))
 	if err != nil {
 		return "", fmt.Errorf("ensuring on-demand backup Job: %w", err)
 	}
@@ -209,26 +199,6 @@ func (s *syncer) runOnDemand(ctx context.Context, db *dbv1.Database, eng engine.
 		log.FromContext(ctx).Info("Starting on-demand backup", "job", *job.GetName(), "token", token)
 	}
 	return token, nil
-}
-
-// EnsureJob returns the live Job of desired's name, creating it from
-// desired when it does not exist yet; a Job just created is returned
-// without status, so Finished reports it running. A Job is never updated:
-// its template is immutable, and an existing one is the run that counts.
-func EnsureJob(ctx context.Context, c client.Client, desired *batchv1ac.JobApplyConfiguration, owner string) (*batchv1.Job, bool, error) {
-	job := &batchv1.Job{}
-	key := client.ObjectKey{Namespace: *desired.GetNamespace(), Name: *desired.GetName()}
-	err := c.Get(ctx, key, job)
-	if err == nil {
-		return job, false, nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return nil, false, fmt.Errorf("getting Job %s: %w", key.Name, err)
-	}
-	if _, err := apply.Apply(ctx, c, nil, desired, owner); err != nil {
-		return nil, false, fmt.Errorf("creating Job %s: %w", key.Name, err)
-	}
-	return &batchv1.Job{}, true, nil
 }
 
 // applyPVC applies the backup PVC, keeping the size of a live one that is

@@ -5,13 +5,13 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/jobs"
 )
 
 // namedApplyConfiguration is an apply configuration of a named object.
@@ -42,19 +42,19 @@ type History struct {
 
 // Observe reads the history off the CronJob (which may be nil) and the
 // backup Jobs. Only finished Jobs count as successes or failures.
-func Observe(cron *batchv1.CronJob, jobs []batchv1.Job) History {
+func Observe(cron *batchv1.CronJob, seen []batchv1.Job) History {
 	h := History{jobs: map[string]bool{}}
 	if cron != nil {
 		h.LastSchedule = cron.Status.LastScheduleTime
 	}
 	var lastFinished time.Time
-	for i := range jobs {
-		j := &jobs[i]
+	for i := range seen {
+		j := &seen[i]
 		h.jobs[j.Name] = true
 		if t := j.CreationTimestamp.Time; t.After(h.lastJobCreated) {
 			h.lastJobCreated, h.LastJob = t, j.Name
 		}
-		done, failed, at, msg := Finished(j)
+		done, failed, at, msg := jobs.Finished(j)
 		if !done {
 			continue
 		}
@@ -103,31 +103,6 @@ func later(a, b *metav1.Time) *metav1.Time {
 		return b
 	}
 	return a
-}
-
-// Finished reports whether a Job has finished, whether it failed, when, and
-// why it failed.
-func Finished(j *batchv1.Job) (done, failed bool, at time.Time, msg string) {
-	for _, c := range j.Status.Conditions {
-		if c.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch c.Type {
-		case batchv1.JobComplete:
-			at = c.LastTransitionTime.Time
-			if j.Status.CompletionTime != nil {
-				at = j.Status.CompletionTime.Time
-			}
-			return true, false, at, ""
-		case batchv1.JobFailed:
-			msg = c.Reason
-			if c.Message != "" {
-				msg += ": " + c.Message
-			}
-			return true, true, c.LastTransitionTime.Time, msg
-		}
-	}
-	return false, false, time.Time{}, ""
 }
 
 // Assess turns the history into BackupReady and says when to look again,

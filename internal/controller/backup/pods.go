@@ -15,6 +15,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/jobs"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -39,11 +40,11 @@ var notStarting = map[string]bool{
 // name label the Job controller adds. It returns BackupReady for the first
 // pod, by name, that cannot start a container (nil if none), and whether
 // any Job runs.
-func (s *syncer) podNotStarting(ctx context.Context, db *dbv1.Database, jobs []batchv1.Job) (*metav1.Condition, bool, error) {
+func (s *syncer) podNotStarting(ctx context.Context, db *dbv1.Database, list []batchv1.Job) (*metav1.Condition, bool, error) {
 	running := map[string]bool{}
-	for i := range jobs {
-		if done, _, _, _ := Finished(&jobs[i]); !done && jobs[i].DeletionTimestamp == nil {
-			running[jobs[i].Name] = true
+	for i := range list {
+		if done, _, _, _ := jobs.Finished(&list[i]); !done && list[i].DeletionTimestamp == nil {
+			running[list[i].Name] = true
 		}
 	}
 	if len(running) == 0 {

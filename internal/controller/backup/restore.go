@@ -9,6 +9,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/jobs"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -20,7 +21,7 @@ import (
 func RestoreProgress(db *dbv1.Database, job *batchv1.Job, source string) *metav1.Condition {
 	t := dbv1.ConditionBackupReady
 	name := resources.RestoreJobName(db)
-	done, failed, _, msg := Finished(job)
+	done, failed, _, msg := jobs.Finished(job)
 	var cond metav1.Condition
 	switch {
 	case !done:

@@ -27,9 +27,9 @@ import (
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
-	"github.com/dbkeeper/dbkeeper/internal/controller/backup"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/jobs"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -70,7 +70,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
 		// The final backup Job of spec.backup.beforeDelete.
-		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(backup.DatabaseOfJob)).
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobs.DatabaseOf)).
 		// The StatefulSet whose pods must be gone before the data PVCs
 		// are deleted; by label, since orphan deletion takes its owner
 		// reference.
@@ -178,7 +178,7 @@ func (r *reconciler) finalBackup(ctx context.Context, db *dbv1.Database) (*metav
 	if err != nil {
 		return nil, err
 	}
-	job, created, err := backup.EnsureJob(ctx, r.client, desired, facet.FieldOwner(Name))
+	job, created, err := jobs.Ensure(ctx, r.client, desired, facet.FieldOwner(Name))
 	if err != nil {
 		return nil, fmt.Errorf("ensuring final backup Job: %w", err)
 	}
@@ -187,7 +187,7 @@ func (r *reconciler) finalBackup(ctx context.Context, db *dbv1.Database) (*metav
 		cond := conditions.True(t, dbv1.ReasonCleaningUp, fmt.Sprintf("spec.backup.beforeDelete: started final backup Job %s; nothing is deleted until it succeeds", name))
 		return &cond, nil
 	}
-	done, failed, _, msg := backup.Finished(job)
+	done, failed, _, msg := jobs.Finished(job)
 	switch {
 	case !done:
 		cond := conditions.True(t, dbv1.ReasonCleaningUp, fmt.Sprintf("spec.backup.beforeDelete: waiting for final backup Job %s", name))
