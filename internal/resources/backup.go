@@ -3,9 +3,9 @@ package resources
 import (
 	"crypto/sha256"
 	"fmt"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
@@ -102,120 +102,31 @@ func FinalBackupJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobApplyCo
 }
 
 func backupJob(db *dbv1.Database, eng engine.Engine, name string, annotations map[string]string) (*batchv1ac.JobApplyConfiguration, error) {
-	job, err := backupJobSpec(db, eng)
+	spec, err := backupJobSpec(db, eng)
 	if err != nil {
 		return nil, err
 	}
-	ac := batchv1ac.Job(name, db.Namespace).
-		WithLabels(Labels(db, ComponentBackup)).
-		WithOwnerReferences(OwnerReference(db)).
-		WithSpec(job)
+	job := dumpJob(db, name, spec)
 	if len(annotations) > 0 {
-		ac.WithAnnotations(annotations)
+		job.WithAnnotations(annotations)
 	}
-	return ac, nil
+	return job, nil
 }
 
 // backupJobSpec is the Job of one backup: one pod, no retries (a failed
 // dump is reported, not hidden), a deadline.
 func backupJobSpec(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobSpecApplyConfiguration, error) {
-	image, err := engine.ImageFor(eng, db)
+	pod, err := dumpPodTemplate(db, eng, dumpRun{
+		container: backupContainer,
+		command:   eng.BackupCommand(BackupMountPath, db.Name, db.Spec.Backup.Retention),
+		host:      ClientServiceHost(db),
+		claim:     BackupName(db),
+	})
 	if err != nil {
 		return nil, err
 	}
-	host := ClientServiceHost(db)
-	container := corev1ac.Container().
-		WithName(backupContainer).
-		WithImage(image).
-		WithCommand(eng.BackupCommand(BackupMountPath, db.Name, db.Spec.Backup.Retention)...).
-		WithEnv(envApply(eng.BackupEnv(host, CredentialsSecretName(db)))...).
-		WithSecurityContext(restrictedContainer(eng.User())).
-		WithVolumeMounts(corev1ac.VolumeMount().WithName(backupVolume).WithMountPath(BackupMountPath))
-	pod := corev1ac.PodSpec().
-		WithRestartPolicy(corev1.RestartPolicyNever).
-		WithEnableServiceLinks(false).
-		WithAutomountServiceAccountToken(false).
-		WithSecurityContext(restrictedPod(eng.User())).
-		WithVolumes(corev1ac.Volume().WithName(backupVolume).
-			WithPersistentVolumeClaim(corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(BackupName(db))))
-	addScratch(pod, container, []string{"/tmp"})
-	pod.WithContainers(container)
 	return batchv1ac.JobSpec().
 		WithBackoffLimit(0).
 		WithActiveDeadlineSeconds(backupActiveDeadlineSeconds).
-		WithTemplate(corev1ac.PodTemplateSpec().
-			WithLabels(Labels(db, ComponentBackup)).
-			WithSpec(pod)), nil
-}
-
-// restoreContainer is the restore Job's one container.
-const restoreContainer = "restore"
-
-// RestoreJobName is the name of the Job that restores spec.bootstrap's dump.
-func RestoreJobName(db *dbv1.Database) string { return db.Name + "-restore" }
-
-// RestorePodHost is the DNS name of the Database's first pod under the
-// headless Service, which publishes it before it is ready: the restore Job
-// connects there, because the client Service selects no pod until the
-// restore has finished.
-func RestorePodHost(db *dbv1.Database) string {
-	return fmt.Sprintf("%s-0.%s.%s.svc", StatefulSetName(db), HeadlessServiceName(db), db.Namespace)
-}
-
-// RestoreJob restores spec.bootstrap.fromBackup into the new Database: it
-// mounts the source Database's backup volume read-only, waits for the
-// server (on its pod, see RestorePodHost) and restores the dump with the
-// new Database's credentials, only into a database that holds no data yet
-// (see engine.Engine.RestoreCommand). It retries a few times, as a failed
-// restore leaves the database as it was; a refusal
-// (engine.RestoreRefusedExitCode) fails the Job at once through its pod
-// failure policy, and the Job's Failed condition then has the reason
-// PodFailurePolicy. It is nil when the Database has no bootstrap.
-func RestoreJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobApplyConfiguration, error) {
-	if db.Spec.Bootstrap == nil {
-		return nil, nil
-	}
-	image, err := engine.ImageFor(eng, db)
-	if err != nil {
-		return nil, err
-	}
-	from := db.Spec.Bootstrap.FromBackup
-	file := from.File
-	if file == "" {
-		file = "latest"
-	}
-	source := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: from.Database, Namespace: db.Namespace}}
-	host := RestorePodHost(db)
-	container := corev1ac.Container().
-		WithName(restoreContainer).
-		WithImage(image).
-		WithCommand(eng.RestoreCommand(BackupMountPath, from.Database, file)...).
-		WithEnv(envApply(eng.BackupEnv(host, CredentialsSecretName(db)))...).
-		WithSecurityContext(restrictedContainer(eng.User())).
-		WithVolumeMounts(corev1ac.VolumeMount().WithName(backupVolume).WithMountPath(BackupMountPath).WithReadOnly(true))
-	pod := corev1ac.PodSpec().
-		WithRestartPolicy(corev1.RestartPolicyNever).
-		WithEnableServiceLinks(false).
-		WithAutomountServiceAccountToken(false).
-		WithSecurityContext(restrictedPod(eng.User())).
-		WithVolumes(corev1ac.Volume().WithName(backupVolume).
-			WithPersistentVolumeClaim(corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(BackupName(source)).WithReadOnly(true)))
-	addScratch(pod, container, []string{"/tmp"})
-	pod.WithContainers(container)
-	return batchv1ac.Job(RestoreJobName(db), db.Namespace).
-		WithLabels(Labels(db, ComponentBackup)).
-		WithOwnerReferences(OwnerReference(db)).
-		WithSpec(batchv1ac.JobSpec().
-			WithBackoffLimit(3).
-			WithPodFailurePolicy(batchv1ac.PodFailurePolicy().WithRules(
-				batchv1ac.PodFailurePolicyRule().
-					WithAction(batchv1.PodFailurePolicyActionFailJob).
-					WithOnExitCodes(batchv1ac.PodFailurePolicyOnExitCodesRequirement().
-						WithContainerName(restoreContainer).
-						WithOperator(batchv1.PodFailurePolicyOnExitCodesOpIn).
-						WithValues(engine.RestoreRefusedExitCode)))).
-			WithActiveDeadlineSeconds(backupActiveDeadlineSeconds).
-			WithTemplate(corev1ac.PodTemplateSpec().
-				WithLabels(Labels(db, ComponentBackup)).
-				WithSpec(pod))), nil
+		WithTemplate(pod), nil
 }
