@@ -15,12 +15,12 @@ import (
 // GeneratedUsername is the user (and database) of a generated Secret.
 const GeneratedUsername = "app"
 
-// Keys a generated Secret holds besides username and password, for clients.
+// Keys a generated Secret holds besides username, password and database
+// (engine.UsernameKey, engine.PasswordKey, engine.DatabaseKey), for clients.
 const (
-	DatabaseKey = "database"
-	HostKey     = "host"
-	PortKey     = "port"
-	URIKey      = "uri"
+	HostKey = "host"
+	PortKey = "port"
+	URIKey  = "uri"
 )
 
 // CredentialsSecret is the Secret dbkeeper generates, once, for a Database
@@ -48,7 +48,7 @@ func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string) *c
 		Data: map[string][]byte{
 			engine.UsernameKey: []byte(GeneratedUsername),
 			engine.PasswordKey: []byte(password),
-			DatabaseKey:        []byte(GeneratedUsername),
+			engine.DatabaseKey: []byte(GeneratedUsername),
 			HostKey:            []byte(host),
 			PortKey:            []byte(port),
 			URIKey:             []byte(uri.String()),
