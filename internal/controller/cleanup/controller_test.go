@@ -11,12 +11,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
@@ -30,9 +27,6 @@ import (
 // StatefulSet of its name that another Database owns; under Retain it takes
 // an earlier version's owner reference off what it keeps.
 func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	require.NoError(t, dbv1.AddToScheme(scheme))
 	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "shop", UID: "db-uid"},
 		Spec: dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres}}
 	ref := metav1.OwnerReference{APIVersion: dbv1.GroupVersion.String(), Kind: "Database", Name: "orders", UID: db.UID,
@@ -66,7 +60,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 	}
 
 	t.Run("WipeOut", func(t *testing.T) {
-		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objects()...).Build()
+		c := facettest.Client(t, objects()...)
 		r := newReconciler(c, conditions.Writer{})
 		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyWipeOut))
 		require.NoError(t, err)
@@ -83,7 +77,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 	})
 
 	t.Run("Retain", func(t *testing.T) {
-		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objects()...).Build()
+		c := facettest.Client(t, objects()...)
 		r := newReconciler(c, conditions.Writer{})
 		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyRetain))
 		require.NoError(t, err)
@@ -102,7 +96,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 	t.Run("Delete waits for its StatefulSet", func(t *testing.T) {
 		objs := objects()
 		objs[len(objs)-1] = &appsv1.StatefulSet{ObjectMeta: meta("orders", resources.ComponentDatabase)} // orphaned
-		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+		c := facettest.Client(t, objs...)
 		r := newReconciler(c, conditions.Writer{})
 		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyDelete))
 		require.NoError(t, err)
@@ -129,8 +123,17 @@ func TestPlanFor(t *testing.T) {
 // wait for, the finalizer goes.
 func TestReconcile(t *testing.T) {
 	ctx := context.Background()
-	reconcile := func(t *testing.T, db *dbv1.Database) *dbv1.Database {
+	// reconcile runs the reconciler for a Database of the policy, new (no
+	// finalizer yet) or deleted, and returns it as it is left, or nil.
+	reconcile := func(t *testing.T, policy dbv1.DeletionPolicy, deleted bool) *dbv1.Database {
 		t.Helper()
+		db := facettest.Database()
+		db.Spec.DeletionPolicy = policy
+		if deleted {
+			db.DeletionTimestamp = ptr.To(metav1.Now())
+		} else {
+			db.Finalizers = nil
+		}
 		c := facettest.Client(t, db)
 		r := newReconciler(c, facet.WriterFor(c, nil, Name))
 		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
@@ -152,10 +155,7 @@ func TestReconcile(t *testing.T) {
 	}
 
 	t.Run("live: finalizer and preview", func(t *testing.T) {
-		db := facettest.Database()
-		db.Finalizers = nil
-		db.Spec.DeletionPolicy = dbv1.DeletionPolicyWipeOut
-		got := reconcile(t, db)
+		got := reconcile(t, dbv1.DeletionPolicyWipeOut, false)
 		assert.Contains(t, got.Finalizers, dbv1.Finalizer)
 		require.NotNil(t, got.Status.Deletion)
 		assert.Equal(t, []string{"PersistentVolumeClaim/data-orders-0", "Secret/orders-credentials", "PersistentVolumeClaim/orders-backup"},
@@ -164,10 +164,7 @@ func TestReconcile(t *testing.T) {
 	})
 
 	t.Run("deleted under DoNotDelete: blocked", func(t *testing.T) {
-		db := facettest.Database()
-		db.DeletionTimestamp = ptr.To(metav1.Now())
-		db.Spec.DeletionPolicy = dbv1.DeletionPolicyDoNotDelete
-		got := reconcile(t, db)
+		got := reconcile(t, dbv1.DeletionPolicyDoNotDelete, true)
 		require.NotNil(t, got, "the Database went")
 		assert.Contains(t, got.Finalizers, dbv1.Finalizer)
 		deleting := meta.FindStatusCondition(got.Status.Conditions, dbv1.ConditionDeleting)
@@ -177,10 +174,7 @@ func TestReconcile(t *testing.T) {
 	})
 
 	t.Run("deleted under Retain: released", func(t *testing.T) {
-		db := facettest.Database()
-		db.DeletionTimestamp = ptr.To(metav1.Now())
-		db.Spec.DeletionPolicy = dbv1.DeletionPolicyRetain
-		got := reconcile(t, db)
+		got := reconcile(t, dbv1.DeletionPolicyRetain, true)
 		assert.Nil(t, got, "the finalizer was not removed")
 	})
 }

@@ -26,6 +26,8 @@ func TestReconcileWritesTheSummary(t *testing.T) {
 		return metav1.Condition{Type: t, Status: metav1.ConditionStatus(status), Reason: reason, ObservedGeneration: gen,
 			LastTransitionTime: metav1.Now(), Message: t + " says " + reason}
 	}
+	stsReady := cond(dbv1.ConditionStatefulSetReady, "True", dbv1.ReasonStatefulSetReady, 2)
+	svcReady := cond(dbv1.ConditionServiceReady, "True", dbv1.ReasonServicesReady, 2)
 	cases := []struct {
 		name       string
 		conditions []metav1.Condition
@@ -35,26 +37,18 @@ func TestReconcileWritesTheSummary(t *testing.T) {
 		phase      dbv1.Phase
 		observed   int64
 	}{
-		{name: "every facet ready", conditions: []metav1.Condition{
-			cond(dbv1.ConditionStatefulSetReady, "True", dbv1.ReasonStatefulSetReady, 2),
-			cond(dbv1.ConditionServiceReady, "True", dbv1.ReasonServicesReady, 2),
-		}, status: metav1.ConditionTrue, phase: dbv1.PhaseReady, observed: 2},
+		{name: "every facet ready", conditions: []metav1.Condition{stsReady, svcReady}, status: metav1.ConditionTrue, phase: dbv1.PhaseReady, observed: 2},
 		{name: "a disabled facet's condition is not read", conditions: []metav1.Condition{
-			cond(dbv1.ConditionStatefulSetReady, "True", dbv1.ReasonStatefulSetReady, 2),
-			cond(dbv1.ConditionServiceReady, "True", dbv1.ReasonServicesReady, 2),
-			cond(dbv1.ConditionBackupReady, "False", dbv1.ReasonLastBackupFailed, 2),
+			stsReady, svcReady, cond(dbv1.ConditionBackupReady, "False", dbv1.ReasonLastBackupFailed, 2),
 		}, status: metav1.ConditionTrue, phase: dbv1.PhaseReady, observed: 2},
 		{name: "a facet progressing", conditions: []metav1.Condition{
-			cond(dbv1.ConditionStatefulSetReady, "False", dbv1.ReasonProgressing, 2),
-			cond(dbv1.ConditionServiceReady, "True", dbv1.ReasonServicesReady, 2),
+			cond(dbv1.ConditionStatefulSetReady, "False", dbv1.ReasonProgressing, 2), svcReady,
 		}, status: metav1.ConditionFalse, phase: dbv1.PhaseProgressing, observed: 2},
 		{name: "a facet behind the generation", conditions: []metav1.Condition{
-			cond(dbv1.ConditionStatefulSetReady, "True", dbv1.ReasonStatefulSetReady, 1),
-			cond(dbv1.ConditionServiceReady, "True", dbv1.ReasonServicesReady, 2),
+			cond(dbv1.ConditionStatefulSetReady, "True", dbv1.ReasonStatefulSetReady, 1), svcReady,
 		}, status: metav1.ConditionUnknown, phase: dbv1.PhaseProgressing, observed: 1},
 		{name: "a facet failed", conditions: []metav1.Condition{
-			cond(dbv1.ConditionStatefulSetReady, "True", dbv1.ReasonStatefulSetReady, 2),
-			cond(dbv1.ConditionServiceReady, "False", dbv1.ReasonApplyFailed, 2),
+			stsReady, cond(dbv1.ConditionServiceReady, "False", dbv1.ReasonApplyFailed, 2),
 		}, status: metav1.ConditionFalse, phase: dbv1.PhaseDegraded, observed: 2},
 		{name: "waits for the finalizer", noFinalize: true, wait: true},
 		{name: "does not wait when cleanup is off", noFinalize: true, status: metav1.ConditionUnknown, phase: dbv1.PhaseProgressing, observed: 1},
