@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dbkeeper/dbkeeper/test/cluster"
-	"github.com/dbkeeper/dbkeeper/test/operator"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 var (

@@ -1,4 +1,4 @@
-// Package bench measures the operator on the local cluster of test/cluster
+// Package bench measures the operator on the local cluster of test/framework/cluster
 // (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok):
 // convergence time of N Databases as a ratio to a plain client creating the
 // same objects in the same run, API writes per Database against the design

@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/dbkeeper/dbkeeper/test/operator"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 // controllers is how many controllers the manager runs with the default

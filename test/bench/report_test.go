@@ -46,7 +46,7 @@ func markdown(results []result) string {
 	p("make bench BENCH_FLAGS='-sizes=%s -idle=%s -resync=%s -unrelated-secrets=%d -workers=%d'", *sizes, *idleFor, *resync, *unrelated, *workers)
 	p("```")
 	p("")
-	p("Machine: %s, %d cores, %s RAM, %s. Cluster: test/cluster (kube-apiserver, etcd, kube-controller-manager, kube-scheduler and a kwok node, all on this machine). The operator is the manager binary (not race-built) watching only the benchmark's namespace, run as the cluster admin with `--sync-period=%s` and the default 2 workers per controller.", cpuModel(), runtime.NumCPU(), memTotal(), runtime.Version(), *resync)
+	p("Machine: %s, %d cores, %s RAM, %s. Cluster: test/framework/cluster (kube-apiserver, etcd, kube-controller-manager, kube-scheduler and a kwok node, all on this machine). The operator is the manager binary (not race-built) watching only the benchmark's namespace, run as the cluster admin with `--sync-period=%s` and the default 2 workers per controller.", cpuModel(), runtime.NumCPU(), memTotal(), runtime.Version(), *resync)
 	p("")
 	p("**The floor** is a plain client (no client-side rate limit, %d parallel creates, as the benchmark's own Database creator) creating the same six children per Database that the operator's builders make, in a namespace of its own, measured in the same run just before the operator. The design floor of writes is %d per Database: 6 children + the finalizer + one status apply per facet (statefulset, service, secret, backup, and cleanup's status.deletion preview) + Ready. Above the floor are the steps a rollout really goes through: StatefulSetReady reports the StatefulSet created, its pods created and its pods ready, and Ready follows each step with the facet's message.", *workers, designWrites)
 	p("")

@@ -23,8 +23,8 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/cluster"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
 // TestDatabaseGoesReady: the pods run, the Service has endpoints, and the

@@ -18,8 +18,8 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/cluster"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
 // lastBackupGauge reads dbkeeper_database_last_successful_backup_timestamp_seconds

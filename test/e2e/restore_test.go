@@ -18,7 +18,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 )
 
 // endpoints counts the addresses the EndpointSlices of a Service publish.

@@ -1,5 +1,5 @@
 // Package e2e runs the dbkeeper manager against the local cluster of
-// test/cluster, where the StatefulSet, Job, CronJob, garbage-collection and
+// test/framework/cluster, where the StatefulSet, Job, CronJob, garbage-collection and
 // PV controllers run and kwok plays the kubelets: pods become Ready, Jobs
 // finish, owned objects are collected. Each test has its own namespace and an
 // operator watching only it.
@@ -26,9 +26,9 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
-	"github.com/dbkeeper/dbkeeper/test/cluster"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
-	"github.com/dbkeeper/dbkeeper/test/operator"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 const (

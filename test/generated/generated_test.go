@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 // fixHint is what a failure tells the developer to do.
@@ -53,7 +53,7 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs controller-gen; skipped under -short")
 	}
-	root, err := envtestutil.RepoRoot()
+	root, err := envtest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func controllerGenPath(t *testing.T) string {
 	t.Helper()
 	path := os.Getenv("CONTROLLER_GEN")
 	if path == "" {
-		dir, err := envtestutil.AssetsDir()
+		dir, err := envtest.AssetsDir()
 		if err != nil {
 			t.Fatal(err)
 		}

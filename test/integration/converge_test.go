@@ -21,7 +21,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
 // TestConverges follows one Database from creation to Ready: every facet

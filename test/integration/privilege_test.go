@@ -12,10 +12,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 // The operators of this suite run as a plain user bound only to the
@@ -75,8 +75,8 @@ const operatorUser = "dbkeeper-operator"
 
 // operatorConfig creates the least-privileged operator user and returns its
 // client configuration.
-func operatorConfig(env *envtest.Environment) (*rest.Config, error) {
-	root, err := envtestutil.RepoRoot()
+func operatorConfig(env *crenvtest.Environment) (*rest.Config, error) {
+	root, err := envtest.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func operatorConfig(env *envtest.Environment) (*rest.Config, error) {
 	if err := admin.Create(ctx, binding); err != nil {
 		return nil, fmt.Errorf("binding ClusterRole %s: %w", role.Name, err)
 	}
-	u, err := env.AddUser(envtest.User{Name: user}, nil)
+	u, err := env.AddUser(crenvtest.User{Name: user}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("adding user %s: %w", user, err)
 	}

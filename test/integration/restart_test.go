@@ -11,7 +11,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
 // TestControlPlaneRestart stops the kube-apiserver for a few seconds while

@@ -34,9 +34,9 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
-	"github.com/dbkeeper/dbkeeper/test/operator"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 // Timeouts of Eventually: envtest answers in milliseconds, so a few seconds
@@ -50,7 +50,7 @@ const (
 
 var (
 	// testEnv is the API server and etcd of the run.
-	testEnv *envtestutil.Env
+	testEnv *envtest.Env
 	cfg     *rest.Config
 	admin   client.Client
 	// operatorCfg is the least-privileged user the operators run as.
@@ -70,7 +70,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(logging.Capped(zapr.NewLogger(newCapturingLogger("global"))))
-	env, c, err := envtestutil.Start()
+	env, c, err := envtest.Start()
 	testEnv = env
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

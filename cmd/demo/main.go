@@ -1,4 +1,4 @@
-// Command demo is `make demo`: it starts the local cluster of test/cluster,
+// Command demo is `make demo`: it starts the local cluster of test/framework/cluster,
 // runs the dbkeeper manager binary against it, applies config/samples, waits
 // until the sample Database is Ready, shows it, and keeps everything running
 // until Ctrl-C (or `make demo-down`), which tears it all down.
@@ -21,8 +21,8 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/dbkeeper/dbkeeper/test/cluster"
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 func main() {
@@ -43,7 +43,7 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root, err := envtestutil.RepoRoot()
+	root, err := envtest.RepoRoot()
 	if err != nil {
 		return err
 	}

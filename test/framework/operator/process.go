@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 // Build compiles cmd/manager into <root>/bin/<name> with the extra go build
@@ -22,7 +22,7 @@ import (
 // -race`) and returns its path.
 func Build(t testing.TB, name string, flags ...string) string {
 	t.Helper()
-	root, err := envtestutil.RepoRoot()
+	root, err := envtest.RepoRoot()
 	require.NoError(t, err)
 	out := filepath.Join(root, "bin", name)
 	args := append(append([]string{"build"}, flags...), "-o", out, "./cmd/manager")
