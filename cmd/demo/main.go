@@ -21,6 +21,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
@@ -136,11 +137,11 @@ Ctrl-C here (or make demo-down) tears everything down.
 // startManager runs the manager binary against the cluster, with its
 // endpoints on free loopback ports and its log in state/manager.log.
 func startManager(bin, kubeconfig, state string) (*exec.Cmd, string, error) {
-	metrics, err := freePort()
+	metrics, err := freeAddr()
 	if err != nil {
 		return nil, "", err
 	}
-	health, err := freePort()
+	health, err := freeAddr()
 	if err != nil {
 		return nil, "", err
 	}
@@ -161,11 +162,11 @@ func startManager(bin, kubeconfig, state string) (*exec.Cmd, string, error) {
 	return cmd, logPath, nil
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freeAddr is a loopback address nobody listens on now.
+func freeAddr() (string, error) {
+	port, err := framework.FreePort()
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
