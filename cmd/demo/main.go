@@ -1,7 +1,8 @@
-// Command demo is `make demo`: it starts the local cluster of test/framework/cluster,
-// runs the dbkeeper manager binary against it, applies config/samples, waits
-// until the sample Database is Ready, shows it, and keeps everything running
-// until Ctrl-C (or `make demo-down`), which tears it all down.
+// Command demo is `make demo`: it starts the local cluster of
+// test/framework/cluster, runs the dbkeeper manager binary against it,
+// applies config/samples, waits until the sample Database is Ready, shows
+// it, and keeps everything running until Ctrl-C (or `make demo-down`), which
+// tears it all down.
 package main
 
 import (

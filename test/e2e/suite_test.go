@@ -1,8 +1,8 @@
 // Package e2e runs the dbkeeper manager against the local cluster of
-// test/framework/cluster, where the StatefulSet, Job, CronJob, garbage-collection and
-// PV controllers run and kwok plays the kubelets: pods become Ready, Jobs
-// finish, owned objects are collected. Each test has its own namespace and an
-// operator watching only it.
+// test/framework/cluster, where the StatefulSet, Job, CronJob,
+// garbage-collection and PV controllers run and kwok plays the kubelets: pods
+// become Ready, Jobs finish, owned objects are collected. Each test has its
+// own namespace and an operator watching only it.
 package e2e
 
 import (
