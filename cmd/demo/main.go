@@ -154,7 +154,7 @@ func startManager(bin, kubeconfig, state string) (*exec.Cmd, string, error) {
 	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address="+metrics,
 		"--health-probe-bind-address="+health, "--zap-log-level=debug")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = cluster.SysProcAttr()
+	cmd.SysProcAttr = framework.SysProcAttr()
 	fmt.Printf("demo: starting %s (metrics on http://%s/metrics)\n", bin, metrics)
 	if err := cmd.Start(); err != nil {
 		logFile.Close()

@@ -7,8 +7,9 @@
 //	postgres  a throwaway PostgreSQL server
 //	dbtest    Database helpers: create, get, patch, wait, children, namespaces
 //
-// This package holds free ports, a buffer for concurrent writers and the
-// recorder of an API client's 403 answers and warnings.
+// This package holds free ports, a buffer for concurrent writers, the
+// recorder of an API client's 403 answers and warnings, and the process
+// attributes that tie a child process to the test.
 package framework
 
 import (

@@ -35,6 +35,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/dbkeeper/dbkeeper/internal/manager"
+	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
@@ -214,7 +215,7 @@ func (c *Cluster) run(name string, args ...string) error {
 	}
 	cmd := exec.Command(filepath.Join(c.Bin, name), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = SysProcAttr()
+	cmd.SysProcAttr = framework.SysProcAttr()
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("starting %s: %w", name, err)

@@ -61,7 +61,7 @@ func StartProcess(t testing.TB, binary string, args ...string) *Process {
 	t.Helper()
 	p := &Process{cmd: exec.Command(binary, args...), out: &framework.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = sysProcAttr()
+	p.cmd.SysProcAttr = framework.SysProcAttr()
 	require.NoError(t, p.cmd.Start())
 	go func() { _ = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
