@@ -67,6 +67,16 @@ func converge(t *testing.T, c client.Client, namespace, name string, mutate ...f
 	return db
 }
 
+// deleteDatabase deletes the Database and waits until it is gone.
+func deleteDatabase(t *testing.T, c client.Client, db *dbv1.Database) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, c.Delete(ctx, db))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
+	}, timeout, tick, "the Database was not deleted")
+}
+
 // TestInstallAndRunAsTheChartsServiceAccount installs the chart twice (a
 // cluster-wide and a namespaced release side by side), runs the operator
 // with each release's ServiceAccount token, and checks a Database converges
@@ -96,11 +106,7 @@ func TestInstallAndRunAsTheChartsServiceAccount(t *testing.T) {
 		op := operator.Start(t, cfg, operator.Options{})
 		dbtest.CreateNamespace(t, admin, "apps")
 		db := converge(t, admin, "apps", "orders")
-		require.NoError(t, admin.Delete(ctx, db))
-		require.Eventually(t, func() bool {
-			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
-		},
-			timeout, tick, "the Database was not deleted")
+		deleteDatabase(t, admin, db)
 		op.Stop()
 		assert.Empty(t, forbidden.All(), "requests refused to the cluster-wide release's ServiceAccount")
 	})
@@ -110,11 +116,7 @@ func TestInstallAndRunAsTheChartsServiceAccount(t *testing.T) {
 		cfg := serviceAccountConfig(t, c, "dbkeeper-team", "team-dbkeeper", forbidden)
 		op := operator.Start(t, cfg, operator.Options{Namespaces: []string{"team-x"}})
 		db := converge(t, admin, "team-x", "ledger")
-		require.NoError(t, admin.Delete(ctx, db))
-		require.Eventually(t, func() bool {
-			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
-		},
-			timeout, tick, "the Database was not deleted")
+		deleteDatabase(t, admin, db)
 		op.Stop()
 		assert.Empty(t, forbidden.All(), "requests refused to the namespaced release's ServiceAccount")
 
