@@ -72,7 +72,7 @@ helm-lint: tools ## Lint the Helm chart and render it with each values file of t
 
 .PHONY: demo
 demo: tools build ## Start a local cluster with the operator and a sample Database; Ctrl-C tears it down.
-	go run ./test/demo --manager=bin/manager
+	go run ./cmd/demo --manager=bin/manager
 
 .PHONY: demo-down
 demo-down: ## Tear down a demo started elsewhere (same as Ctrl-C in its terminal).

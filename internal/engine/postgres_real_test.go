@@ -26,7 +26,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/postgres"
+	"github.com/dbkeeper/dbkeeper/test/framework/postgres"
 )
 
 // backupPod is what the backup CronJob's pod would run: its container's

@@ -22,7 +22,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/postgres"
+	"github.com/dbkeeper/dbkeeper/test/framework/postgres"
 )
 
 // renderRestorePod is what the restore Job's pod would run: its command

@@ -10,7 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/dbkeeper/dbkeeper/test/operator"
+	"github.com/dbkeeper/dbkeeper/test/framework"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 // controllers is how many controllers the manager runs with the default
@@ -28,7 +29,7 @@ type operatorProcess struct {
 // startOperator runs binary against the local cluster as its admin and
 // waits until every controller has started its workers.
 func startOperator(ctx context.Context, b *testing.B, binary, namespace string) (*operatorProcess, error) {
-	port, err := freePort()
+	port, err := framework.FreePort()
 	if err != nil {
 		return nil, err
 	}

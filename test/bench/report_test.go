@@ -1,12 +1,8 @@
 package bench
 
 import (
-	"bytes"
 	"fmt"
-	"image"
 	"image/color"
-	"image/png"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,9 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/image/font"
-	"golang.org/x/image/font/basicfont"
-	"golang.org/x/image/math/fixed"
+	"github.com/dbkeeper/dbkeeper/test/bench/plot"
 )
 
 // writeReport writes benchmarks.md and convergence.png into dir from the
@@ -28,11 +22,11 @@ func writeReport(dir string, results []result) error {
 	if err := os.WriteFile(filepath.Join(dir, "benchmarks.md"), []byte(markdown(results)), 0o644); err != nil {
 		return fmt.Errorf("writing benchmarks.md: %w", err)
 	}
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, plot(results)); err != nil {
+	data, err := convergence(results).PNG()
+	if err != nil {
 		return fmt.Errorf("encoding convergence.png: %w", err)
 	}
-	return os.WriteFile(filepath.Join(dir, "convergence.png"), buf.Bytes(), 0o644)
+	return os.WriteFile(filepath.Join(dir, "convergence.png"), data, 0o644)
 }
 
 func markdown(results []result) string {
@@ -46,7 +40,7 @@ func markdown(results []result) string {
 	p("make bench BENCH_FLAGS='-sizes=%s -idle=%s -resync=%s -unrelated-secrets=%d -workers=%d'", *sizes, *idleFor, *resync, *unrelated, *workers)
 	p("```")
 	p("")
-	p("Machine: %s, %d cores, %s RAM, %s. Cluster: test/cluster (kube-apiserver, etcd, kube-controller-manager, kube-scheduler and a kwok node, all on this machine). The operator is the manager binary (not race-built) watching only the benchmark's namespace, run as the cluster admin with `--sync-period=%s` and the default 2 workers per controller.", cpuModel(), runtime.NumCPU(), memTotal(), runtime.Version(), *resync)
+	p("Machine: %s, %d cores, %s RAM, %s. Cluster: test/framework/cluster (kube-apiserver, etcd, kube-controller-manager, kube-scheduler and a kwok node, all on this machine). The operator is the manager binary (not race-built) watching only the benchmark's namespace, run as the cluster admin with `--sync-period=%s` and the default 2 workers per controller.", cpuModel(), runtime.NumCPU(), memTotal(), runtime.Version(), *resync)
 	p("")
 	p("**The floor** is a plain client (no client-side rate limit, %d parallel creates, as the benchmark's own Database creator) creating the same six children per Database that the operator's builders make, in a namespace of its own, measured in the same run just before the operator. The design floor of writes is %d per Database: 6 children + the finalizer + one status apply per facet (statefulset, service, secret, backup, and cleanup's status.deletion preview) + Ready. Above the floor are the steps a rollout really goes through: StatefulSetReady reports the StatefulSet created, its pods created and its pods ready, and Ready follows each step with the facet's message.", *workers, designWrites)
 	p("")
@@ -191,116 +185,29 @@ func memTotal() string {
 	return fmt.Sprintf("%.0f GiB", kb/(1<<20))
 }
 
-// series is one line of the plot.
-type series struct {
-	label string
-	color color.RGBA
-	y     func(result) time.Duration
-}
-
-// plot draws convergence time against N: the operator's two times and
-// the floor's two beside them.
-func plot(results []result) image.Image {
-	const width, height, left, right, top, bottom = 900, 520, 80, 260, 40, 60
-	img := image.NewRGBA(image.Rect(0, 0, width, height))
-	fill(img, img.Bounds(), color.RGBA{255, 255, 255, 255})
-	lines := []series{
+// convergence is the plot of convergence time against N: the operator's
+// two times and the floor's two beside them.
+func convergence(results []result) plot.Chart {
+	lines := []struct {
+		label string
+		color color.RGBA
+		y     func(result) time.Duration
+	}{
 		{"operator: conditions current", color.RGBA{31, 119, 180, 255}, func(r result) time.Duration { return r.Converged }},
 		{"floor: children created", color.RGBA{127, 127, 127, 255}, func(r result) time.Duration { return r.Floor.Created }},
 		{"operator: Databases Ready", color.RGBA{44, 160, 44, 255}, func(r result) time.Duration { return r.Ready }},
 		{"floor: pods Ready", color.RGBA{255, 127, 14, 255}, func(r result) time.Duration { return r.Floor.Ready }},
 	}
-	maxN, maxY := 0.0, 0.0
+	c := plot.Chart{XLabel: "N (Databases created at once)", YLabel: "seconds from the first create"}
 	for _, r := range results {
-		maxN = math.Max(maxN, float64(r.N))
-		for _, s := range lines {
-			maxY = math.Max(maxY, s.y(r).Seconds())
-		}
+		c.X = append(c.X, r.N)
 	}
-	maxY = niceCeil(maxY)
-	if maxN == 0 || maxY == 0 {
-		return img
-	}
-	plotW, plotH := width-left-right, height-top-bottom
-	x := func(n float64) int { return left + int(n/maxN*float64(plotW)) }
-	y := func(s float64) int { return top + plotH - int(s/maxY*float64(plotH)) }
-	black, grid := color.RGBA{0, 0, 0, 255}, color.RGBA{225, 225, 225, 255}
-	for i := 0; i <= 5; i++ {
-		v := maxY * float64(i) / 5
-		line(img, left, y(v), left+plotW, y(v), grid, 1)
-		text(img, left-8-7*len(label(v)), y(v)+4, label(v), black)
-	}
-	line(img, left, top, left, top+plotH, black, 1)
-	line(img, left, top+plotH, left+plotW, top+plotH, black, 1)
-	for _, r := range results {
-		line(img, x(float64(r.N)), top+plotH, x(float64(r.N)), top+plotH+5, black, 1)
-		s := fmt.Sprint(r.N)
-		text(img, x(float64(r.N))-7*len(s)/2, top+plotH+20, s, black)
-	}
-	text(img, left+plotW/2-80, height-15, "N (Databases created at once)", black)
-	text(img, 10, 20, "seconds from the first create", black)
-	for i, s := range lines {
-		px, py := x(0), y(0)
+	for _, l := range lines {
+		s := plot.Series{Label: l.label, Color: l.color}
 		for _, r := range results {
-			nx, ny := x(float64(r.N)), y(s.y(r).Seconds())
-			line(img, px, py, nx, ny, s.color, 3)
-			fill(img, image.Rect(nx-4, ny-4, nx+5, ny+5), s.color)
-			px, py = nx, ny
+			s.Y = append(s.Y, l.y(r))
 		}
-		ly := top + 20 + 22*i
-		line(img, width-right+15, ly-4, width-right+40, ly-4, s.color, 3)
-		text(img, width-right+48, ly, s.label, black)
+		c.Series = append(c.Series, s)
 	}
-	return img
-}
-
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
-func niceCeil(v float64) float64 {
-	if v <= 0 {
-		return 0
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*p >= v {
-			return m * p
-		}
-	}
-	return 10 * p
-}
-
-func label(v float64) string {
-	if v == math.Trunc(v) {
-		return fmt.Sprintf("%.0f", v)
-	}
-	return fmt.Sprintf("%.1f", v)
-}
-
-func fill(img *image.RGBA, r image.Rectangle, c color.RGBA) {
-	for py := r.Min.Y; py < r.Max.Y; py++ {
-		for px := r.Min.X; px < r.Max.X; px++ {
-			img.SetRGBA(px, py, c)
-		}
-	}
-}
-
-// line draws from (x0, y0) to (x1, y1), thick pixels wide.
-func line(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA, thick int) {
-	steps := max(abs(x1-x0), abs(y1-y0), 1)
-	for i := 0; i <= steps; i++ {
-		px := x0 + (x1-x0)*i/steps
-		py := y0 + (y1-y0)*i/steps
-		fill(img, image.Rect(px-thick/2, py-thick/2, px-thick/2+thick, py-thick/2+thick), c)
-	}
-}
-
-func abs(v int) int {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
-func text(img *image.RGBA, x, y int, s string, c color.RGBA) {
-	d := font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
-	d.DrawString(s)
+	return c
 }

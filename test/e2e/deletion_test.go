@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -127,7 +128,9 @@ func testDeletion(t *testing.T, ns string, tc deletionCase) {
 	require.NoError(t, k8s.Create(ctx, copied))
 
 	require.NoError(t, k8s.Delete(ctx, live, client.PropagationPolicy(tc.propagation)))
-	require.Eventually(t, func() bool { return isNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
+	},
 		timeout, tick, "the Database was not released")
 
 	keepData, keepSecret, keepBackup := tc.keeps()
@@ -161,7 +164,7 @@ func testDeletion(t *testing.T, ns string, tc deletionCase) {
 			if !e.keep {
 				obj := e.obj.DeepCopyObject().(client.Object)
 				err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-				assert.True(c, isNotFound(err), "%T %s still there, policy %s deletes it (err %v, deletionTimestamp %v)",
+				assert.True(c, apierrors.IsNotFound(err), "%T %s still there, policy %s deletes it (err %v, deletionTimestamp %v)",
 					obj, obj.GetName(), tc.policy, err, obj.GetDeletionTimestamp())
 			}
 		}
@@ -169,7 +172,7 @@ func testDeletion(t *testing.T, ns string, tc deletionCase) {
 			for _, w := range workload {
 				obj := w.DeepCopyObject().(client.Object)
 				err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-				assert.True(c, isNotFound(err), "%T %s still there (err %v)", obj, obj.GetName(), err)
+				assert.True(c, apierrors.IsNotFound(err), "%T %s still there (err %v)", obj, obj.GetName(), err)
 			}
 			pods := &corev1.PodList{}
 			require.NoError(c, k8s.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(resources.PodSelectorLabels(db))))

@@ -14,6 +14,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -23,8 +24,8 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/cluster"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
 // TestDatabaseGoesReady: the pods run, the Service has endpoints, and the
@@ -283,7 +284,7 @@ func TestDeletionCollectsGarbage(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for what, obj := range owned {
 			err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-			assert.True(c, isNotFound(err), "%s %s still there (err %v)", what, obj.GetName(), err)
+			assert.True(c, apierrors.IsNotFound(err), "%s %s still there (err %v)", what, obj.GetName(), err)
 		}
 	}, timeout, tick)
 

@@ -11,6 +11,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,8 +19,8 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/cluster"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
 // lastBackupGauge reads dbkeeper_database_last_successful_backup_timestamp_seconds
@@ -130,8 +131,8 @@ func TestRetainThenAdopt(t *testing.T) {
 
 	require.NoError(t, k8s.Delete(ctx, db))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.True(c, isNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})), "Database still there")
-		assert.True(c, isNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "keep"}, &appsv1.StatefulSet{})), "StatefulSet not collected")
+		assert.True(c, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})), "Database still there")
+		assert.True(c, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "keep"}, &appsv1.StatefulSet{})), "StatefulSet not collected")
 	}, timeout, tick)
 	for _, obj := range []client.Object{
 		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data-keep-0"}},
@@ -170,7 +171,9 @@ func TestWipeOutAndDeletionWhileDown(t *testing.T) {
 	op.Stop()
 
 	require.NoError(t, k8s.Delete(ctx, db))
-	assert.Never(t, func() bool { return isNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
+	assert.Never(t, func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
+	},
 		2*time.Second, tick, "the Database went without its finalizer being handled")
 
 	startOperator(t, ns)
@@ -184,7 +187,7 @@ func TestWipeOutAndDeletionWhileDown(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, obj := range gone {
 			err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-			assert.True(c, isNotFound(err), "%T %s still there", obj, obj.GetName())
+			assert.True(c, apierrors.IsNotFound(err), "%T %s still there", obj, obj.GetName())
 		}
 	}, timeout, tick)
 }
@@ -223,12 +226,16 @@ func TestFinalBackupBeforeDelete(t *testing.T) {
 		}
 		assert.True(c, found, "no Warning Event FinalBackupFailed")
 	}, timeout, tick)
-	assert.Never(t, func() bool { return isNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
+	assert.Never(t, func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
+	},
 		2*time.Second, tick, "deleted although the final backup failed")
 
 	// Deleting the failed Job retries: dbkeeper's own final backup succeeds.
 	require.NoError(t, k8s.Delete(ctx, failing, client.PropagationPolicy(metav1.DeletePropagationBackground)))
-	require.Eventually(t, func() bool { return isNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})) },
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
+	},
 		timeout, tick, "the Database was not deleted after the final backup succeeded")
 	backup := &corev1.PersistentVolumeClaim{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "last-backup"}, backup), "the backup volume went")
@@ -312,7 +319,7 @@ func TestDoNotDelete(t *testing.T) {
 		for _, want := range append(held, db) {
 			obj := want.DeepCopyObject().(client.Object)
 			err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-			assert.True(c, isNotFound(err), "%T %s still there", obj, obj.GetName())
+			assert.True(c, apierrors.IsNotFound(err), "%T %s still there", obj, obj.GetName())
 		}
 	}, timeout, tick)
 }

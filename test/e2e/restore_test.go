@@ -11,6 +11,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,7 +19,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 )
 
 // endpoints counts the addresses the EndpointSlices of a Service publish.
@@ -136,8 +137,8 @@ func TestBootstrapRestoreGuards(t *testing.T) {
 	// Service waits for it again.
 	require.NoError(t, k8s.Delete(ctx, copied))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.True(c, isNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(copied), &dbv1.Database{})), "Database still there")
-		assert.True(c, isNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "copy-restore"}, &batchv1.Job{})), "restore Job not collected")
+		assert.True(c, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(copied), &dbv1.Database{})), "Database still there")
+		assert.True(c, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "copy-restore"}, &batchv1.Job{})), "restore Job not collected")
 	}, timeout, tick)
 	again := bootstrapped("copy")
 	require.NoError(t, k8s.Create(ctx, again))

@@ -1,8 +1,8 @@
 // Package e2e runs the dbkeeper manager against the local cluster of
-// test/cluster, where the StatefulSet, Job, CronJob, garbage-collection and
-// PV controllers run and kwok plays the kubelets: pods become Ready, Jobs
-// finish, owned objects are collected. Each test has its own namespace and an
-// operator watching only it.
+// test/framework/cluster, where the StatefulSet, Job, CronJob,
+// garbage-collection and PV controllers run and kwok plays the kubelets: pods
+// become Ready, Jobs finish, owned objects are collected. Each test has its
+// own namespace and an operator watching only it.
 package e2e
 
 import (
@@ -19,16 +19,14 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
-	"github.com/dbkeeper/dbkeeper/test/cluster"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
-	"github.com/dbkeeper/dbkeeper/test/operator"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 const (
@@ -53,9 +51,7 @@ func TestMain(m *testing.M) {
 // newNamespace creates a namespace for one test.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e-" + rand.String(6)}}
-	require.NoError(t, k8s.Create(context.Background(), ns))
-	return ns.Name
+	return dbtest.NewNamespace(t, k8s, "e2e-")
 }
 
 // startOperator runs an operator with every controller on namespace; its
@@ -113,5 +109,3 @@ func password(t require.TestingT, namespace, name string) string {
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, sec))
 	return string(sec.Data["password"])
 }
-
-func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

@@ -1,8 +1,10 @@
 // Package generated_test checks that the committed generated files — the
 // deepcopy functions, the apply configurations, the CRDs and the RBAC role —
 // are what controller-gen produces from the current markers, by running the
-// Makefile's `generate` and `manifests` commands in a temporary copy of the
-// sources and comparing the outputs byte for byte.
+// Makefile's own `generate` and `manifests` targets (`make generate
+// manifests`) in a temporary copy of the sources and the Makefile, and
+// comparing the outputs byte for byte. The commands live in the Makefile
+// only, so the test and `make` cannot drift apart.
 package generated_test
 
 import (
@@ -16,15 +18,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 // fixHint is what a failure tells the developer to do.
 const fixHint = "generated files are out of date: run `make generate manifests` and commit"
 
-// sources are copied into the temporary tree: everything controller-gen
-// reads for the generate and manifests targets.
-var sources = []string{"go.mod", "go.sum", "apis", "internal", "hack"}
+// sources are copied into the temporary tree: the Makefile (and the script
+// it asks for the tools directory), everything controller-gen reads for the
+// generate and manifests targets, and the chart manifests writes into.
+var sources = []string{"Makefile", "test/tools/install.sh", "go.mod", "go.sum", "apis", "internal", "hack", "config/charts"}
 
 // generatedDirs are trees controller-gen owns entirely: a file present on one
 // side only is drift too.
@@ -40,20 +43,11 @@ var generatedFiles = []string{
 	"config/rbac/role.yaml",
 }
 
-// commands are the controller-gen invocations of the Makefile's generate and
-// manifests targets, in order.
-var commands = [][]string{
-	{"object:headerFile=hack/boilerplate.go.txt", "paths=./apis/..."},
-	{"applyconfiguration:headerFile=hack/boilerplate.go.txt", "paths=./apis/..."},
-	{"crd", "paths=./apis/...", "output:crd:artifacts:config=config/crd/bases"},
-	{"rbac:roleName=dbkeeper-manager", "paths=./internal/...", "output:rbac:artifacts:config=config/rbac"},
-}
-
 func TestGeneratedFilesUpToDate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs controller-gen; skipped under -short")
 	}
-	root, err := envtestutil.RepoRoot()
+	root, err := envtest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,15 +60,17 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 		}
 	}
 
-	for _, args := range commands {
-		cmd := exec.Command(controllerGen, args...)
-		cmd.Dir = tmp
-		cmd.Env = append(os.Environ(), "GOWORK=off")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("controller-gen %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
+	// -o tools: the tools are there (controllerGenPath checked), and the
+	// tools target would build the rest of the control plane if missing.
+	args := []string{"--no-print-directory", "-o", "tools", "generate", "manifests", "CONTROLLER_GEN=" + controllerGen}
+	cmd := exec.Command("make", args...)
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+	t.Logf("make %s:\n%s", strings.Join(args, " "), out)
 
 	var drift []string
 	for _, dir := range generatedDirs {
@@ -91,12 +87,13 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 }
 
 // controllerGenPath is $CONTROLLER_GEN, or controller-gen in the test tools
-// directory (the Makefile's $(TOOLS_BIN)).
+// directory (the Makefile's $(TOOLS_BIN)); it is handed to make as its
+// CONTROLLER_GEN.
 func controllerGenPath(t *testing.T) string {
 	t.Helper()
 	path := os.Getenv("CONTROLLER_GEN")
 	if path == "" {
-		dir, err := envtestutil.AssetsDir()
+		dir, err := envtest.AssetsDir()
 		if err != nil {
 			t.Fatal(err)
 		}

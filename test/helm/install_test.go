@@ -2,9 +2,7 @@ package helm
 
 import (
 	"context"
-	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -24,8 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/test/cluster"
-	"github.com/dbkeeper/dbkeeper/test/operator"
+	"github.com/dbkeeper/dbkeeper/test/framework"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 const (
@@ -33,38 +32,10 @@ const (
 	tick    = 100 * time.Millisecond
 )
 
-// forbiddenCounter counts the 403 answers the API server gives a client.
-type forbiddenCounter struct {
-	mu       sync.Mutex
-	requests []string
-}
-
-func (f *forbiddenCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		resp, err := rt.RoundTrip(req)
-		if err == nil && resp.StatusCode == http.StatusForbidden {
-			f.mu.Lock()
-			f.requests = append(f.requests, req.Method+" "+req.URL.Path)
-			f.mu.Unlock()
-		}
-		return resp, err
-	})
-}
-
-func (f *forbiddenCounter) seen() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.requests...)
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 // serviceAccountConfig is a client configuration that authenticates as the
 // ServiceAccount with a token from the TokenRequest API, as the manager's
 // pod would, with every 403 counted.
-func serviceAccountConfig(t *testing.T, c *cluster.Cluster, namespace, name string, forbidden *forbiddenCounter) *rest.Config {
+func serviceAccountConfig(t *testing.T, c *cluster.Cluster, namespace, name string, forbidden *framework.Recorder) *rest.Config {
 	t.Helper()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
@@ -72,7 +43,7 @@ func serviceAccountConfig(t *testing.T, c *cluster.Cluster, namespace, name stri
 	require.NotEmpty(t, tr.Status.Token)
 	cfg := rest.AnonymousClientConfig(c.Config)
 	cfg.BearerToken = tr.Status.Token
-	cfg.WrapTransport = forbidden.wrap
+	cfg.WrapTransport = framework.RecordForbidden(forbidden)
 	return cfg
 }
 
@@ -87,31 +58,23 @@ func helmInstall(t *testing.T, c *cluster.Cluster, verb, release, namespace stri
 	require.NoError(t, err, "helm %s %s:\n%s", verb, release, out)
 }
 
-func createNamespace(t *testing.T, c client.Client, name string) {
-	t.Helper()
-	require.NoError(t, c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
-}
-
 // converge creates a Database as the admin, waits for Ready, and returns it.
 func converge(t *testing.T, c client.Client, namespace, name string, mutate ...func(*dbv1.Database)) *dbv1.Database {
 	t.Helper()
-	db := &dbv1.Database{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
-	}
-	for _, m := range mutate {
-		m(db)
-	}
+	db := dbtest.New(namespace, name, mutate...)
 	require.NoError(t, c.Create(context.Background(), db))
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		live := &dbv1.Database{}
-		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(db), live))
-		ready := meta.FindStatusCondition(live.Status.Conditions, dbv1.ConditionReady)
-		if assert.NotNil(ct, ready) {
-			assert.Equal(ct, metav1.ConditionTrue, ready.Status, ready.Message)
-		}
-	}, timeout, tick)
+	dbtest.WaitCondition(t, c, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady, timeout)
 	return db
+}
+
+// deleteDatabase deletes the Database and waits until it is gone.
+func deleteDatabase(t *testing.T, c client.Client, db *dbv1.Database) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, c.Delete(ctx, db))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
+	}, timeout, tick, "the Database was not deleted")
 }
 
 // TestInstallAndRunAsTheChartsServiceAccount installs the chart twice (a
@@ -134,36 +97,28 @@ func TestInstallAndRunAsTheChartsServiceAccount(t *testing.T) {
 	crd.SetName("databases.database.dbkeeper.io")
 
 	helmInstall(t, c, "install", "dbkeeper", "dbkeeper-system")
-	createNamespace(t, admin, "team-x")
+	dbtest.CreateNamespace(t, admin, "team-x")
 	helmInstall(t, c, "install", "team", "dbkeeper-team", "--set", "watchNamespaces={team-x}", "--set", "crds.enabled=false")
 
 	t.Run("cluster-wide", func(t *testing.T) {
-		forbidden := &forbiddenCounter{}
+		forbidden := &framework.Recorder{}
 		cfg := serviceAccountConfig(t, c, "dbkeeper-system", "dbkeeper", forbidden)
 		op := operator.Start(t, cfg, operator.Options{})
-		createNamespace(t, admin, "apps")
+		dbtest.CreateNamespace(t, admin, "apps")
 		db := converge(t, admin, "apps", "orders")
-		require.NoError(t, admin.Delete(ctx, db))
-		require.Eventually(t, func() bool {
-			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
-		},
-			timeout, tick, "the Database was not deleted")
+		deleteDatabase(t, admin, db)
 		op.Stop()
-		assert.Empty(t, forbidden.seen(), "requests refused to the cluster-wide release's ServiceAccount")
+		assert.Empty(t, forbidden.All(), "requests refused to the cluster-wide release's ServiceAccount")
 	})
 
 	t.Run("namespaced", func(t *testing.T) {
-		forbidden := &forbiddenCounter{}
+		forbidden := &framework.Recorder{}
 		cfg := serviceAccountConfig(t, c, "dbkeeper-team", "team-dbkeeper", forbidden)
 		op := operator.Start(t, cfg, operator.Options{Namespaces: []string{"team-x"}})
 		db := converge(t, admin, "team-x", "ledger")
-		require.NoError(t, admin.Delete(ctx, db))
-		require.Eventually(t, func() bool {
-			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
-		},
-			timeout, tick, "the Database was not deleted")
+		deleteDatabase(t, admin, db)
 		op.Stop()
-		assert.Empty(t, forbidden.seen(), "requests refused to the namespaced release's ServiceAccount")
+		assert.Empty(t, forbidden.All(), "requests refused to the namespaced release's ServiceAccount")
 
 		// The namespaced account sees nothing outside its namespaces.
 		sa, err := client.New(cfg, client.Options{Scheme: admin.Scheme()})

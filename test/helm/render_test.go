@@ -18,15 +18,15 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 // paths returns the repository root, the chart and the helm binary.
 func paths(t *testing.T) (root, chart, helmBin string) {
 	t.Helper()
-	root, err := envtestutil.RepoRoot()
+	root, err := envtest.RepoRoot()
 	require.NoError(t, err)
-	bin, err := envtestutil.AssetsDir()
+	bin, err := envtest.AssetsDir()
 	require.NoError(t, err)
 	return root, filepath.Join(root, "config", "charts", "dbkeeper"), filepath.Join(bin, "helm")
 }

@@ -21,7 +21,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
 // TestConverges follows one Database from creation to Ready: every facet
@@ -164,8 +164,6 @@ func TestConvergedDatabaseGetsNoWrites(t *testing.T) {
 	}
 }
 
-func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
-
 // childVersions maps each child to its resourceVersion.
 func childVersions(t *testing.T, db *dbv1.Database) map[string]string {
 	t.Helper()
@@ -304,8 +302,8 @@ func TestDisabledControllerIsReportedAndCreatesNothing(t *testing.T) {
 	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
 
 	ctx := context.Background()
-	assert.True(t, isNotFound(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nobackup-backup"}, &batchv1.CronJob{})), "CronJob created by a disabled controller")
-	assert.True(t, isNotFound(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nobackup-backup"}, &corev1.PersistentVolumeClaim{})), "backup PVC created by a disabled controller")
+	assert.True(t, apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nobackup-backup"}, &batchv1.CronJob{})), "CronJob created by a disabled controller")
+	assert.True(t, apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nobackup-backup"}, &corev1.PersistentVolumeClaim{})), "backup PVC created by a disabled controller")
 }
 
 // TestPausedLeavesChildrenAlone pauses a converged Database, deletes a
@@ -316,10 +314,7 @@ func TestPausedLeavesChildrenAlone(t *testing.T) {
 	db := convergeReady(t, newDatabase(ns, "paused"))
 	ctx := context.Background()
 
-	live := getDatabase(t, db)
-	patch := client.MergeFrom(live.DeepCopy())
-	live.Spec.Paused = true
-	require.NoError(t, admin.Patch(ctx, live, patch))
+	patchDatabase(t, db, func(d *dbv1.Database) { d.Spec.Paused = true })
 	for _, condType := range []string{dbv1.ConditionStatefulSetReady, dbv1.ConditionServiceReady, dbv1.ConditionCredentialsReady, dbv1.ConditionBackupReady} {
 		waitCondition(t, db, condType, metav1.ConditionUnknown, dbv1.ReasonPaused)
 	}
@@ -330,10 +325,7 @@ func TestPausedLeavesChildrenAlone(t *testing.T) {
 	require.NoError(t, admin.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "paused"}}))
 	assert.Never(t, func() bool { return admin.Get(ctx, key, &corev1.Service{}) == nil }, quiet, tick, "a paused Database's Service was restored")
 
-	live = getDatabase(t, db)
-	patch = client.MergeFrom(live.DeepCopy())
-	live.Spec.Paused = false
-	require.NoError(t, admin.Patch(ctx, live, patch))
+	patchDatabase(t, db, func(d *dbv1.Database) { d.Spec.Paused = false })
 	require.Eventually(t, func() bool { return admin.Get(ctx, key, &corev1.Service{}) == nil }, timeout, tick, "Service not restored after unpausing")
 	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -41,10 +42,7 @@ func TestPasswordIsNeverRegenerated(t *testing.T) {
 	assert.GreaterOrEqual(t, len(raw)*8, 128, "password entropy in bits")
 
 	// A spec edit: new generation, every facet reconciles.
-	live := getDatabase(t, db)
-	patch := client.MergeFrom(live.DeepCopy())
-	live.Spec.Storage.Size = ptr.To(resource.MustParse("20Gi"))
-	require.NoError(t, admin.Patch(ctx, live, patch))
+	patchDatabase(t, db, func(d *dbv1.Database) { d.Spec.Storage.Size = ptr.To(resource.MustParse("20Gi")) })
 	markStatefulSetReady(t, db)
 	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
 	assert.Equal(t, original, password(t, ns, secretName), "after a spec edit")
@@ -53,7 +51,7 @@ func TestPasswordIsNeverRegenerated(t *testing.T) {
 	// cache; the operator must find it on the server, not make a new one.
 	sec := &corev1.Secret{}
 	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: secretName}, sec))
-	patch = client.MergeFrom(sec.DeepCopy())
+	patch := client.MergeFrom(sec.DeepCopy())
 	delete(sec.Labels, resources.LabelManagedBy)
 	require.NoError(t, admin.Patch(ctx, sec, patch))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -131,7 +129,7 @@ func TestUserSecret(t *testing.T) {
 	assert.Equal(t, sec.ResourceVersion, got.ResourceVersion, "the user's Secret was modified")
 	assert.Empty(t, got.OwnerReferences)
 	assert.Equal(t, "byo-login", getDatabase(t, db).Status.CredentialsSecret)
-	assert.True(t, isNotFound(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "byo-credentials"}, &corev1.Secret{})),
+	assert.True(t, apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "byo-credentials"}, &corev1.Secret{})),
 		"a Secret was generated although the user named one")
 }
 

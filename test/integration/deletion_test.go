@@ -45,7 +45,7 @@ func dataPVC(t *testing.T, db *dbv1.Database) *corev1.PersistentVolumeClaim {
 // finalizer, so a deleted PVC stays Terminating).
 func gone(t require.TestingT, obj client.Object) bool {
 	err := admin.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
-	if isNotFound(err) {
+	if apierrors.IsNotFound(err) {
 		return true
 	}
 	require.NoError(t, err)
@@ -63,11 +63,11 @@ func released(t require.TestingT, db *dbv1.Database) bool {
 	if err == nil && !sts.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(sts, metav1.FinalizerDeleteDependents) {
 		patch := client.MergeFromWithOptions(sts.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.RemoveFinalizer(sts, metav1.FinalizerDeleteDependents)
-		if err := admin.Patch(ctx, sts, patch); err != nil && !isNotFound(err) && !apierrors.IsConflict(err) {
+		if err := admin.Patch(ctx, sts, patch); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			require.NoError(t, err)
 		}
 	}
-	return isNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
+	return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
 }
 
 // TestDeletionPolicies deletes a Database under each policy and checks what
@@ -160,10 +160,7 @@ func TestDoNotDeleteHoldsTheDatabase(t *testing.T) {
 	assert.Equal(t, dbv1.PhaseDeleting, getDatabase(t, db).Status.Phase)
 	assert.Never(t, func() bool { return gone(t, data) }, quiet, tick, "data deleted while DoNotDelete holds it")
 
-	live := getDatabase(t, db)
-	patch := client.MergeFrom(live.DeepCopy())
-	live.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete
-	require.NoError(t, admin.Patch(ctx, live, patch))
+	patchDatabase(t, db, func(d *dbv1.Database) { d.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete })
 	require.Eventually(t, func() bool { return released(t, db) }, timeout, tick, "the Database was not released after the policy changed")
 	assert.True(t, gone(t, data), "data kept after the policy changed to Delete")
 }

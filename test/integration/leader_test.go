@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
-	"github.com/dbkeeper/dbkeeper/test/operator"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 // leaseNamespace is where the generated Role lets the manager hold its lease.
@@ -93,7 +93,7 @@ func leaseHolder(t *testing.T, name string) string {
 func bindLeaseRole(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	root, err := envtestutil.RepoRoot()
+	root, err := envtest.RepoRoot()
 	require.NoError(t, err)
 	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
 	require.NoError(t, err)

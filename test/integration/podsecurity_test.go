@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dbkeeper/dbkeeper/internal/manager"
+	"github.com/dbkeeper/dbkeeper/test/framework"
 )
 
 // TestChildrenMeetRestrictedPodSecurity creates a Database in a namespace
@@ -29,7 +30,7 @@ func TestChildrenMeetRestrictedPodSecurity(t *testing.T) {
 	}}
 	require.NoError(t, admin.Create(ctx, ns))
 
-	probe := &recorder{}
+	probe := &framework.Recorder{}
 	probeCfg := rest.CopyConfig(cfg)
 	probeCfg.WarningHandler = probe
 	probeClient, err := client.New(probeCfg, client.Options{Scheme: manager.Scheme()})
@@ -39,14 +40,14 @@ func TestChildrenMeetRestrictedPodSecurity(t *testing.T) {
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
 	}
 	require.NoError(t, probeClient.Create(ctx, bad, client.DryRunAll))
-	require.NotEmpty(t, probe.all(), "a non-compliant pod drew no warning: the check would be blind")
+	require.NotEmpty(t, probe.All(), "a non-compliant pod drew no warning: the check would be blind")
 
-	before := len(warnings.all())
+	before := len(warnings.All())
 	startOperator(t, ns.Name, "*")
 	createDatabase(t, newDatabase(ns.Name, "strict"))
 	require.Eventually(t, func() bool {
 		return admin.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "strict"}, &appsv1.StatefulSet{}) == nil &&
 			admin.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "strict-backup"}, &batchv1.CronJob{}) == nil
 	}, timeout, tick)
-	assert.Empty(t, warnings.all()[before:], "the operator's writes drew Pod Security warnings")
+	assert.Empty(t, warnings.All()[before:], "the operator's writes drew Pod Security warnings")
 }

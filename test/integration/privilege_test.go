@@ -3,19 +3,18 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/framework"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 // The operators of this suite run as a plain user bound only to the
@@ -23,60 +22,17 @@ import (
 // 403 and every API warning recorded: the suite fails on any 403, and the
 // Pod Security test reads the warnings.
 var (
-	refused  = &recorder{}
-	warnings = &recorder{}
+	refused  = &framework.Recorder{}
+	warnings = &framework.Recorder{}
 )
-
-// recorder collects lines from concurrent writers.
-type recorder struct {
-	mu    sync.Mutex
-	muted bool
-	lines []string
-}
-
-func (r *recorder) add(line string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.muted {
-		r.lines = append(r.lines, line)
-	}
-}
-
-// mute drops what is added until unmute.
-func (r *recorder) mute() { r.setMuted(true) }
-
-func (r *recorder) unmute() { r.setMuted(false) }
-
-func (r *recorder) setMuted(m bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.muted = m
-}
-
-func (r *recorder) all() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.lines...)
-}
-
-// HandleWarningHeader implements rest.WarningHandler.
-func (r *recorder) HandleWarningHeader(code int, agent, text string) {
-	if code == 299 {
-		r.add(text)
-	}
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // operatorUser is the user the operators of the suite run as.
 const operatorUser = "dbkeeper-operator"
 
 // operatorConfig creates the least-privileged operator user and returns its
 // client configuration.
-func operatorConfig(env *envtest.Environment) (*rest.Config, error) {
-	root, err := envtestutil.RepoRoot()
+func operatorConfig(env *crenvtest.Environment) (*rest.Config, error) {
+	root, err := envtest.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -107,20 +63,12 @@ func operatorConfig(env *envtest.Environment) (*rest.Config, error) {
 	if err := admin.Create(ctx, binding); err != nil {
 		return nil, fmt.Errorf("binding ClusterRole %s: %w", role.Name, err)
 	}
-	u, err := env.AddUser(envtest.User{Name: user}, nil)
+	u, err := env.AddUser(crenvtest.User{Name: user}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("adding user %s: %w", user, err)
 	}
 	c := rest.CopyConfig(u.Config())
 	c.WarningHandler = warnings
-	c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(req)
-			if err == nil && resp.StatusCode == http.StatusForbidden {
-				refused.add(req.Method + " " + req.URL.String())
-			}
-			return resp, err
-		})
-	}
+	c.WrapTransport = framework.RecordForbidden(refused)
 	return c, nil
 }

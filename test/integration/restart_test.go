@@ -11,7 +11,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
 // TestControlPlaneRestart stops the kube-apiserver for a few seconds while
@@ -28,7 +28,7 @@ func TestControlPlaneRestart(t *testing.T) {
 	// has read the RBAC objects again; those are not missing rules, so the
 	// suite's count of refusals pauses until the operator's user is
 	// authorized again.
-	refused.mute()
+	refused.Mute()
 	started := time.Now()
 	require.NoError(t, testEnv.RestartAPIServer(3*time.Second))
 	t.Logf("kube-apiserver killed and up again in %s", time.Since(started).Round(100*time.Millisecond))
@@ -38,7 +38,7 @@ func TestControlPlaneRestart(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return operatorClient.List(context.Background(), &dbv1.DatabaseList{}, client.InNamespace(ns)) == nil
 	}, timeout, tick, "the operator's user is not authorized after the restart")
-	refused.unmute()
+	refused.Unmute()
 
 	after := createDatabase(t, newDatabase(ns, "after"))
 	for _, db := range []*dbv1.Database{during, after} {

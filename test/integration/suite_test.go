@@ -5,13 +5,11 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,10 +19,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,9 +30,10 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/dbtest"
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
-	"github.com/dbkeeper/dbkeeper/test/operator"
+	"github.com/dbkeeper/dbkeeper/test/framework"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 // Timeouts of Eventually: envtest answers in milliseconds, so a few seconds
@@ -50,13 +47,13 @@ const (
 
 var (
 	// testEnv is the API server and etcd of the run.
-	testEnv *envtestutil.Env
+	testEnv *envtest.Env
 	cfg     *rest.Config
 	admin   client.Client
 	// operatorCfg is the least-privileged user the operators run as.
 	operatorCfg *rest.Config
 	// logs holds every line every operator of the run logged, at every level.
-	logs = &syncBuffer{}
+	logs = &framework.SyncBuffer{}
 )
 
 func TestMain(m *testing.M) {
@@ -70,7 +67,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(logging.Capped(zapr.NewLogger(newCapturingLogger("global"))))
-	env, c, err := envtestutil.Start()
+	env, c, err := envtest.Start()
 	testEnv = env
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -92,7 +89,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
-	if r := refused.all(); len(r) > 0 {
+	if r := refused.All(); len(r) > 0 {
 		fmt.Fprintf(os.Stderr, "FAIL: the API server refused %d requests of the operator (its generated ClusterRole lacks them):\n  %s\n",
 			len(r), strings.Join(r, "\n  "))
 		code = max(code, 1)
@@ -107,30 +104,10 @@ func newCapturingLogger(name string) *zap.Logger {
 	return zap.New(core).Named(name)
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // newNamespace creates a namespace for one test.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "it-" + rand.String(6)}}
-	require.NoError(t, admin.Create(context.Background(), ns))
-	return ns.Name
+	return dbtest.NewNamespace(t, admin, "it-")
 }
 
 // startOperator runs the manager with the given --controllers value,
@@ -159,6 +136,12 @@ func condition(t require.TestingT, db *dbv1.Database, condType string) *metav1.C
 func waitCondition(t *testing.T, db *dbv1.Database, condType string, status metav1.ConditionStatus, reason string) metav1.Condition {
 	t.Helper()
 	return dbtest.WaitCondition(t, admin, db, condType, status, reason, timeout)
+}
+
+// patchDatabase is dbtest.Patch as the admin.
+func patchDatabase(t *testing.T, db *dbv1.Database, mutate func(*dbv1.Database)) *dbv1.Database {
+	t.Helper()
+	return dbtest.Patch(t, admin, db, mutate)
 }
 
 func createDatabase(t *testing.T, db *dbv1.Database) *dbv1.Database {
@@ -241,11 +224,10 @@ func countersByController(t *testing.T, metric string) map[string]float64 {
 // annotate sets an annotation on the Database, which wakes every controller.
 func annotate(t *testing.T, db *dbv1.Database, key, value string) {
 	t.Helper()
-	live := getDatabase(t, db)
-	patch := client.MergeFrom(live.DeepCopy())
-	if live.Annotations == nil {
-		live.Annotations = map[string]string{}
-	}
-	live.Annotations[key] = value
-	require.NoError(t, admin.Patch(context.Background(), live, patch))
+	patchDatabase(t, db, func(d *dbv1.Database) {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[key] = value
+	})
 }

@@ -50,7 +50,7 @@ done
 
 # kwok's ready-made Stages (node lifecycle, pods becoming Ready, deletion)
 # come from the kwok module itself, at the version built above; the local
-# cluster (test/cluster) reads them from $bin/kwok-stages.
+# cluster (test/framework/cluster) reads them from $bin/kwok-stages.
 kwok_version=$(cd "$here/kwok" && go list -m -f '{{.Version}}' sigs.k8s.io/kwok)
 stages=$cache/kwok-stages-$kwok_version
 if [[ ! -d $stages ]]; then

@@ -11,14 +11,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 // TestSamplesAreAccepted creates every sample of config/samples (dry run), so
 // the examples users copy from are never invalid.
 func TestSamplesAreAccepted(t *testing.T) {
 	ctx, ns := setup(t)
-	root, err := envtestutil.RepoRoot()
+	root, err := envtest.RepoRoot()
 	require.NoError(t, err)
 	files, err := filepath.Glob(filepath.Join(root, "config", "samples", "*.yaml"))
 	require.NoError(t, err)

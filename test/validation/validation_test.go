@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 // k8s is a typed client of the envtest apiserver; nil under -short.
@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 	if testing.Short() {
 		os.Exit(m.Run())
 	}
-	env, cfg, err := envtestutil.Start()
+	env, cfg, err := envtest.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "validation tests:", err)
 		os.Exit(1)

@@ -1,9 +1,9 @@
-// Package envtestutil finds the repository and the test control plane
+// Package envtest finds the repository and the test control plane
 // binaries, and starts a controller-runtime envtest.Environment with the
 // dbkeeper CRDs installed. It is meant for TestMain functions of integration
 // test packages; the binaries are built by test/tools/install.sh (or named by
 // $KUBEBUILDER_ASSETS).
-package envtestutil
+package envtest
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // ModulePath is the module path of the dbkeeper repository; RepoRoot looks
@@ -100,7 +100,7 @@ func AssetsDir() (string, error) {
 // with its certificates, port and etcd data kept, so clients made before a
 // restart work after it.
 type Env struct {
-	*envtest.Environment
+	*crenvtest.Environment
 	certDir string
 }
 
@@ -123,7 +123,7 @@ func Start() (*Env, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the API server's directory: %w", err)
 	}
-	env := &Env{certDir: certDir, Environment: &envtest.Environment{
+	env := &Env{certDir: certDir, Environment: &crenvtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,

@@ -31,11 +31,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/dbkeeper/dbkeeper/internal/manager"
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/framework"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 // The names a test or a user of the cluster may rely on.
@@ -84,7 +85,7 @@ type Cluster struct {
 	Bin string
 
 	progress  io.Writer
-	env       *envtest.Environment
+	env       *crenvtest.Environment
 	procs     []*process
 	stopProvs context.CancelFunc
 	provsDone chan error
@@ -111,11 +112,11 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 			c = nil
 		}
 	}()
-	root, err := envtestutil.RepoRoot()
+	root, err := envtest.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
-	if c.Bin, err = envtestutil.AssetsDir(); err != nil {
+	if c.Bin, err = envtest.AssetsDir(); err != nil {
 		return nil, err
 	}
 	if c.Dir, err = os.MkdirTemp("", "dbkeeper-cluster-"); err != nil {
@@ -123,7 +124,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	}
 
 	c.say("starting etcd and kube-apiserver")
-	c.env = &envtest.Environment{BinaryAssetsDirectory: c.Bin}
+	c.env = &crenvtest.Environment{BinaryAssetsDirectory: c.Bin}
 	// envtest's default range is a /24: 254 Services. The benchmark makes
 	// two Services per Database, for 1,000 Databases and their floor.
 	c.env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", serviceRange)
@@ -134,7 +135,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if _, err := c.env.Start(); err != nil {
 		return nil, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
 	}
-	admin, err := c.env.AddUser(envtest.User{Name: "dbkeeper-e2e-admin", Groups: []string{"system:masters"}}, nil)
+	admin, err := c.env.AddUser(crenvtest.User{Name: "dbkeeper-e2e-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("adding the admin user: %w", err)
 	}
@@ -214,7 +215,7 @@ func (c *Cluster) run(name string, args ...string) error {
 	}
 	cmd := exec.Command(filepath.Join(c.Bin, name), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = SysProcAttr()
+	cmd.SysProcAttr = framework.SysProcAttr()
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("starting %s: %w", name, err)

@@ -1,7 +1,8 @@
-// Command demo is `make demo`: it starts the local cluster of test/cluster,
-// runs the dbkeeper manager binary against it, applies config/samples, waits
-// until the sample Database is Ready, shows it, and keeps everything running
-// until Ctrl-C (or `make demo-down`), which tears it all down.
+// Command demo is `make demo`: it starts the local cluster of
+// test/framework/cluster, runs the dbkeeper manager binary against it,
+// applies config/samples, waits until the sample Database is Ready, shows
+// it, and keeps everything running until Ctrl-C (or `make demo-down`), which
+// tears it all down.
 package main
 
 import (
@@ -21,8 +22,9 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/dbkeeper/dbkeeper/test/cluster"
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/framework"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 func main() {
@@ -43,7 +45,7 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root, err := envtestutil.RepoRoot()
+	root, err := envtest.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -136,11 +138,11 @@ Ctrl-C here (or make demo-down) tears everything down.
 // startManager runs the manager binary against the cluster, with its
 // endpoints on free loopback ports and its log in state/manager.log.
 func startManager(bin, kubeconfig, state string) (*exec.Cmd, string, error) {
-	metrics, err := freePort()
+	metrics, err := freeAddr()
 	if err != nil {
 		return nil, "", err
 	}
-	health, err := freePort()
+	health, err := freeAddr()
 	if err != nil {
 		return nil, "", err
 	}
@@ -152,7 +154,7 @@ func startManager(bin, kubeconfig, state string) (*exec.Cmd, string, error) {
 	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address="+metrics,
 		"--health-probe-bind-address="+health, "--zap-log-level=debug")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = cluster.SysProcAttr()
+	cmd.SysProcAttr = framework.SysProcAttr()
 	fmt.Printf("demo: starting %s (metrics on http://%s/metrics)\n", bin, metrics)
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
@@ -161,11 +163,11 @@ func startManager(bin, kubeconfig, state string) (*exec.Cmd, string, error) {
 	return cmd, logPath, nil
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freeAddr is a loopback address nobody listens on now.
+func freeAddr() (string, error) {
+	port, err := framework.FreePort()
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }

@@ -1,11 +1,9 @@
 package operator
 
 import (
-	"bytes"
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +12,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/dbkeeper/dbkeeper/test/envtestutil"
+	"github.com/dbkeeper/dbkeeper/test/framework"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 // Build compiles cmd/manager into <root>/bin/<name> with the extra go build
@@ -22,7 +21,7 @@ import (
 // -race`) and returns its path.
 func Build(t testing.TB, name string, flags ...string) string {
 	t.Helper()
-	root, err := envtestutil.RepoRoot()
+	root, err := envtest.RepoRoot()
 	require.NoError(t, err)
 	out := filepath.Join(root, "bin", name)
 	args := append(append([]string{"build"}, flags...), "-o", out, "./cmd/manager")
@@ -52,7 +51,7 @@ func WriteKubeconfig(t testing.TB, cfg *rest.Config, dir string) string {
 // Process is a manager binary running as a child process of the test.
 type Process struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *framework.SyncBuffer
 	done chan struct{}
 }
 
@@ -60,9 +59,9 @@ type Process struct {
 // the test; its output is kept for Output and printed if the test fails.
 func StartProcess(t testing.TB, binary string, args ...string) *Process {
 	t.Helper()
-	p := &Process{cmd: exec.Command(binary, args...), out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &Process{cmd: exec.Command(binary, args...), out: &framework.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = sysProcAttr()
+	p.cmd.SysProcAttr = framework.SysProcAttr()
 	require.NoError(t, p.cmd.Start())
 	go func() { _ = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
@@ -93,23 +92,6 @@ func (p *Process) Exited() bool {
 
 // Output is what the process printed so far.
 func (p *Process) Output() string { return p.out.String() }
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // Pid is the process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }

@@ -7,7 +7,6 @@ package postgres
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dbkeeper/dbkeeper/test/framework"
 )
 
 // Superuser is the server's superuser; its password is Server.Password.
@@ -83,7 +84,8 @@ func Start(t testing.TB) *Server {
 	out, err := initdb.CombinedOutput()
 	require.NoError(t, err, "initdb: %s", out)
 
-	s.Port = freePort(t)
+	s.Port, err = framework.FreePort()
+	require.NoError(t, err)
 	logPath := filepath.Join(dir, "server.log")
 	logFile, err := os.Create(logPath)
 	require.NoError(t, err)
@@ -139,12 +141,4 @@ func (s *Server) SQL(t testing.TB, db, sql string) string {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "psql %q: %s", sql, out)
 	return string(bytes.TrimSpace(out))
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

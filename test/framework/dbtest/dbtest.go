@@ -1,6 +1,6 @@
 // Package dbtest holds what tests that drive Databases through an API
 // server share: a minimal valid Database, reading one back, waiting for a
-// condition, patching.
+// condition, patching, its children, a namespace per test.
 package dbtest
 
 import (
@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -63,6 +64,24 @@ func WaitCondition(t require.TestingT, c client.Client, db *dbv1.Database, condT
 		got = *cond
 	}, timeout, Tick)
 	return got
+}
+
+// CreateNamespace creates the namespace name.
+func CreateNamespace(t require.TestingT, c client.Client, name string) string {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
+	require.NoError(t, c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	return name
+}
+
+// NewNamespace creates a namespace for one test, named prefix and six
+// random characters, and returns its name.
+func NewNamespace(t require.TestingT, c client.Client, prefix string) string {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
+	return CreateNamespace(t, c, prefix+rand.String(6))
 }
 
 // Patch applies mutate to the live Database with a merge patch and returns

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/dbkeeper/dbkeeper/test/framework"
 )
 
 // Faults makes a share of an operator's writes fail the way a busy API
@@ -49,7 +51,7 @@ func (f *Faults) Injected() (conflicts, serverErrors, writes int64) {
 
 // Wrap is a rest.Config WrapTransport.
 func (f *Faults) Wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+	return framework.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		if !isWrite(req.Method) {
 			return rt.RoundTrip(req)
 		}
@@ -133,7 +135,3 @@ func statusResponse(req *http.Request, code int, reason, message string) *http.R
 		Request:       req,
 	}
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -1,0 +1,113 @@
+// Package framework is the machinery the suites under test/ share, and the
+// small pieces its own packages share:
+//
+//	envtest   the repository root, the cached control-plane binaries, envtest
+//	cluster   the local cluster without containers (e2e, helm, bench, make demo)
+//	operator  the manager run in-process or as a binary, its writes recorded
+//	postgres  a throwaway PostgreSQL server
+//	dbtest    Database helpers: create, get, patch, wait, children, namespaces
+//
+// This package holds free ports, a buffer for concurrent writers, the
+// recorder of an API client's 403 answers and warnings, and the process
+// attributes that tie a child process to the test.
+package framework
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"sync"
+)
+
+// FreePort returns a loopback port nobody listens on now.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writers.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Recorder collects lines from concurrent writers: the requests an API
+// server refused (WrapTransport of RecordForbidden) or the warnings it gave
+// (it is a rest.WarningHandler).
+type Recorder struct {
+	mu    sync.Mutex
+	muted bool
+	lines []string
+}
+
+// Add records line unless the recorder is muted.
+func (r *Recorder) Add(line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.muted {
+		r.lines = append(r.lines, line)
+	}
+}
+
+// Mute drops what is added until Unmute.
+func (r *Recorder) Mute() { r.setMuted(true) }
+
+// Unmute records again what is added.
+func (r *Recorder) Unmute() { r.setMuted(false) }
+
+func (r *Recorder) setMuted(m bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.muted = m
+}
+
+// All returns a copy of what was recorded.
+func (r *Recorder) All() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.lines...)
+}
+
+// HandleWarningHeader implements rest.WarningHandler: it records the text
+// of every warning (code 299).
+func (r *Recorder) HandleWarningHeader(code int, agent, text string) {
+	if code == 299 {
+		r.Add(text)
+	}
+}
+
+// RecordForbidden returns a rest.Config WrapTransport that adds "METHOD URL"
+// to r for every request the API server answers with 403 Forbidden.
+func RecordForbidden(r *Recorder) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err == nil && resp.StatusCode == http.StatusForbidden {
+				r.Add(req.Method + " " + req.URL.String())
+			}
+			return resp, err
+		})
+	}
+}
+
+// RoundTripperFunc is an http.RoundTripper made of a function.
+type RoundTripperFunc func(*http.Request) (*http.Response, error)
+
+// RoundTrip calls f.
+func (f RoundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
