@@ -244,6 +244,7 @@ func (s *syncer) create(ctx context.Context, db *dbv1.Database) (bool, error) {
 		return false, err
 	}
 	sec := resources.CredentialsSecret(db, eng, password)
+	log.FromContext(ctx).Info("Generating credentials Secret", "Secret", klog.KObj(sec))
 	err = s.client.Create(ctx, sec, client.FieldOwner(facet.FieldOwner(Name)))
 	if apierrors.IsAlreadyExists(err) {
 		return false, nil
@@ -252,7 +253,6 @@ func (s *syncer) create(ctx context.Context, db *dbv1.Database) (bool, error) {
 		return false, fmt.Errorf("creating Secret %s: %w", sec.Name, err)
 	}
 	s.checked.Store(client.ObjectKeyFromObject(sec), sec.ResourceVersion)
-	log.FromContext(ctx).Info("Generated credentials Secret", "secret", sec.Name)
 	return true, nil
 }
 
@@ -273,13 +273,13 @@ func (s *syncer) adoptForeign(ctx context.Context, db *dbv1.Database) (facet.Out
 			RequeueAfter: retryMissing,
 		}, nil
 	}
+	log.FromContext(ctx).Info("Adopting existing credentials Secret", "Secret", klog.KObj(sec))
 	if _, err := apply.Apply(ctx, s.client, nil, resources.CredentialsSecretMetadata(db), facet.FieldOwner(Name)); err != nil {
 		return facet.Outcome{}, fmt.Errorf("adopting Secret %s: %w", name, err)
 	}
 	// An owner reference it came with (to an earlier Database of this
 	// name) would let garbage collection take it: the next reconcile,
 	// which finds it in the cache, takes that off.
-	log.FromContext(ctx).Info("Adopted existing credentials Secret", "secret", name)
 	return facet.Outcome{
 		Condition: conditions.True(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretGenerated, fmt.Sprintf("adopted existing Secret %s and keeps it", name)),
 		Status:    dbv1ac.DatabaseStatus().WithCredentialsSecret(name),
