@@ -24,6 +24,30 @@ func Apply(ctx context.Context, c client.Client, live client.Object, desired run
 	})
 }
 
+// Needed reports whether Apply of desired on top of live (which may be nil:
+// not found) would write, so that a caller can log the write before it.
+func Needed(live client.Object, desired runtime.ApplyConfiguration) (bool, error) {
+	_, needed, err := compare(live, desired)
+	return needed, err
+}
+
+// compare reports whether live (which may be nil) lacks a field of desired,
+// with desired encoded when live is not nil.
+func compare(live client.Object, desired runtime.ApplyConfiguration) ([]byte, bool, error) {
+	if live == nil || isNil(live) {
+		return nil, true, nil
+	}
+	body, err := json.Marshal(desired)
+	if err != nil {
+		return nil, false, fmt.Errorf("encoding desired object: %w", err)
+	}
+	held, err := holdsJSON(live, body)
+	if err != nil {
+		return nil, false, err
+	}
+	return body, !held, nil
+}
+
 // ApplyStatus is Apply for the status subresource.
 func ApplyStatus(ctx context.Context, c client.Client, live client.Object, desired runtime.ApplyConfiguration, owner string) (bool, error) {
 	return (*Sent)(nil).ApplyStatus(ctx, c, live, desired, owner)
@@ -32,19 +56,15 @@ func ApplyStatus(ctx context.Context, c client.Client, live client.Object, desir
 // write runs do unless live already holds desired or sent (which may be
 // nil) has made the same apply on top of the version live is at.
 func write(live client.Object, desired runtime.ApplyConfiguration, owner string, sent *Sent, do func() error) (bool, error) {
-	if live == nil || isNil(live) {
-		return true, do()
-	}
-	body, err := json.Marshal(desired)
-	if err != nil {
-		return false, fmt.Errorf("encoding desired object: %w", err)
-	}
-	held, err := holdsJSON(live, body)
+	body, needed, err := compare(live, desired)
 	if err != nil {
 		return false, err
 	}
+	if body == nil {
+		return true, do()
+	}
 	key := owner + " " + live.GetNamespace() + "/" + live.GetName()
-	if held {
+	if !needed {
 		sent.forget(key)
 		return false, nil
 	}

@@ -124,3 +124,24 @@ func TestHoldsZeroValues(t *testing.T) {
 		})
 	}
 }
+
+// Needed is what Apply decides: a write for a missing object or a
+// difference, none when live holds every field.
+func TestNeeded(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		live    *appsv1.StatefulSet
+		desired *appsv1ac.StatefulSetApplyConfiguration
+		want    bool
+	}{
+		{"not found", nil, desiredStatefulSet(3, "pg:17"), true},
+		{"held", liveStatefulSet(), desiredStatefulSet(3, "pg:17"), false},
+		{"differs", liveStatefulSet(), desiredStatefulSet(1, "pg:17"), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Needed(tt.live, tt.desired)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}

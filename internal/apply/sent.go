@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Sent remembers, per object, the last status a controller applied and the
@@ -37,9 +38,11 @@ const forgetAfter = time.Minute
 
 // ApplyStatus is the package's ApplyStatus, skipping an apply that this Sent
 // already made on top of the version live still has. A nil Sent remembers
-// nothing.
+// nothing. It logs at V(1) before it writes, with the key/value pairs of
+// the logger in ctx.
 func (s *Sent) ApplyStatus(ctx context.Context, c client.Client, live client.Object, desired runtime.ApplyConfiguration, owner string) (bool, error) {
 	return write(live, desired, owner, s, func() error {
+		log.FromContext(ctx).V(1).Info("Applying status")
 		return c.Status().Apply(ctx, desired, client.FieldOwner(owner), client.ForceOwnership)
 	})
 }

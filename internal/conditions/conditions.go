@@ -64,15 +64,14 @@ func (w Writer) Apply(ctx context.Context, db *dbv1.Database, cond metav1.Condit
 		WithLastTransitionTime(cond.LastTransitionTime))
 	desired := dbv1ac.Database(db.Name, db.Namespace).WithStatus(status)
 
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues(
+		"condition", cond.Type, "status", cond.Status, "reason", cond.Reason, "message", cond.Message))
 	wrote, err := w.Sent.ApplyStatus(ctx, w.Client, db, desired, w.Owner)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("applying condition %s: %w", cond.Type, err)
-	}
-	if wrote {
-		log.FromContext(ctx).V(1).Info("Applied status", "condition", cond.Type, "status", cond.Status, "reason", cond.Reason, "message", cond.Message)
 	}
 	if wrote && transitioned && w.Recorder != nil {
 		w.Recorder.Eventf(db, nil, eventType(cond), cond.Reason, "Reconcile", "%s is %s: %s", cond.Type, cond.Status, cond.Message)

@@ -63,7 +63,7 @@ func TestLeaderElection(t *testing.T) {
 	first := convergeReady(t, newDatabase(ns, "led-by-first"))
 	assert.NotContains(t, follower.Output(), acquired, "both managers acquired the lease")
 	assert.NotContains(t, follower.Output(), "Starting workers", "the follower ran controllers while another led")
-	assert.NotContains(t, follower.Output(), "Applied", "the follower wrote while another led")
+	assert.NotContains(t, follower.Output(), "Applying", "the follower wrote while another led")
 
 	leader.Kill()
 	killed := time.Now()

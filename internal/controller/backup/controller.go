@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -165,12 +167,12 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 		return nil, "", fmt.Errorf("ensuring restore Job %s: %w", name, err)
 	}
 	if created {
-		log.FromContext(ctx).Info("Starting restore", "job", name, "from", source)
+		log.FromContext(ctx).Info("Starting restore", "Job", klog.KRef(db.Namespace, name), "from", source)
 	}
 	if cond := RestoreProgress(db, job, source); cond != nil {
 		return cond, "", nil
 	}
-	log.FromContext(ctx).Info("Restored", "job", name, "from", source)
+	log.FromContext(ctx).Info("Restore finished", "Job", klog.KRef(db.Namespace, name), "from", source)
 	return nil, source, nil
 }
 
@@ -196,7 +198,7 @@ func (s *syncer) runOnDemand(ctx context.Context, db *dbv1.Database, eng engine.
 		return "", fmt.Errorf("ensuring on-demand backup Job: %w", err)
 	}
 	if created {
-		log.FromContext(ctx).Info("Starting on-demand backup", "job", *job.GetName(), "token", token)
+		log.FromContext(ctx).Info("Starting on-demand backup", "Job", klog.KRef(db.Namespace, *job.GetName()), "token", token)
 	}
 	return token, nil
 }
@@ -251,12 +253,11 @@ func (s *syncer) get(ctx context.Context, db *dbv1.Database, live client.Object,
 // write applies desired over live, which is nil when there is none.
 func (s *syncer) write(ctx context.Context, live client.Object, desired namedApplyConfiguration, kind string) error {
 	name := *desired.GetName()
-	wrote, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name))
-	if err != nil {
-		return fmt.Errorf("applying backup %s %s: %w", kind, name, err)
+	if needed, err := apply.Needed(live, desired); err == nil && needed {
+		log.FromContext(ctx).Info("Applying backup object", ptr.Deref(desired.GetKind(), "object"), klog.KRef(*desired.GetNamespace(), name))
 	}
-	if wrote {
-		log.FromContext(ctx).Info("Applied backup "+kind, "name", name)
+	if _, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name)); err != nil {
+		return fmt.Errorf("applying backup %s %s: %w", kind, name, err)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -183,7 +184,7 @@ func (r *reconciler) finalBackup(ctx context.Context, db *dbv1.Database) (*metav
 		return nil, fmt.Errorf("ensuring final backup Job: %w", err)
 	}
 	if created {
-		log.FromContext(ctx).Info("Starting final backup before deletion", "job", name)
+		log.FromContext(ctx).Info("Starting final backup before deletion", "Job", klog.KRef(db.Namespace, name))
 		cond := conditions.True(t, dbv1.ReasonCleaningUp, fmt.Sprintf("spec.backup.beforeDelete: started final backup Job %s; nothing is deleted until it succeeds", name))
 		return &cond, nil
 	}
@@ -352,7 +353,7 @@ func (r *reconciler) deleteWorkload(ctx context.Context, db *dbv1.Database) (str
 		return "", nil
 	}
 	if sts.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(sts, metav1.FinalizerDeleteDependents) {
-		log.FromContext(ctx).Info("Deleting StatefulSet and its pods by deletion policy", "statefulSet", name)
+		log.FromContext(ctx).Info("Deleting StatefulSet and its pods by deletion policy", "StatefulSet", klog.KObj(sts), "deletionPolicy", db.Spec.DeletionPolicy)
 		err := r.client.Delete(ctx, sts, client.Preconditions{UID: ptr.To(sts.UID)}, client.PropagationPolicy(metav1.DeletePropagationForeground))
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return "", nil
@@ -387,14 +388,14 @@ func (r *reconciler) deleteOrKeepNamed(ctx context.Context, db *dbv1.Database, o
 		return fmt.Errorf("getting %s: %w", name, err)
 	}
 	if !resources.Belongs(db, obj) {
-		log.FromContext(ctx).V(1).Info("Leaving an object that is not this Database's", "object", name)
+		log.FromContext(ctx).V(1).Info("Leaving an object that is not this Database's", facet.Kind(r.client, obj), klog.KObj(obj))
 		return nil
 	}
 	return r.deleteOrKeep(ctx, db, obj, del)
 }
 
 func (r *reconciler) deleteOrKeep(ctx context.Context, db *dbv1.Database, obj client.Object, del bool) error {
-	logger := log.FromContext(ctx).WithValues("object", obj.GetName())
+	logger := log.FromContext(ctx).WithValues(facet.Kind(r.client, obj), klog.KObj(obj), "deletionPolicy", db.Spec.DeletionPolicy)
 	if del {
 		if !obj.GetDeletionTimestamp().IsZero() {
 			return nil

@@ -6,7 +6,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -44,6 +46,7 @@ func Disown(ctx context.Context, c client.Client, db *dbv1.Database, obj client.
 	if !changed {
 		return false, nil
 	}
+	log.FromContext(ctx).Info("Removing the owner reference to the Database", Kind(c, obj), klog.KObj(obj))
 	before := obj.DeepCopyObject().(client.Object)
 	obj.SetOwnerReferences(kept)
 	if len(kept) == 0 {
@@ -56,6 +59,18 @@ func Disown(ctx context.Context, c client.Client, db *dbv1.Database, obj client.
 	if err != nil {
 		return false, fmt.Errorf("removing the owner reference to Database %s from %s: %w", db.Name, obj.GetName(), err)
 	}
-	log.FromContext(ctx).Info("Removed the owner reference to the Database", "object", obj.GetName())
 	return true, nil
+}
+
+// Kind is the Kind of obj in c's scheme, the key under which a log line
+// names it (with klog.KObj); "object" when the scheme does not know it.
+func Kind(c client.Client, obj client.Object) string {
+	if k := obj.GetObjectKind().GroupVersionKind().Kind; k != "" {
+		return k
+	}
+	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
+	if err != nil {
+		return "object"
+	}
+	return gvk.Kind
 }

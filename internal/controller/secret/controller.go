@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -50,6 +52,11 @@ const retryMissing = 30 * time.Second
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
+// ReasonSecretKeysRestored is the reason of the Event of a generated
+// Secret whose keys derived from the password somebody else changed and
+// dbkeeper set back.
+const ReasonSecretKeysRestored = "SecretKeysRestored"
+
 // Controller is the secret controller.
 type Controller struct{}
 
@@ -64,7 +71,8 @@ func (Controller) ConditionType() string { return dbv1.ConditionCredentialsReady
 
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
-	r := facet.NewReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name), c.ConditionType(), newSyncer(mgr.GetClient(), mgr.GetAPIReader()), o)
+	w := facet.NewWriter(mgr, Name)
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), mgr.GetAPIReader(), w.Recorder), o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -92,12 +100,16 @@ type syncer struct {
 	// it changed (and once per Secret after a restart), never on every
 	// reconcile.
 	checked sync.Map
+	// recorder records the Events of the repairs on the Database; nil
+	// records none. An Event names keys, never a value.
+	recorder events.EventRecorder
 }
 
-// newSyncer is the secret syncer that writes with c and reads Secrets
-// data with reader, which must read from the API server.
-func newSyncer(c client.Client, reader client.Reader) *syncer {
-	return &syncer{client: c, reader: reader}
+// newSyncer is the secret syncer that writes with c, reads Secrets data
+// with reader, which must read from the API server, and records the Events
+// of its repairs with recorder (nil: none).
+func newSyncer(c client.Client, reader client.Reader, recorder events.EventRecorder) *syncer {
+	return &syncer{client: c, reader: reader, recorder: recorder}
 }
 
 // restoreData puts back the keys of a generated Secret derived from its
@@ -131,10 +143,15 @@ func (s *syncer) restoreData(ctx context.Context, db *dbv1.Database, cachedVersi
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
+		log.FromContext(ctx).Info("Restoring credentials Secret keys changed by somebody else", "Secret", klog.KObj(sec), "keys", keys)
 		if err := s.client.Patch(ctx, sec, patch, client.FieldOwner(facet.FieldOwner(Name))); err != nil {
 			return nil, fmt.Errorf("restoring keys %s of Secret %s: %w", strings.Join(keys, ","), key.Name, err)
 		}
-		log.FromContext(ctx).Info("Restored credentials Secret keys changed by somebody else", "secret", key.Name, "keys", keys)
+		if s.recorder != nil {
+			// Key names only: the values are the credentials.
+			s.recorder.Eventf(db, sec, corev1.EventTypeNormal, ReasonSecretKeysRestored, "RestoreKeys",
+				"Restored keys %s of Secret %s changed by somebody else", strings.Join(keys, ", "), key.Name)
+		}
 	}
 	s.checked.Store(key, sec.ResourceVersion)
 	return nil, nil
@@ -227,6 +244,7 @@ func (s *syncer) create(ctx context.Context, db *dbv1.Database) (bool, error) {
 		return false, err
 	}
 	sec := resources.CredentialsSecret(db, eng, password)
+	log.FromContext(ctx).Info("Generating credentials Secret", "Secret", klog.KObj(sec))
 	err = s.client.Create(ctx, sec, client.FieldOwner(facet.FieldOwner(Name)))
 	if apierrors.IsAlreadyExists(err) {
 		return false, nil
@@ -235,7 +253,6 @@ func (s *syncer) create(ctx context.Context, db *dbv1.Database) (bool, error) {
 		return false, fmt.Errorf("creating Secret %s: %w", sec.Name, err)
 	}
 	s.checked.Store(client.ObjectKeyFromObject(sec), sec.ResourceVersion)
-	log.FromContext(ctx).Info("Generated credentials Secret", "secret", sec.Name)
 	return true, nil
 }
 
@@ -256,13 +273,13 @@ func (s *syncer) adoptForeign(ctx context.Context, db *dbv1.Database) (facet.Out
 			RequeueAfter: retryMissing,
 		}, nil
 	}
+	log.FromContext(ctx).Info("Adopting existing credentials Secret", "Secret", klog.KObj(sec))
 	if _, err := apply.Apply(ctx, s.client, nil, resources.CredentialsSecretMetadata(db), facet.FieldOwner(Name)); err != nil {
 		return facet.Outcome{}, fmt.Errorf("adopting Secret %s: %w", name, err)
 	}
 	// An owner reference it came with (to an earlier Database of this
 	// name) would let garbage collection take it: the next reconcile,
 	// which finds it in the cache, takes that off.
-	log.FromContext(ctx).Info("Adopted existing credentials Secret", "secret", name)
 	return facet.Outcome{
 		Condition: conditions.True(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretGenerated, fmt.Sprintf("adopted existing Secret %s and keeps it", name)),
 		Status:    dbv1ac.DatabaseStatus().WithCredentialsSecret(name),

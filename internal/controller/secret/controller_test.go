@@ -2,12 +2,14 @@ package secret
 
 import (
 	"context"
+	"maps"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -22,7 +24,7 @@ func TestSyncGenerates(t *testing.T) {
 	ctx := context.Background()
 	db := facettest.Database()
 	c := facettest.Client(t, db)
-	s := newSyncer(c, c)
+	s := newSyncer(c, c, nil)
 	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.GeneratedSecretName(db)}
 
 	out, err := s.Sync(ctx, db)
@@ -65,7 +67,7 @@ func TestSyncChecksTheUsersSecret(t *testing.T) {
 				objs = append(objs, tc.secret)
 			}
 			c := facettest.Client(t, objs...)
-			out, err := newSyncer(c, c).Sync(context.Background(), db)
+			out, err := newSyncer(c, c, nil).Sync(context.Background(), db)
 			require.NoError(t, err)
 			assert.Equal(t, tc.status, out.Condition.Status)
 			assert.Equal(t, tc.reason, out.Condition.Reason, out.Condition.Message)
@@ -76,4 +78,46 @@ func TestSyncChecksTheUsersSecret(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSyncRestoresKeys: keys derived from the password that somebody else
+// changed are put back, and an Event on the Database names those keys and
+// holds no value of the Secret.
+func TestSyncRestoresKeys(t *testing.T) {
+	ctx := context.Background()
+	db := facettest.Database()
+	c := facettest.Client(t, db)
+	rec := events.NewFakeRecorder(10)
+	s := newSyncer(c, c, rec)
+	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.GeneratedSecretName(db)}
+
+	_, err := s.Sync(ctx, db)
+	require.NoError(t, err)
+	sec := &corev1.Secret{}
+	require.NoError(t, c.Get(ctx, key, sec))
+	want := maps.Clone(sec.Data)
+	require.NotEmpty(t, want["uri"], "the uri key, which holds the password")
+	sec.Data[engine.UsernameKey] = []byte("mallory")
+	sec.Data["uri"] = []byte("postgres://elsewhere")
+	require.NoError(t, c.Update(ctx, sec))
+	require.Empty(t, rec.Events, "an Event before any repair")
+
+	out, err := s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, dbv1.ReasonSecretGenerated, out.Condition.Reason, out.Condition.Message)
+	require.NoError(t, c.Get(ctx, key, sec))
+	assert.Equal(t, want, sec.Data, "the keys were not restored")
+
+	require.Len(t, rec.Events, 1)
+	event := <-rec.Events
+	assert.Equal(t, "Normal "+ReasonSecretKeysRestored+" Restored keys uri, username of Secret "+key.Name+" changed by somebody else", event)
+	for k, v := range want {
+		assert.NotContains(t, event, string(v), "the Event holds the value of key %s", k)
+	}
+	assert.NotContains(t, event, "mallory")
+	assert.NotContains(t, event, "elsewhere")
+
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Empty(t, rec.Events, "an Event without a repair")
 }

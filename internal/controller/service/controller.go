@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -41,6 +43,10 @@ const Name = "service"
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
+// ReasonServicePortsRestored is the reason of the Event of a Service whose
+// ports somebody else changed and dbkeeper set back.
+const ReasonServicePortsRestored = "ServicePortsRestored"
+
 // Controller is the service controller.
 type Controller struct{}
 
@@ -55,7 +61,8 @@ func (Controller) ConditionType() string { return dbv1.ConditionServiceReady }
 
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
-	r := facet.NewReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name), c.ConditionType(), newSyncer(mgr.GetClient()), o)
+	w := facet.NewWriter(mgr, Name)
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), w.Recorder), o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, builder.WithPredicates(predicate.Or(facet.DatabaseChanged(), restoreFinishedChanged()))).
@@ -72,10 +79,16 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 // syncer keeps the client and headless Services.
 type syncer struct {
 	client client.Client
+	// recorder records the Events of the repairs on the Database; nil
+	// records none.
+	recorder events.EventRecorder
 }
 
-// newSyncer is the service syncer that reads and writes with c.
-func newSyncer(c client.Client) *syncer { return &syncer{client: c} }
+// newSyncer is the service syncer that reads and writes with c and records
+// the Events of its repairs with recorder (nil: none).
+func newSyncer(c client.Client, recorder events.EventRecorder) *syncer {
+	return &syncer{client: c, recorder: recorder}
+}
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
 	eng, err := engine.For(db.Spec.Engine)
@@ -86,7 +99,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		resources.ClientService(db, eng),
 		resources.HeadlessService(db, eng),
 	} {
-		if err := s.apply(ctx, desired); err != nil {
+		if err := s.apply(ctx, db, desired); err != nil {
 			return facet.Outcome{}, err
 		}
 	}
@@ -103,7 +116,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	}, nil
 }
 
-func (s *syncer) apply(ctx context.Context, desired *corev1ac.ServiceApplyConfiguration) error {
+func (s *syncer) apply(ctx context.Context, db *dbv1.Database, desired *corev1ac.ServiceApplyConfiguration) error {
 	live := &corev1.Service{}
 	if err := s.client.Get(ctx, client.ObjectKey{Namespace: *desired.Namespace, Name: *desired.Name}, live); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -112,7 +125,7 @@ func (s *syncer) apply(ctx context.Context, desired *corev1ac.ServiceApplyConfig
 		live = nil
 	}
 	if live != nil && hasForeignPorts(live, desired) {
-		if err := s.replacePorts(ctx, live, desired); err != nil {
+		if err := s.replacePorts(ctx, db, live, desired); err != nil {
 			return err
 		}
 		live = nil // apply, to own the ports again
@@ -120,12 +133,11 @@ func (s *syncer) apply(ctx context.Context, desired *corev1ac.ServiceApplyConfig
 	if live != nil && !maps.Equal(live.Spec.Selector, desired.Spec.Selector) {
 		live = nil // apply: the selector is atomic, and a key it loses is a difference apply.Apply does not see
 	}
-	wrote, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name))
-	if err != nil {
-		return fmt.Errorf("applying Service %s: %w", *desired.Name, err)
+	if needed, err := apply.Needed(live, desired); err == nil && needed {
+		log.FromContext(ctx).Info("Applying Service", "Service", klog.KRef(*desired.Namespace, *desired.Name))
 	}
-	if wrote {
-		log.FromContext(ctx).Info("Applied Service", "service", *desired.Name)
+	if _, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name)); err != nil {
+		return fmt.Errorf("applying Service %s: %w", *desired.Name, err)
 	}
 	return nil
 }
@@ -178,7 +190,8 @@ func hasForeignPorts(live *corev1.Service, desired *corev1ac.ServiceApplyConfigu
 // replacePorts sets the Service's ports to exactly dbkeeper's with a JSON
 // merge patch, which replaces a list whole: the ports of a dbkeeper Service
 // are dbkeeper's alone. The apply that follows takes their ownership back.
-func (s *syncer) replacePorts(ctx context.Context, live *corev1.Service, desired *corev1ac.ServiceApplyConfiguration) error {
+func (s *syncer) replacePorts(ctx context.Context, db *dbv1.Database, live *corev1.Service, desired *corev1ac.ServiceApplyConfiguration) error {
+	log.FromContext(ctx).Info("Restoring Service ports changed by somebody else", "Service", klog.KObj(live))
 	data, err := json.Marshal(map[string]any{"spec": map[string]any{"ports": desired.Spec.Ports}})
 	if err != nil {
 		return fmt.Errorf("encoding the ports of Service %s: %w", live.Name, err)
@@ -186,6 +199,9 @@ func (s *syncer) replacePorts(ctx context.Context, live *corev1.Service, desired
 	if err := s.client.Patch(ctx, live, client.RawPatch(types.MergePatchType, data), client.FieldOwner(facet.FieldOwner(Name))); err != nil {
 		return fmt.Errorf("replacing the ports of Service %s: %w", live.Name, err)
 	}
-	log.FromContext(ctx).Info("Replaced Service ports changed by somebody else", "service", live.Name)
+	if s.recorder != nil {
+		s.recorder.Eventf(db, live, corev1.EventTypeNormal, ReasonServicePortsRestored, "RestorePorts",
+			"Restored the ports of Service %s changed by somebody else", live.Name)
+	}
 	return nil
 }

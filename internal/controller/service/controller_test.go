@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -37,7 +38,7 @@ func TestSync(t *testing.T) {
 				db.Status.Backup = &dbv1.BackupStatus{RestoredFrom: "src/latest"}
 			}
 			c := facettest.Client(t, db)
-			out, err := newSyncer(c).Sync(ctx, db)
+			out, err := newSyncer(c, nil).Sync(ctx, db)
 			require.NoError(t, err)
 			assert.Equal(t, metav1.ConditionTrue, out.Condition.Status)
 			assert.Equal(t, tc.reason, out.Condition.Reason, out.Condition.Message)
@@ -50,4 +51,37 @@ func TestSync(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSyncRestoresPorts: a port number somebody else changed is replaced
+// by dbkeeper's, and an Event on the Database says so; a sync with nothing
+// to repair records none.
+func TestSyncRestoresPorts(t *testing.T) {
+	ctx := context.Background()
+	db := facettest.Database()
+	c := facettest.Client(t, db)
+	rec := events.NewFakeRecorder(10)
+	s := newSyncer(c, rec)
+	_, err := s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Empty(t, rec.Events, "an Event without a repair")
+
+	svc := &corev1.Service{}
+	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.ClientServiceName(db)}
+	require.NoError(t, c.Get(ctx, key, svc))
+	want := svc.Spec.Ports[0].Port
+	svc.Spec.Ports[0].Port = 6543
+	require.NoError(t, c.Update(ctx, svc))
+
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	require.NoError(t, c.Get(ctx, key, svc))
+	require.Len(t, svc.Spec.Ports, 1)
+	assert.Equal(t, want, svc.Spec.Ports[0].Port, "the port was not restored")
+	require.Len(t, rec.Events, 1)
+	assert.Equal(t, "Normal "+ReasonServicePortsRestored+" Restored the ports of Service "+key.Name+" changed by somebody else", <-rec.Events)
+
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Empty(t, rec.Events, "an Event without a repair")
 }

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,6 +39,10 @@ const Name = "statefulset"
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
+// ReasonVolumeGrowing is the reason of the Event of a data PVC that
+// dbkeeper asks for the grown spec.storage.size.
+const ReasonVolumeGrowing = "VolumeGrowing"
+
 // Controller is the statefulset controller.
 type Controller struct{}
 
@@ -51,7 +57,8 @@ func (Controller) ConditionType() string { return dbv1.ConditionStatefulSetReady
 
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
-	r := facet.NewReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name), c.ConditionType(), newSyncer(mgr.GetClient()), o)
+	w := facet.NewWriter(mgr, Name)
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), w.Recorder), o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -68,10 +75,16 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 // syncer keeps the StatefulSet and its data PVCs.
 type syncer struct {
 	client client.Client
+	// recorder records the Events of the repairs on the Database; nil
+	// records none.
+	recorder events.EventRecorder
 }
 
-// newSyncer is the statefulset syncer that reads and writes with c.
-func newSyncer(c client.Client) *syncer { return &syncer{client: c} }
+// newSyncer is the statefulset syncer that reads and writes with c and
+// records the Events of its repairs with recorder (nil: none).
+func newSyncer(c client.Client, recorder events.EventRecorder) *syncer {
+	return &syncer{client: c, recorder: recorder}
+}
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
 	eng, err := engine.For(db.Spec.Engine)
@@ -90,12 +103,12 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		live = nil
 	}
 	resources.PinClaimTemplate(desired, live)
+	if needed, err := apply.Needed(live, desired); err == nil && needed {
+		log.FromContext(ctx).Info("Applying StatefulSet", "StatefulSet", klog.KRef(db.Namespace, resources.StatefulSetName(db)))
+	}
 	wrote, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name))
 	if err != nil {
 		return facet.Outcome{}, fmt.Errorf("applying StatefulSet: %w", err)
-	}
-	if wrote {
-		log.FromContext(ctx).Info("Applied StatefulSet", "statefulset", resources.StatefulSetName(db))
 	}
 	if live != nil {
 		if err := s.growVolumes(ctx, db); err != nil {
@@ -125,12 +138,16 @@ func (s *syncer) growVolumes(ctx context.Context, db *dbv1.Database) error {
 		if have.Cmp(want) >= 0 {
 			continue
 		}
-		log.FromContext(ctx).Info("Growing data PVC", "pvc", pvc.Name, "from", have.String(), "to", want.String())
+		log.FromContext(ctx).Info("Growing data PVC", "PersistentVolumeClaim", klog.KObj(pvc), "from", have.String(), "to", want.String())
 		grow := corev1ac.PersistentVolumeClaim(pvc.Name, pvc.Namespace).
 			WithSpec(corev1ac.PersistentVolumeClaimSpec().WithResources(corev1ac.VolumeResourceRequirements().
 				WithRequests(corev1.ResourceList{corev1.ResourceStorage: want})))
 		if _, err := apply.Apply(ctx, s.client, pvc, grow, facet.FieldOwner(Name)); err != nil {
 			return fmt.Errorf("growing PVC %s: %w", pvc.Name, err)
+		}
+		if s.recorder != nil {
+			s.recorder.Eventf(db, pvc, corev1.EventTypeNormal, ReasonVolumeGrowing, "GrowVolume",
+				"Growing data PVC %s from %s to %s", pvc.Name, have.String(), want.String())
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -73,13 +74,15 @@ func TestObserve(t *testing.T) {
 
 // TestSync: the first sync creates the StatefulSet and reports it
 // progressing; the next reads the replica counts off the live StatefulSet
-// into the status and grows a data PVC smaller than spec.storage.size.
+// into the status and grows a data PVC smaller than spec.storage.size,
+// with an Event on the Database.
 func TestSync(t *testing.T) {
 	ctx := context.Background()
 	db := facettest.Database()
 	db.Spec.Storage.Size = ptr.To(resource.MustParse("2Gi"))
 	c := facettest.Client(t, db)
-	s := newSyncer(c)
+	rec := events.NewFakeRecorder(10)
+	s := newSyncer(c, rec)
 
 	out, err := s.Sync(ctx, db)
 	require.NoError(t, err)
@@ -108,4 +111,10 @@ func TestSync(t *testing.T) {
 	assert.NotEmpty(t, *out.Status.Selector)
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pvc), pvc))
 	assert.Equal(t, "2Gi", pvc.Spec.Resources.Requests.Storage().String(), "the data PVC grew")
+	require.Len(t, rec.Events, 1)
+	assert.Equal(t, "Normal "+ReasonVolumeGrowing+" Growing data PVC "+pvc.Name+" from 1Gi to 2Gi", <-rec.Events)
+
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Empty(t, rec.Events, "an Event without a repair")
 }
