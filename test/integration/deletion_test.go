@@ -70,22 +70,25 @@ func released(t require.TestingT, db *dbv1.Database) bool {
 	return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
 }
 
+// policyTable is README's deletion table: what each policy keeps of the
+// data PVCs, the generated Secret and the backup PVC.
+var policyTable = []struct {
+	policy                         dbv1.DeletionPolicy
+	keepData, keepSecret, keepBack bool
+}{
+	{policy: dbv1.DeletionPolicyDelete, keepBack: true},
+	{policy: dbv1.DeletionPolicyRetain, keepData: true, keepSecret: true, keepBack: true},
+	{policy: dbv1.DeletionPolicyWipeOut},
+}
+
 // TestDeletionPolicies deletes a Database under each policy and checks what
 // is deleted, what is kept, and that kept objects lose their owner
 // reference to the Database so garbage collection cannot take them.
 func TestDeletionPolicies(t *testing.T) {
-	cases := []struct {
-		policy                         dbv1.DeletionPolicy
-		keepData, keepSecret, keepBack bool
-	}{
-		{policy: dbv1.DeletionPolicyDelete, keepBack: true},
-		{policy: dbv1.DeletionPolicyRetain, keepData: true, keepSecret: true, keepBack: true},
-		{policy: dbv1.DeletionPolicyWipeOut},
-	}
 	ns := newNamespace(t)
 	startOperator(t, ns, "*")
 	ctx := context.Background()
-	for _, tc := range cases {
+	for _, tc := range policyTable {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			db := convergeReady(t, newDatabase(ns, "del-"+strings.ToLower(string(tc.policy)), func(db *dbv1.Database) {
 				db.Spec.DeletionPolicy = tc.policy

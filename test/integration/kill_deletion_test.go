@@ -23,17 +23,9 @@ import (
 // gone. A calibration deletion counts the n writes of each policy; k then
 // takes every value from 1 to n.
 func TestKilledDuringDeletionKeepsWhatThePolicyKeeps(t *testing.T) {
-	cases := []struct {
-		policy                         dbv1.DeletionPolicy
-		keepData, keepSecret, keepBack bool
-	}{
-		{policy: dbv1.DeletionPolicyDelete, keepBack: true},
-		{policy: dbv1.DeletionPolicyRetain, keepData: true, keepSecret: true, keepBack: true},
-		{policy: dbv1.DeletionPolicyWipeOut},
-	}
 	ns := newNamespace(t)
 	ctx := context.Background()
-	for _, tc := range cases {
+	for _, tc := range policyTable {
 		policy := strings.ToLower(string(tc.policy))
 		// converge makes a Ready Database of the policy with its data PVC,
 		// and returns it with the objects a policy may keep.
