@@ -12,23 +12,38 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Apply applies desired with the given field owner, forcing ownership, unless
 // live (which may be nil: not found) already holds every field of desired.
-// It reports whether it wrote.
+// It logs the write before it makes it, with the logger in ctx and the
+// object under its Kind, and reports whether it wrote.
 func Apply(ctx context.Context, c client.Client, live client.Object, desired runtime.ApplyConfiguration, owner string) (bool, error) {
 	return write(live, desired, owner, nil, func() error {
+		kind, ref := describe(desired)
+		log.FromContext(ctx).Info("Applying object", kind, ref)
 		return c.Apply(ctx, desired, client.FieldOwner(owner), client.ForceOwnership)
 	})
 }
 
-// Needed reports whether Apply of desired on top of live (which may be nil:
-// not found) would write, so that a caller can log the write before it.
-func Needed(live client.Object, desired runtime.ApplyConfiguration) (bool, error) {
-	_, needed, err := compare(live, desired)
-	return needed, err
+// object is what every typed apply configuration of a named object has.
+type object interface {
+	GetKind() *string
+	GetName() *string
+	GetNamespace() *string
+}
+
+// describe is the log key (the Kind) and value (namespace/name) of desired.
+func describe(desired runtime.ApplyConfiguration) (string, klog.ObjectRef) {
+	o, ok := desired.(object)
+	if !ok {
+		return "object", klog.ObjectRef{}
+	}
+	return ptr.Deref(o.GetKind(), "object"), klog.KRef(ptr.Deref(o.GetNamespace(), ""), ptr.Deref(o.GetName(), ""))
 }
 
 // compare reports whether live (which may be nil) lacks a field of desired,

@@ -125,9 +125,9 @@ func TestHoldsZeroValues(t *testing.T) {
 	}
 }
 
-// Needed is what Apply decides: a write for a missing object or a
+// compare is what Apply decides: a write for a missing object or a
 // difference, none when live holds every field.
-func TestNeeded(t *testing.T) {
+func TestCompare(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		live    *appsv1.StatefulSet
@@ -139,7 +139,7 @@ func TestNeeded(t *testing.T) {
 		{"differs", liveStatefulSet(), desiredStatefulSet(1, "pg:17"), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Needed(tt.live, tt.desired)
+			_, got, err := compare(tt.live, tt.desired)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
 		})

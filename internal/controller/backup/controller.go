@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -253,9 +252,6 @@ func (s *syncer) get(ctx context.Context, db *dbv1.Database, live client.Object,
 // write applies desired over live, which is nil when there is none.
 func (s *syncer) write(ctx context.Context, live client.Object, desired namedApplyConfiguration, kind string) error {
 	name := *desired.GetName()
-	if needed, err := apply.Needed(live, desired); err == nil && needed {
-		log.FromContext(ctx).Info("Applying backup object", ptr.Deref(desired.GetKind(), "object"), klog.KRef(*desired.GetNamespace(), name))
-	}
 	if _, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name)); err != nil {
 		return fmt.Errorf("applying backup %s %s: %w", kind, name, err)
 	}

@@ -133,9 +133,6 @@ func (s *syncer) apply(ctx context.Context, db *dbv1.Database, desired *corev1ac
 	if live != nil && !maps.Equal(live.Spec.Selector, desired.Spec.Selector) {
 		live = nil // apply: the selector is atomic, and a key it loses is a difference apply.Apply does not see
 	}
-	if needed, err := apply.Needed(live, desired); err == nil && needed {
-		log.FromContext(ctx).Info("Applying Service", "Service", klog.KRef(*desired.Namespace, *desired.Name))
-	}
 	if _, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name)); err != nil {
 		return fmt.Errorf("applying Service %s: %w", *desired.Name, err)
 	}

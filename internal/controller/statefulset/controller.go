@@ -103,9 +103,6 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		live = nil
 	}
 	resources.PinClaimTemplate(desired, live)
-	if needed, err := apply.Needed(live, desired); err == nil && needed {
-		log.FromContext(ctx).Info("Applying StatefulSet", "StatefulSet", klog.KRef(db.Namespace, resources.StatefulSetName(db)))
-	}
 	wrote, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name))
 	if err != nil {
 		return facet.Outcome{}, fmt.Errorf("applying StatefulSet: %w", err)
