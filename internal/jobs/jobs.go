@@ -1,6 +1,7 @@
 // Package jobs is what the controllers that run Jobs share (backup runs
 // the on-demand and restore Jobs, cleanup the final backup Job): creating a
-// Job once, reading whether it finished, and finding its Database.
+// Job once and reading whether it finished. Their watches find a Job's
+// Database with facet.DatabaseOf(resources.ComponentBackup).
 package jobs
 
 import (
@@ -11,13 +12,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/dbkeeper/dbkeeper/internal/apply"
-	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
 // Ensure returns the live Job of desired's name, creating it from
@@ -38,15 +36,6 @@ func Ensure(ctx context.Context, c client.Client, desired *batchv1ac.JobApplyCon
 		return nil, false, fmt.Errorf("creating Job %s: %w", key.Name, err)
 	}
 	return &batchv1.Job{}, true, nil
-}
-
-// DatabaseOf maps a backup Job to its Database by the instance label.
-func DatabaseOf(_ context.Context, obj client.Object) []reconcile.Request {
-	l := obj.GetLabels()
-	if l[resources.LabelComponent] != resources.ComponentBackup || l[resources.LabelInstance] == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: l[resources.LabelInstance]}}}
 }
 
 // Finished reports whether a Job has finished, whether it failed, when, and

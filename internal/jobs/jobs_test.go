@@ -10,13 +10,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-
-	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
 // TestFinished reads a Job's end, its time and its failure message off its
@@ -83,21 +80,4 @@ func TestEnsure(t *testing.T) {
 	live := &batchv1.Job{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders-final-backup"}, live))
 	assert.Equal(t, "postgres:17", live.Spec.Template.Spec.Containers[0].Image, "an existing Job was updated")
-}
-
-// TestDatabaseOf maps a backup Job to its Database by the instance label,
-// and nothing else.
-func TestDatabaseOf(t *testing.T) {
-	job := func(labels map[string]string) *batchv1.Job {
-		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-backup-1", Labels: labels}}
-	}
-	backup := map[string]string{resources.LabelComponent: resources.ComponentBackup, resources.LabelInstance: "orders"}
-	reqs := DatabaseOf(context.Background(), job(backup))
-	require.Len(t, reqs, 1)
-	assert.Equal(t, types.NamespacedName{Namespace: "shop", Name: "orders"}, reqs[0].NamespacedName)
-
-	assert.Empty(t, DatabaseOf(context.Background(), job(nil)), "a Job that is not dbkeeper's")
-	assert.Empty(t, DatabaseOf(context.Background(), job(map[string]string{resources.LabelInstance: "orders"})), "not a backup Job")
-	assert.Empty(t, DatabaseOf(context.Background(), job(map[string]string{resources.LabelComponent: resources.ComponentBackup})),
-		"no instance label")
 }

@@ -67,7 +67,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentBackup))).
 		// Backup Jobs belong to the CronJob, not to the Database: find the
 		// Database by the instance label the job template gives them.
-		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobs.DatabaseOf)).
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentBackup))).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }

@@ -71,7 +71,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
 		// The final backup Job of spec.backup.beforeDelete.
-		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(jobs.DatabaseOf)).
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentBackup))).
 		// The StatefulSet whose pods must be gone before the data PVCs
 		// are deleted; by label, since orphan deletion takes its owner
 		// reference.
