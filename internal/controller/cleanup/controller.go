@@ -395,21 +395,18 @@ func (r *reconciler) deleteOrKeepNamed(ctx context.Context, db *dbv1.Database, o
 }
 
 func (r *reconciler) deleteOrKeep(ctx context.Context, db *dbv1.Database, obj client.Object, del bool) error {
-	logger := log.FromContext(ctx).WithValues(facet.Kind(r.client, obj), klog.KObj(obj), "deletionPolicy", db.Spec.DeletionPolicy)
 	if del {
 		if !obj.GetDeletionTimestamp().IsZero() {
 			return nil
 		}
-		logger.Info("Deleting by deletion policy")
+		log.FromContext(ctx).Info("Deleting by deletion policy", facet.Kind(r.client, obj), klog.KObj(obj), "deletionPolicy", db.Spec.DeletionPolicy)
 		err := r.client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("deleting %s: %w", obj.GetName(), err)
 		}
 		return nil
 	}
-	if _, changed := resources.WithoutDatabaseReferences(db, obj.GetOwnerReferences()); changed {
-		logger.Info("Keeping by deletion policy: removing the owner reference")
-	}
+	// Kept: Disown logs the owner reference it removes, if any.
 	_, err := facet.Disown(ctx, r.client, db, obj)
 	return err
 }
