@@ -18,8 +18,6 @@ import (
 type namedApplyConfiguration interface {
 	runtime.ApplyConfiguration
 	GetName() *string
-	GetNamespace() *string
-	GetKind() *string
 }
 
 // History is what the CronJob and its Jobs tell about the last backups.
