@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the test control plane and the code generators from the Go module
+# Builds the test control plane, the real node's binaries (kubelet,
+# kube-proxy, CoreDNS, crictl) and the code generators from the Go module
 # proxy, at the versions pinned by the go.mod files beside this script, into a
 # per-user cache outside the clone. A binary already built at its version is
 # not built again, so only the first run on a machine pays (about 11 minutes on
@@ -28,6 +29,10 @@ tools=(
 	"kubernetes      kube-controller-manager  k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes"
 	"kubernetes      kube-scheduler           k8s.io/kubernetes/cmd/kube-scheduler          k8s.io/kubernetes"
 	"kubernetes      kubectl                  k8s.io/kubernetes/cmd/kubectl                 k8s.io/kubernetes"
+	"kubernetes      kubelet                  k8s.io/kubernetes/cmd/kubelet                 k8s.io/kubernetes"
+	"kubernetes      kube-proxy               k8s.io/kubernetes/cmd/kube-proxy              k8s.io/kubernetes"
+	"coredns         coredns                  github.com/coredns/coredns                    github.com/coredns/coredns"
+	"crictl          crictl                   sigs.k8s.io/cri-tools/cmd/crictl              sigs.k8s.io/cri-tools"
 	"kwok            kwok                     sigs.k8s.io/kwok/cmd/kwok                     sigs.k8s.io/kwok"
 	"helm            helm                     helm.sh/helm/v3/cmd/helm                      helm.sh/helm/v3"
 	"controller-gen  controller-gen           sigs.k8s.io/controller-tools/cmd/controller-gen sigs.k8s.io/controller-tools"
@@ -41,7 +46,14 @@ for line in "${tools[@]}"; do
 	if [[ ! -x $target ]]; then
 		echo "building $name $version (first run on this machine; cached in $cache)" >&2
 		start=$SECONDS
-		(cd "$here/$dir" && go build -trimpath -ldflags='-s -w' -o "$target.tmp" "$pkg")
+		ldflags='-s -w'
+		if [[ $mod == k8s.io/kubernetes ]]; then
+			# the version a node reports (nodeInfo.kubeletVersion) and
+			# `kubectl version` prints; unstamped it is v0.0.0-master
+			minor=${version#v1.} minor=${minor%%.*}
+			ldflags+=" -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+		fi
+		(cd "$here/$dir" && go build -trimpath -ldflags="$ldflags" -o "$target.tmp" "$pkg")
 		mv "$target.tmp" "$target"
 		echo "built $name $version in $((SECONDS - start))s" >&2
 	fi
