@@ -26,6 +26,10 @@ all: build
 tools: ## Build the test control plane and code generators (cached; minutes only the first time).
 	test/tools/install.sh >/dev/null
 
+.PHONY: images
+images: ## Build the real node's images without Docker (pause, PostgreSQL 15 and 17 from Debian, the manager; cached by content).
+	images/build.sh >/dev/null
+
 .PHONY: generate
 generate: tools ## Generate deepcopy and apply configurations from the API types.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./apis/...

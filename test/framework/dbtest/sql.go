@@ -1,0 +1,136 @@
+package dbtest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Client is how a test reaches a Database as an application would: psql in
+// a pod of the cluster, through the client Service by its DNS name, with the
+// credentials of the Database's Secret.
+type Client struct {
+	// Client creates and deletes the pods.
+	Client client.Client
+	// Clientset reads their logs.
+	Clientset kubernetes.Interface
+	// Image has psql (a PostgreSQL image of the cluster).
+	Image string
+}
+
+// Conn says where a query goes.
+type Conn struct {
+	// Namespace of the Database, its Secret and the client pod.
+	Namespace string
+	// Secret holds the credentials.
+	Secret string
+	// Host, when set, is where psql connects with the Secret's username,
+	// password and (optional) database keys. Empty uses the Secret's uri
+	// key, as an application given only the generated Secret does.
+	Host string
+}
+
+// Query runs sql (psql -c, unaligned, tuples only, stopping at the first
+// error) in a new pod, waits for it to end, and returns its output. An error
+// carries the output of a failed psql, e.g. the server's refusal.
+func (c Client) Query(ctx context.Context, conn Conn, sql string, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pod := c.pod(conn, sql)
+	if err := c.Client.Create(ctx, pod); err != nil {
+		return "", fmt.Errorf("creating client pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	defer func() {
+		_ = c.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0))
+	}()
+	var phase corev1.PodPhase
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return false, nil
+		}
+		phase = pod.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
+	})
+	logs, logErr := c.Clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+	out := strings.TrimSpace(string(logs))
+	switch {
+	case err != nil:
+		return out, fmt.Errorf("client pod %s/%s still %s after %s: %s", pod.Namespace, pod.Name, phase, timeout, describe(pod))
+	case logErr != nil:
+		return "", fmt.Errorf("reading the logs of client pod %s/%s: %w", pod.Namespace, pod.Name, logErr)
+	case phase == corev1.PodFailed:
+		return out, fmt.Errorf("psql failed in pod %s/%s: %s", pod.Namespace, pod.Name, out)
+	}
+	return out, nil
+}
+
+// pod is a one-shot psql pod that runs as the restricted Pod Security
+// Standard allows.
+func (c Client) pod(conn Conn, sql string) *corev1.Pod {
+	secretEnv := func(name, key string, optional bool) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: conn.Secret}, Key: key, Optional: ptr.To(optional),
+		}}}
+	}
+	env := []corev1.EnvVar{{Name: "PGCONNECT_TIMEOUT", Value: "10"}}
+	target := `"$PGURI"`
+	if conn.Host == "" {
+		env = append(env, secretEnv("PGURI", "uri", false))
+	} else {
+		env = append(env, corev1.EnvVar{Name: "PGHOST", Value: conn.Host},
+			secretEnv("PGUSER", "username", false), secretEnv("PGPASSWORD", "password", false),
+			secretEnv("PGDATABASE", "database", true))
+		target = ""
+	}
+	script := `exec psql ` + target + ` --no-psqlrc --no-password --tuples-only --no-align --set=ON_ERROR_STOP=1 --command="$1" 2>&1`
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: conn.Namespace, Name: "psql-" + rand.String(6),
+			Labels: map[string]string{"app.kubernetes.io/name": "dbtest-psql"}},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](999), RunAsGroup: ptr.To[int64](999),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name: "psql", Image: c.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command: []string{"/bin/bash", "-c", script, "psql", sql},
+				Env:     env,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+}
+
+// describe says why a pod has not finished: its containers' waiting reasons.
+func describe(pod *corev1.Pod) string {
+	var parts []string
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			parts = append(parts, fmt.Sprintf("%s: %s %s", cs.Name, w.Reason, w.Message))
+		}
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Status != corev1.ConditionTrue && cond.Message != "" {
+			parts = append(parts, fmt.Sprintf("%s: %s", cond.Type, cond.Message))
+		}
+	}
+	if len(parts) == 0 {
+		return "phase " + string(pod.Status.Phase)
+	}
+	return strings.Join(parts, "; ")
+}
