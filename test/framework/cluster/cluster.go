@@ -154,16 +154,18 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if c.Node == "" {
 		c.Node = FakeNode
 	}
+	// The returns below set c to nil: stop what was started through self.
+	self := c
 	defer func() {
 		if err != nil {
-			if o.KeepOnFailure && c.Dir != "" {
-				c.keep = true
-				if c.journal != nil {
-					c.journal.Keep = true
+			if o.KeepOnFailure && self.Dir != "" {
+				self.keep = true
+				if self.journal != nil {
+					self.journal.Keep = true
 				}
-				c.say("keeping " + c.Dir)
+				self.say("keeping " + self.Dir)
 			}
-			err = errors.Join(err, c.Stop())
+			err = errors.Join(err, self.Stop())
 			c = nil
 		}
 	}()

@@ -214,9 +214,9 @@ func nodeMountRoots(j *journal) []string {
 	return roots
 }
 
-// MountsUnder returns the mount points at or under any of roots, deepest
+// mountsUnder returns the mount points at or under any of roots, deepest
 // first.
-func MountsUnder(roots ...string) []string {
+func mountsUnder(roots ...string) []string {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -264,7 +264,7 @@ func unescapeMount(s string) string {
 func unmountUnder(j *journal, say func(string)) []error {
 	roots := nodeMountRoots(j)
 	for range 5 {
-		mounts := MountsUnder(roots...)
+		mounts := mountsUnder(roots...)
 		if len(mounts) == 0 {
 			return nil
 		}
@@ -275,7 +275,7 @@ func unmountUnder(j *journal, say func(string)) []error {
 		}
 		say(fmt.Sprintf("unmounted %d mounts under %s", len(mounts), strings.Join(roots, ", ")))
 	}
-	if left := MountsUnder(roots...); len(left) > 0 {
+	if left := mountsUnder(roots...); len(left) > 0 {
 		return []error{fmt.Errorf("mounts left: %s", strings.Join(left, ", "))}
 	}
 	return nil

@@ -1,0 +1,206 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// requireRealNode skips the test with the reason a real node cannot run
+// here, or fails it when DBKEEPER_REQUIRE_REAL_NODE=1.
+func requireRealNode(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a real node; skipped under -short")
+	}
+	if err := RealNodeSupported(); err != nil {
+		if os.Getenv("DBKEEPER_REQUIRE_REAL_NODE") == "1" {
+			t.Fatalf("DBKEEPER_REQUIRE_REAL_NODE=1 but a real node cannot run here: %v", err)
+		}
+		t.Skipf("a real node cannot run here: %v", err)
+	}
+}
+
+// realOptions are the options of the tests' real nodes: they wait for each
+// other (and for other packages' real nodes) instead of failing.
+func realOptions(t *testing.T) Options {
+	return Options{Progress: testWriter{t}, Node: RealNode, LockWait: 10 * time.Minute, Images: []string{ImagePause}}
+}
+
+// hostState is what a real node may change on the host.
+type hostState struct {
+	nftTables []string
+	sysctls   map[string]string
+	cgroups   []string
+	paths     []string
+}
+
+func snapshotHost(t *testing.T) hostState {
+	t.Helper()
+	tables, err := nftTables()
+	require.NoError(t, err)
+	cgroups, err := filepath.Glob("/sys/fs/cgroup/*/kubepods")
+	require.NoError(t, err)
+	var paths []string
+	for _, p := range hostPaths {
+		if _, err := os.Lstat(p); err == nil {
+			paths = append(paths, p)
+		}
+	}
+	return hostState{nftTables: tables, sysctls: readSysctls(), cgroups: cgroups, paths: paths}
+}
+
+// assertNothingLeft checks that the host is as before and that nothing of
+// the node whose directory was dir is left.
+func assertNothingLeft(t *testing.T, before hostState, dir string) {
+	t.Helper()
+	assert.NoFileExists(t, "/sys/class/net/"+Bridge, "bridge left")
+	routes, err := host("", "ip", "route", "show", realServiceRange)
+	assert.NoError(t, err)
+	assert.Empty(t, strings.TrimSpace(routes), "Service route left")
+	after := snapshotHost(t)
+	assert.ElementsMatch(t, before.nftTables, after.nftTables, "nftables tables differ")
+	assert.Equal(t, before.sysctls, after.sysctls, "sysctls differ")
+	assert.ElementsMatch(t, before.cgroups, after.cgroups, "kubepods cgroups differ")
+	assert.ElementsMatch(t, before.paths, after.paths, "host paths differ")
+	root, err := containerdRoot()
+	require.NoError(t, err)
+	assert.Empty(t, mountsUnder(dir, root, "/run/containerd", "/run/netns"), "mounts left")
+	var procs []string
+	for _, pid := range processesReferring(dir) {
+		procs = append(procs, fmt.Sprintf("%d %s", pid, cmdline(pid)))
+	}
+	assert.Empty(t, procs, "processes referring to %s left", dir)
+	assert.NoDirExists(t, dir, "cluster directory left")
+	assert.NoDirExists(t, journalDir, "journal left")
+}
+
+// sleeper is a pod of the pause image: it runs until deleted.
+func sleeper(c *Cluster) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sleeper"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "pause", Image: c.Images[ImagePause], ImagePullPolicy: corev1.PullNever,
+		}}},
+	}
+}
+
+// waitRunning waits for the pod to run with an address from the pods'
+// range, and returns it.
+func waitRunning(t *testing.T, c *Cluster, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	got := &corev1.Pod{}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), got))
+		assert.Equal(ct, corev1.PodRunning, got.Status.Phase)
+	}, 2*time.Minute, 200*time.Millisecond, "pod not Running; kubelet log:\n%s", tailLog(c, "kubelet"))
+	assert.True(t, strings.HasPrefix(got.Status.PodIP, "198.18.0."), "pod IP %s not in the pods' range", got.Status.PodIP)
+	return got
+}
+
+func tailLog(c *Cluster, name string) string { return tail(c.Log(name), 30) }
+
+// TestRealNode starts a real node, runs a pod on it, reads its log through
+// the API server (the kubelet's client certificate), stops, and checks that
+// nothing is left on the host.
+func TestRealNode(t *testing.T) {
+	requireRealNode(t)
+	ctx := context.Background()
+	before := snapshotHost(t)
+	started := time.Now()
+	c, err := Start(ctx, realOptions(t))
+	require.NoError(t, err)
+	t.Logf("node Ready in %s", time.Since(started).Round(100*time.Millisecond))
+	dir := c.Dir
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			assert.NoError(t, c.Stop())
+		}
+	})
+	assert.Equal(t, RealNode, c.Node)
+	assert.Equal(t, RealNodeName, c.NodeName)
+
+	pod := sleeper(c)
+	require.NoError(t, c.Client.Create(ctx, pod))
+	waitRunning(t, c, pod)
+	cs, err := kubernetes.NewForConfig(c.Config)
+	require.NoError(t, err)
+	_, err = cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	assert.NoError(t, err, "kubectl logs through the API server")
+
+	// A second real node waits for the lock, then refuses.
+	_, err = Start(ctx, Options{Node: RealNode, LockWait: 300 * time.Millisecond})
+	assert.ErrorContains(t, err, fmt.Sprintf("pid %d", os.Getpid()))
+
+	stopped = true
+	require.NoError(t, c.Stop())
+	assertNothingLeft(t, before, dir)
+}
+
+// crashChildEnv makes the test binary run TestRealNodeCrashChild for
+// TestRealNodeCrash.
+const crashChildEnv = "DBKEEPER_REALNODE_CRASH_CHILD"
+
+// TestRealNodeCrash starts a real node in a child process, kills it with
+// SIGKILL once a pod runs, and checks that CleanupRealNode leaves nothing.
+func TestRealNodeCrash(t *testing.T) {
+	requireRealNode(t)
+	before := snapshotHost(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRealNodeCrashChild$", "-test.v")
+	cmd.Env = append(os.Environ(), crashChildEnv+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	dir := ""
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		t.Log("child: " + line)
+		if d, ok := strings.CutPrefix(line, "RUNNING "); ok {
+			dir = d
+			break
+		}
+	}
+	require.NotEmpty(t, dir, "the child did not report a running pod")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	go func() { _, _ = bufio.NewReader(out).WriteTo(testWriter{t}) }()
+	_ = cmd.Wait()
+
+	j, err := readJournal()
+	require.NoError(t, err)
+	require.NotNil(t, j, "the dead node left no journal")
+	assert.Equal(t, dir, j.Dir)
+	require.NoError(t, CleanupRealNode())
+	assertNothingLeft(t, before, dir)
+}
+
+// TestRealNodeCrashChild is TestRealNodeCrash's child: it starts a real
+// node, runs a pod, says so, and waits to be killed.
+func TestRealNodeCrashChild(t *testing.T) {
+	if os.Getenv(crashChildEnv) != "1" {
+		t.Skip("the child of TestRealNodeCrash")
+	}
+	c, err := Start(context.Background(), realOptions(t))
+	require.NoError(t, err)
+	pod := sleeper(c)
+	require.NoError(t, c.Client.Create(context.Background(), pod))
+	waitRunning(t, c, pod)
+	fmt.Println("RUNNING " + c.Dir)
+	select {}
+}
