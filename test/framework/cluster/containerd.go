@@ -85,13 +85,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o644); err != nil {
 		return fmt.Errorf("writing containerd's config: %w", err)
 	}
+	// isGateway is false: the bridge has the node IP already, and the
+	// plugin's gateway mode switches on forwarding for every interface
+	// (net.ipv4.ip_forward=1). Pods get the node IP as the gateway of their
+	// one route all the same.
 	cni := fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "dbkeeper",
   "plugins": [{
     "type": "bridge",
     "bridge": %q,
-    "isGateway": true,
+    "isGateway": false,
     "ipMasq": false,
     "hairpinMode": true,
     "ipam": {

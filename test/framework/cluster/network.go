@@ -73,12 +73,17 @@ func host(stdin string, name string, args ...string) (string, error) {
 func readSysctls() map[string]string {
 	values := map[string]string{}
 	for _, k := range savedSysctls {
-		data, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(k, ".", "/"))
-		if err == nil {
-			values[k] = strings.TrimSpace(string(data))
+		if v, err := readSysctl(k); err == nil {
+			values[k] = v
 		}
 	}
 	return values
+}
+
+// readSysctl returns the value of one kernel setting.
+func readSysctl(key string) (string, error) {
+	data, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(key, ".", "/"))
+	return strings.TrimSpace(string(data)), err
 }
 
 // nftTables lists the nftables tables as "family name".

@@ -138,6 +138,11 @@ func TestRealNode(t *testing.T) {
 	pod := sleeper(c)
 	require.NoError(t, c.Client.Create(ctx, pod))
 	waitRunning(t, c, pod)
+	// Forwarding is on for the bridge only, pods running or not.
+	assert.Equal(t, before.sysctls["net.ipv4.ip_forward"], readSysctls()["net.ipv4.ip_forward"], "global IPv4 forwarding changed")
+	fwd, err := readSysctl("net.ipv4.conf." + Bridge + ".forwarding")
+	assert.NoError(t, err)
+	assert.Equal(t, "1", fwd, "forwarding on the bridge")
 	cs, err := kubernetes.NewForConfig(c.Config)
 	require.NoError(t, err)
 	_, err = cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
