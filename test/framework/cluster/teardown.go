@@ -20,6 +20,9 @@ import (
 // the nftables tables, restores the sysctls and removes the directories,
 // printing each thing it cleans. It refuses while a live node holds the lock.
 func CleanupRealNode() error {
+	if _, err := os.Stat(journalPath); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
 	l, err := tryLock()
 	if errors.Is(err, errLocked) {
 		return fmt.Errorf("a real node of pid %s is running: stop it (Ctrl-C, make demo-down, or kill %s)", lockOwner(), lockOwner())
