@@ -480,7 +480,8 @@ func (c *Cluster) Stop() error {
 		}
 		c.stopProvs = nil
 	}
-	// The kubelet first, so that it does not restart what goes next.
+	// The kubelet first, so that it does not restart what goes next, then
+	// the pods while containerd runs.
 	for _, p := range c.procs {
 		if p.name == "kubelet" {
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -489,6 +490,9 @@ func (c *Cluster) Stop() error {
 			case <-time.After(10 * time.Second):
 				_ = p.cmd.Process.Kill()
 				<-p.done
+			}
+			if err := c.removeSandboxes(); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}

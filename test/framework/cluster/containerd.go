@@ -166,3 +166,25 @@ func (c *Cluster) importImages(root string, images []image) error {
 	}
 	return nil
 }
+
+// removeSandboxes removes every pod sandbox containerd knows, with its
+// containers, through the CRI (crictl rmp --all --force: the CNI plugin
+// releases the addresses, containerd forgets the containers). At start it
+// clears what a killed run left in the cached store; at stop, this run's
+// pods, before containerd stops.
+func (c *Cluster) removeSandboxes() error {
+	crictl := []string{"--runtime-endpoint", "unix://" + c.containerdSocket(), "--timeout", "60s"}
+	out, err := host("", filepath.Join(c.Bin, "crictl"), append(crictl, "pods", "--quiet")...)
+	if err != nil {
+		return fmt.Errorf("listing pod sandboxes: %w", err)
+	}
+	n := len(strings.Fields(out))
+	if n == 0 {
+		return nil
+	}
+	if _, err := host("", filepath.Join(c.Bin, "crictl"), append(crictl, "rmp", "--all", "--force")...); err != nil {
+		return fmt.Errorf("removing pod sandboxes: %w", err)
+	}
+	c.say(fmt.Sprintf("removed %d pod sandboxes", n))
+	return nil
+}

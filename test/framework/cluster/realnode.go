@@ -139,6 +139,9 @@ func (c *Cluster) startRealNode(ctx context.Context, images []image) error {
 	if err := c.startContainerd(ctx, c.journal.ContainerdRoot, pause); err != nil {
 		return err
 	}
+	if err := c.removeSandboxes(); err != nil {
+		return err
+	}
 	if err := c.importImages(c.journal.ContainerdRoot, images); err != nil {
 		return err
 	}
