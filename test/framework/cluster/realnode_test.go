@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -161,11 +162,11 @@ func TestRealNode(t *testing.T) {
 // TestRealNodeCrash.
 const crashChildEnv = "DBKEEPER_REALNODE_CRASH_CHILD"
 
-// TestRealNodeCrash starts a real node in a child process, kills it with
-// SIGKILL once a pod runs, and checks that CleanupRealNode leaves nothing.
-func TestRealNodeCrash(t *testing.T) {
-	requireRealNode(t)
-	before := snapshotHost(t)
+// crashChild starts a real node with a running pod in a child process (the
+// test binary running TestRealNodeCrashChild), kills it with SIGKILL, and
+// returns the dead node's directory.
+func crashChild(t *testing.T) string {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRealNodeCrashChild$", "-test.v")
 	cmd.Env = append(os.Environ(), crashChildEnv+"=1")
 	cmd.Stderr = os.Stderr
@@ -182,16 +183,43 @@ func TestRealNodeCrash(t *testing.T) {
 			break
 		}
 	}
-	require.NotEmpty(t, dir, "the child did not report a running pod")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	go func() { _, _ = bufio.NewReader(out).WriteTo(testWriter{t}) }()
+	go func() { _, _ = io.Copy(io.Discard, out) }()
 	_ = cmd.Wait()
-
+	require.NotEmpty(t, dir, "the child did not report a running pod")
 	j, err := readJournal()
 	require.NoError(t, err)
-	require.NotNil(t, j, "the dead node left no journal")
+	require.NotNil(t, j, "the killed node left no journal")
 	assert.Equal(t, dir, j.Dir)
+	assert.NotEmpty(t, processesReferring(dir), "nothing of the killed node is left to clean: the test proves nothing")
+	return dir
+}
+
+// TestRealNodeCrash kills a real node's owner once a pod runs, and checks
+// that CleanupRealNode (make node-down) leaves nothing.
+func TestRealNodeCrash(t *testing.T) {
+	requireRealNode(t)
+	before := snapshotHost(t)
+	dir := crashChild(t)
 	require.NoError(t, CleanupRealNode())
+	assertNothingLeft(t, before, dir)
+}
+
+// TestRealNodeCrashThenStart kills a real node's owner once a pod runs, and
+// checks that the next Start cleans up after it, runs a pod, and that its
+// Stop leaves nothing of either.
+func TestRealNodeCrashThenStart(t *testing.T) {
+	requireRealNode(t)
+	before := snapshotHost(t)
+	dead := crashChild(t)
+	c, err := Start(context.Background(), realOptions(t))
+	require.NoError(t, err)
+	assert.NoDirExists(t, dead, "Start left the dead node's directory")
+	dir := c.Dir
+	pod := sleeper(c)
+	require.NoError(t, c.Client.Create(context.Background(), pod))
+	waitRunning(t, c, pod)
+	require.NoError(t, c.Stop())
 	assertNothingLeft(t, before, dir)
 }
 

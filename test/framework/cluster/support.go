@@ -16,7 +16,7 @@ var RealNodePackages = []string{"containerd", "runc", "containernetworking-plugi
 
 // RealNodeSupported tells why a real node cannot run on this machine, or
 // returns nil: it needs root, the packages' commands and CNI plugins, the
-// kubelet, kube-proxy and CoreDNS built by test/tools/install.sh, nftables,
+// kubelet, kube-proxy, CoreDNS and crictl built by test/tools/install.sh, nftables,
 // and the power to create a bridge (it creates and deletes a probe bridge,
 // unless the node's own bridge exists).
 func RealNodeSupported() error {
@@ -41,7 +41,7 @@ func RealNodeSupported() error {
 	if err != nil {
 		return err
 	}
-	for _, b := range []string{"kubelet", "kube-proxy", "coredns"} {
+	for _, b := range []string{"kubelet", "kube-proxy", "coredns", "crictl"} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			return fmt.Errorf("no %s in %s: run test/tools/install.sh", b, bin)
 		}
