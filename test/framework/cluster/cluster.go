@@ -226,7 +226,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if c.journal != nil {
 		// envtest's etcd and API server get no Pdeathsig: the journal
 		// names them, and teardown finds them by their directories.
-		for _, pid := range processesReferring(c.Dir) {
+		for _, pid := range processesReferring(c.Dir + "/") {
 			if err := c.journal.recordPid(firstWord(cmdline(pid)), pid); err != nil {
 				return nil, err
 			}

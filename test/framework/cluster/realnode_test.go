@@ -21,21 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// requireRealNode skips the test with the reason a real node cannot run
-// here, or fails it when DBKEEPER_REQUIRE_REAL_NODE=1.
-func requireRealNode(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a real node; skipped under -short")
-	}
-	if err := RealNodeSupported(); err != nil {
-		if os.Getenv("DBKEEPER_REQUIRE_REAL_NODE") == "1" {
-			t.Fatalf("DBKEEPER_REQUIRE_REAL_NODE=1 but a real node cannot run here: %v", err)
-		}
-		t.Skipf("a real node cannot run here: %v", err)
-	}
-}
-
 // realOptions are the options of the tests' real nodes: they wait for each
 // other (and for other packages' real nodes) instead of failing.
 func realOptions(t *testing.T) Options {
@@ -82,7 +67,7 @@ func assertNothingLeft(t *testing.T, before hostState, dir string) {
 	require.NoError(t, err)
 	assert.Empty(t, mountsUnder(dir, root, "/run/containerd", "/run/netns"), "mounts left")
 	var procs []string
-	for _, pid := range processesReferring(dir) {
+	for _, pid := range processesReferring(dir + "/") {
 		procs = append(procs, fmt.Sprintf("%d %s", pid, cmdline(pid)))
 	}
 	assert.Empty(t, procs, "processes referring to %s left", dir)
@@ -119,7 +104,7 @@ func tailLog(c *Cluster, name string) string { return tail(c.Log(name), 30) }
 // the API server (the kubelet's client certificate), stops, and checks that
 // nothing is left on the host.
 func TestRealNode(t *testing.T) {
-	requireRealNode(t)
+	RequireRealNode(t)
 	ctx := context.Background()
 	before := snapshotHost(t)
 	started := time.Now()
@@ -191,14 +176,14 @@ func crashChild(t *testing.T) string {
 	require.NoError(t, err)
 	require.NotNil(t, j, "the killed node left no journal")
 	assert.Equal(t, dir, j.Dir)
-	assert.NotEmpty(t, processesReferring(dir), "nothing of the killed node is left to clean: the test proves nothing")
+	assert.NotEmpty(t, processesReferring(dir+"/"), "nothing of the killed node is left to clean: the test proves nothing")
 	return dir
 }
 
 // TestRealNodeCrash kills a real node's owner once a pod runs, and checks
 // that CleanupRealNode (make node-down) leaves nothing.
 func TestRealNodeCrash(t *testing.T) {
-	requireRealNode(t)
+	RequireRealNode(t)
 	before := snapshotHost(t)
 	dir := crashChild(t)
 	require.NoError(t, CleanupRealNode())
@@ -209,7 +194,7 @@ func TestRealNodeCrash(t *testing.T) {
 // checks that the next Start cleans up after it, runs a pod, and that its
 // Stop leaves nothing of either.
 func TestRealNodeCrashThenStart(t *testing.T) {
-	requireRealNode(t)
+	RequireRealNode(t)
 	before := snapshotHost(t)
 	dead := crashChild(t)
 	c, err := Start(context.Background(), realOptions(t))

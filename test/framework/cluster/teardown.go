@@ -104,12 +104,15 @@ func undo(j *journal, say func(string)) error {
 // waits for them to be gone.
 func killNodeProcesses(j *journal, say func(string)) {
 	pids := map[int]string{}
+	// Every component names a path under the directory: match "<dir>/", so
+	// that /tmp/dbkeeper-node-1 does not match /tmp/dbkeeper-node-12.
+	under := j.Dir + "/"
 	for name, pid := range j.Pids {
-		if strings.Contains(cmdline(pid), j.Dir) {
+		if strings.Contains(cmdline(pid), under) {
 			pids[pid] = name
 		}
 	}
-	for _, pid := range processesReferring(j.Dir) {
+	for _, pid := range processesReferring(under) {
 		if _, ok := pids[pid]; !ok {
 			pids[pid] = firstWord(cmdline(pid))
 		}
