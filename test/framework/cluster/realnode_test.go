@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -221,4 +222,54 @@ func TestRealNodeCrashChild(t *testing.T) {
 	waitRunning(t, c, pod)
 	fmt.Println("RUNNING " + c.Dir)
 	select {}
+}
+
+// TestRealNodeNetwork checks what pods of the real node see: cluster DNS
+// (and no answer for outside names), no default route, and the API server
+// through the kubernetes Service with their ServiceAccount token, its TLS
+// verified against the root CA (kubectl from the host, in-cluster config).
+func TestRealNodeNetwork(t *testing.T) {
+	RequireRealNode(t)
+	ctx := context.Background()
+	o := realOptions(t)
+	o.Images = []string{ImagePause, "postgres:17"}
+	c, err := Start(ctx, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Stop()) })
+
+	// The tools' bin holds symbolic links: mount the binary's own directory.
+	kubectl, err := filepath.EvalSymlinks(filepath.Join(c.Bin, "kubectl"))
+	require.NoError(t, err)
+	script := `set -e
+getent hosts kubernetes.default.svc.cluster.local
+if getent hosts example.com; then echo "an outside name resolved"; exit 1; fi
+if grep -qE '^\S+\s+00000000\s' /proc/net/route; then echo "a default route"; cat /proc/net/route; exit 1; fi
+HOME=/tmp /host/` + filepath.Base(kubectl) + ` auth whoami -o jsonpath='{.status.userInfo.username}'`
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "net"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "net", Image: c.Images["postgres:17"], ImagePullPolicy: corev1.PullNever,
+				Command:      []string{"bash", "-c", script},
+				VolumeMounts: []corev1.VolumeMount{{Name: "host", MountPath: "/host", ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: filepath.Dir(kubectl)},
+			}}},
+		},
+	}
+	require.NoError(t, c.Client.Create(ctx, pod))
+	got := &corev1.Pod{}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Client.Get(ctx, client.ObjectKeyFromObject(pod), got))
+		assert.Contains(ct, []corev1.PodPhase{corev1.PodSucceeded, corev1.PodFailed}, got.Status.Phase)
+	}, 2*time.Minute, 200*time.Millisecond, "pod did not finish; kubelet log:\n%s", tailLog(c, "kubelet"))
+	cs, err := kubernetes.NewForConfig(c.Config)
+	require.NoError(t, err)
+	logs, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, corev1.PodSucceeded, got.Status.Phase, "pod log:\n%s", logs)
+	assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(APIServiceIP)+`\s+kubernetes\.default\.svc\.cluster\.local$`, string(logs))
+	assert.Contains(t, string(logs), "system:serviceaccount:default:default")
 }
