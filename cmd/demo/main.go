@@ -18,7 +18,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -96,7 +95,14 @@ func run() error {
 	}
 	defer os.Remove(kubeconfig)
 
-	mgr, managerLog, err := startManager(*managerBin, kubeconfig, state, c.EngineImages())
+	engineImages := c.EngineImages()
+	if engineImages != "" && !knowsEngineImages(*managerBin) {
+		if err := tagCatalogNames(c); err != nil {
+			return err
+		}
+		engineImages = ""
+	}
+	mgr, managerLog, err := startManager(*managerBin, kubeconfig, state, engineImages)
 	if err != nil {
 		return err
 	}
@@ -157,7 +163,7 @@ Ctrl-C here (or make demo-down) tears everything down.
 
 // startManager runs the manager binary against the cluster, with its
 // endpoints on free loopback ports and its log in state/manager.log, and the
-// engine images of a real node (when the binary knows the flag).
+// engine images of a real node (--engine-images, when not empty).
 func startManager(bin, kubeconfig, state, engineImages string) (*exec.Cmd, string, error) {
 	metrics, err := freeAddr()
 	if err != nil {
@@ -175,12 +181,7 @@ func startManager(bin, kubeconfig, state, engineImages string) (*exec.Cmd, strin
 	args := []string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + metrics,
 		"--health-probe-bind-address=" + health, "--zap-log-level=debug"}
 	if engineImages != "" {
-		help, _ := exec.Command(bin, "--help").CombinedOutput()
-		if strings.Contains(string(help), "-engine-images") {
-			args = append(args, "--engine-images="+engineImages)
-		} else {
-			fmt.Printf("demo: warning: %s has no --engine-images flag; Databases will not find their images on the real node\n", bin)
-		}
+		args = append(args, "--engine-images="+engineImages)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
