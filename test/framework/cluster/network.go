@@ -51,9 +51,10 @@ var savedSysctls = []string{
 }
 
 // hostPaths are paths containerd, runc, the CNI plugins and the kubelet
-// create outside the cluster directory; those that did not exist before
+// create outside the cluster directory (the kubelet's device-plugin socket
+// has a fixed path under /var/lib/kubelet); those that did not exist before
 // are removed at teardown.
-var hostPaths = []string{"/run/containerd", "/run/nri", "/var/lib/cni", "/run/netns", "/var/log/containers", "/var/log/pods"}
+var hostPaths = []string{"/run/containerd", "/run/nri", "/var/lib/cni", "/run/netns", "/var/log/containers", "/var/log/pods", "/var/lib/kubelet"}
 
 // host runs a host command (ip, nft, sysctl) and returns its output.
 func host(stdin string, name string, args ...string) (string, error) {
@@ -121,6 +122,11 @@ const guardRules = `table inet ` + guardTable + ` {
 // bridge with the node IP, the Service route through it, forwarding on the
 // bridge only, and the guard table.
 func setUpNetwork(j *journal) error {
+	// Another user of the range (the shared bash reference's rn-br0, say)
+	// would fight over the addresses: refuse before changing anything.
+	if out, err := host("", "ip", "-o", "addr", "show", "to", containedRange); err != nil || strings.TrimSpace(out) != "" {
+		return fmt.Errorf("an interface already has an address in %s, which the real node needs for itself (%v):\n%s", containedRange, err, out)
+	}
 	before, err := nftTables()
 	if err != nil {
 		return fmt.Errorf("listing nftables tables: %w", err)
