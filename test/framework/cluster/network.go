@@ -124,8 +124,13 @@ const guardRules = `table inet ` + guardTable + ` {
 func setUpNetwork(j *journal) error {
 	// Another user of the range (the shared bash reference's rn-br0, say)
 	// would fight over the addresses: refuse before changing anything.
-	if out, err := host("", "ip", "-o", "addr", "show", "to", containedRange); err != nil || strings.TrimSpace(out) != "" {
-		return fmt.Errorf("an interface already has an address in %s, which the real node needs for itself (%v):\n%s", containedRange, err, out)
+	out, err := host("", "ip", "-o", "addr", "show", "to", containedRange)
+	if err != nil {
+		return fmt.Errorf("listing the host's addresses: %w", err)
+	}
+	if strings.TrimSpace(out) != "" {
+		return fmt.Errorf("an interface already has an address in %s, which the real node needs for itself "+
+			"(the bash reference's rn-br0? its down.sh removes it):\n%s", containedRange, out)
 	}
 	before, err := nftTables()
 	if err != nil {
