@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/dbkeeper/dbkeeper/internal/controller"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 )
@@ -33,11 +34,19 @@ func run(args []string) error {
 		o               manager.Options
 		controllers     string
 		watchNamespaces string
+		engineRegistry  string
+		engineImages    listFlag
 	)
 	fs.StringVar(&controllers, "controllers", "*", fmt.Sprintf(
 		"Controllers to run: * for all, a comma-separated list to run only those, -name to switch one off (\"*,-backup\"). Known: %s.",
 		strings.Join(controller.Names(), ", ")))
 	fs.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch; empty watches every namespace.")
+	fs.StringVar(&engineRegistry, "engine-registry", "",
+		"Registry and repository path that replace those of every built-in engine image, keeping the image's name and tag "+
+			"(mirror.example.com/dockerhub runs mirror.example.com/dockerhub/postgres:17.6); empty keeps the built-in images.")
+	fs.Var(&engineImages, "engine-images",
+		"Comma-separated <engine>:<version>=<image> entries (postgres:17=registry.example.com/postgres:17.6) that replace the image of one "+
+			"engine version, winning over --engine-registry; may be repeated. A Database's spec.image still wins over both.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 2, "Databases each controller reconciles at once.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Address of the /metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 disables them.")
@@ -63,6 +72,9 @@ func run(args []string) error {
 		return err
 	}
 	o.Controllers = set
+	if o.Engines, err = engine.NewCatalog(engineRegistry, engineImages.String()); err != nil {
+		return err
+	}
 	for _, ns := range strings.Split(watchNamespaces, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {
 			o.WatchNamespaces = append(o.WatchNamespaces, ns)
@@ -74,7 +86,8 @@ func run(args []string) error {
 	logger.Info("Starting dbkeeper",
 		"controllers", set.Enabled(controller.Names()),
 		"watchNamespaces", o.WatchNamespaces,
-		"leaderElection", o.LeaderElection)
+		"leaderElection", o.LeaderElection,
+		"engineImages", o.Engines.Images())
 
 	if kc := fs.Lookup("kubeconfig").Value.String(); kc != "" {
 		os.Setenv("KUBECONFIG", kc)
@@ -89,6 +102,21 @@ func run(args []string) error {
 	}
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}
+
+// listFlag is a string flag that may be repeated: each value is appended,
+// comma-separated, to the ones before.
+type listFlag []string
+
+// String implements flag.Value.
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+// Set implements flag.Value.
+func (l *listFlag) Set(v string) error {
+	if strings.TrimSpace(v) != "" {
+		*l = append(*l, v)
 	}
 	return nil
 }

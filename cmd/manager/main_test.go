@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -43,4 +44,61 @@ func TestBinaryRefusesBogusControllers(t *testing.T) {
 	assert.Equal(t, 1, exit.ExitCode())
 	assert.Contains(t, stderr.String(), `unknown controller "bogus"`)
 	assert.Contains(t, stderr.String(), validNames)
+}
+
+// A bad image catalog stops the manager before it connects anywhere, with
+// the flag and the entry named; a good one gets as far as the kubeconfig.
+func TestEngineImageFlags(t *testing.T) {
+	t.Setenv("KUBECONFIG", "")
+	tests := []struct {
+		name string
+		args []string
+		errs []string
+	}{
+		{name: "unknown version", args: []string{"--engine-images=postgres:18=registry.example.com/postgres:18.0"},
+			errs: []string{`invalid entry "postgres:18=registry.example.com/postgres:18.0" in --engine-images`, "14, 15, 16, 17"}},
+		{name: "unknown engine", args: []string{"--engine-images=mysql:8=registry.example.com/mysql:8.4"},
+			errs: []string{`invalid entry "mysql:8=registry.example.com/mysql:8.4" in --engine-images`, `unknown engine "mysql"`}},
+		{name: "malformed image", args: []string{"--engine-images=postgres:15=Registry/Postgres:15"},
+			errs: []string{`invalid entry "postgres:15=Registry/Postgres:15" in --engine-images`, "not a valid image reference"}},
+		{name: "empty image", args: []string{"--engine-images=postgres:15="},
+			errs: []string{`invalid entry "postgres:15=" in --engine-images`}},
+		{name: "duplicate across repeated flags", args: []string{
+			"--engine-images=postgres:15=a.example.com/postgres:15", "--engine-images=postgres:15=b.example.com/postgres:15"},
+			errs: []string{"duplicate entry for postgres:15 in --engine-images"}},
+		{name: "bad registry", args: []string{"--engine-registry=https://mirror.example.com"},
+			errs: []string{`invalid --engine-registry "https://mirror.example.com"`}},
+		{name: "good catalog", args: []string{"--engine-registry=mirror.example.com/dockerhub",
+			"--engine-images=postgres:15=localhost/dbkeeper/postgres:15,postgres:17=registry.example.com/pg:17.6@sha256:" + strings.Repeat("ab", 32)},
+			errs: []string{"loading kubeconfig"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := run(append(tt.args, "--kubeconfig=/nonexistent", "--zap-log-level=error"))
+			require.Error(t, err)
+			for _, want := range tt.errs {
+				assert.Contains(t, err.Error(), want)
+			}
+		})
+	}
+}
+
+func TestBinaryRefusesBadEngineImages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary; skipped under -short")
+	}
+	bin := filepath.Join(t.TempDir(), "manager")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	cmd := exec.Command(bin, "--engine-images=postgres:13=registry.example.com/postgres:13.1", "--kubeconfig=/nonexistent")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "the manager must exit non-zero, got %v", err)
+	assert.Equal(t, 1, exit.ExitCode())
+	assert.Contains(t, stderr.String(), `invalid entry "postgres:13=registry.example.com/postgres:13.1" in --engine-images`)
+	assert.NotContains(t, stderr.String(), "Starting dbkeeper", "refused before starting")
 }

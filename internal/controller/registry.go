@@ -53,12 +53,11 @@ func Names() []string {
 }
 
 // Setup registers every enabled controller with the manager and a stand-in
-// for every disabled one.
-func Setup(mgr ctrl.Manager, enabled Set, maxConcurrentReconciles int) error {
-	o := facet.Options{
-		MaxConcurrentReconciles: maxConcurrentReconciles,
-		WaitForFinalizer:        enabled[cleanup.Name],
-	}
+// for every disabled one. o carries the manager-wide settings
+// (MaxConcurrentReconciles, Engines); Setup fills in the rest from enabled.
+func Setup(mgr ctrl.Manager, enabled Set, o facet.Options) error {
+	o.WaitForFinalizer = enabled[cleanup.Name]
+	o.Facets = nil
 	for _, c := range Facets() {
 		if enabled[c.Name()] {
 			o.Facets = append(o.Facets, c.ConditionType())

@@ -1,7 +1,8 @@
 // Package engine holds what differs between database engines: the image
 // catalog, the port, the environment, the probes, the pod's user and the
 // dump and restore commands. Adding an engine is adding one file that implements Engine
-// and one entry in the catalog below.
+// and one entry in the catalog below. The images an engine runs can be
+// moved or replaced at start-up with a Catalog (catalog.go).
 package engine
 
 import (
@@ -26,9 +27,11 @@ const (
 type Engine interface {
 	// Name is the engine as spelled in spec.engine.
 	Name() dbv1.Engine
-	// Image returns the catalog image of a major version.
+	// Image returns the catalog image of a major version; the error of a
+	// version without one names spec.version.
 	Image(version string) (string, error)
-	// Versions lists the major versions of the catalog, oldest first.
+	// Versions lists the major versions spec.version accepts for the
+	// engine (the CRD's rule lists the same), oldest first.
 	Versions() []string
 	// Port is the TCP port clients connect to.
 	Port() int32
@@ -95,7 +98,8 @@ func Names() []string {
 }
 
 // ImageFor returns the image a Database runs: spec.image when set, else the
-// engine's catalog image for spec.version.
+// engine's catalog image for spec.version (see Catalog.For for an engine
+// whose images come from the manager's flags).
 func ImageFor(e Engine, db *dbv1.Database) (string, error) {
 	if db.Spec.Image != "" {
 		return db.Spec.Image, nil

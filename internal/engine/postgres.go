@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,7 +34,8 @@ func (Postgres) Name() dbv1.Engine { return dbv1.EnginePostgres }
 func (p Postgres) Image(version string) (string, error) {
 	img, ok := postgresImages[version]
 	if !ok {
-		return "", fmt.Errorf("postgres has no image for version %q: known versions are %v", version, p.Versions())
+		return "", fmt.Errorf("postgres has no image for version %q: set spec.version to one of %s, or spec.image to an image of that version",
+			version, strings.Join(p.Versions(), ", "))
 	}
 	return img, nil
 }

@@ -27,6 +27,8 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/controller"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -40,6 +42,9 @@ type Options struct {
 	WatchNamespaces []string
 	// MaxConcurrentReconciles is per controller.
 	MaxConcurrentReconciles int
+	// Engines is the image catalog of the engines (--engine-registry,
+	// --engine-images); the zero Catalog is the built-in one.
+	Engines engine.Catalog
 	// MetricsBindAddress serves /metrics; "0" disables it.
 	MetricsBindAddress string
 	// HealthProbeBindAddress serves /healthz and /readyz; "0" disables it.
@@ -123,7 +128,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding ready check: %w", err)
 	}
-	if err := controller.Setup(mgr, o.Controllers, o.MaxConcurrentReconciles); err != nil {
+	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines}); err != nil {
 		return nil, err
 	}
 	return mgr, nil

@@ -220,6 +220,29 @@ func TestTemplateWithoutBackup(t *testing.T) {
 	assert.Nil(t, objs["ValidatingAdmissionPolicy /rel-dbkeeper-ops-deletion-protection"])
 }
 
+func TestTemplateEngineImages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs helm; skipped under -short")
+	}
+	root, _, _ := paths(t)
+	args := managerArgs(t, render(t, "-f", filepath.Join(root, "test", "helm", "testdata", "engine-images.values.yaml")))
+	assert.Contains(t, args, "--engine-registry=mirror.example.com/dockerhub")
+	assert.Contains(t, args, "--engine-images=postgres:15=localhost/dbkeeper/postgres:15,"+
+		"postgres:17=registry.example.com/pg:17.6@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		"one flag, entries sorted")
+
+	args = managerArgs(t, render(t, "--set", "engineImages.registry=localhost:5000"))
+	assert.Contains(t, args, "--engine-registry=localhost:5000")
+	for _, a := range args {
+		assert.False(t, strings.HasPrefix(a, "--engine-images"), "no overrides, yet %s", a)
+	}
+
+	// The defaults pass neither flag: the manager's built-in images.
+	for _, a := range managerArgs(t, render(t)) {
+		assert.False(t, strings.HasPrefix(a, "--engine-"), "the defaults pass %s", a)
+	}
+}
+
 func TestSchemaRefusesTypos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs helm; skipped under -short")
@@ -230,7 +253,9 @@ func TestSchemaRefusesTypos(t *testing.T) {
 	assert.Contains(t, out, "controlers")
 	assert.Contains(t, out, "additional properties")
 
-	for _, set := range []string{"replicas=-1", "log.format=xml", "image.pullPolicy=Sometimes", "watchNamespaces={Team_A}"} {
+	for _, set := range []string{"replicas=-1", "log.format=xml", "image.pullPolicy=Sometimes", "watchNamespaces={Team_A}",
+		"engineImages.registri=mirror.example.com", "engineImages.registry=mirror.example.com/a b",
+		"engineImages.overrides.postgres=registry.example.com/postgres:17.6", "engineImages.overrides.postgres:17=registry.example.com/postgres:17.6\\,latest"} {
 		out, err := helm(t, "template", "rel", chart, "--set", set)
 		assert.Error(t, err, "--set %s accepted", set)
 		assert.Contains(t, out, "values don't meet the specifications of the schema", "--set %s", set)

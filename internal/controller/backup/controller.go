@@ -57,7 +57,9 @@ func (Controller) ConditionType() string { return dbv1.ConditionBackupReady }
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	registerMetrics(mgr.GetCache())
-	r := facet.NewReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name), c.ConditionType(), newSyncer(mgr.GetClient(), time.Now), o)
+	s := newSyncer(mgr.GetClient(), time.Now)
+	s.engines = o.Engines
+	r := facet.NewReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name), c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -82,6 +84,8 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 type syncer struct {
 	client client.Client
 	now    func() time.Time
+	// engines is the image catalog; the zero one is the built-in.
+	engines engine.Catalog
 }
 
 // newSyncer is the backup syncer that reads and writes with c and judges
@@ -89,7 +93,7 @@ type syncer struct {
 func newSyncer(c client.Client, now func() time.Time) *syncer { return &syncer{client: c, now: now} }
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
-	eng, err := engine.For(db.Spec.Engine)
+	eng, err := s.engines.For(db.Spec.Engine)
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
 	}

@@ -67,6 +67,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionDeleting }
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	r := newReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name))
+	r.engines = o.Engines
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -99,6 +100,9 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 type reconciler struct {
 	client client.Client
 	writer conditions.Writer
+	// engines is the image catalog of the final backup Job; the zero one
+	// is the built-in.
+	engines engine.Catalog
 }
 
 // newReconciler is the cleanup reconciler that reads, deletes and patches
@@ -171,7 +175,7 @@ func (r *reconciler) finalBackup(ctx context.Context, db *dbv1.Database) (*metav
 	}
 	name := resources.FinalBackupJobName(db)
 	t := dbv1.ConditionDeleting
-	eng, err := engine.For(db.Spec.Engine)
+	eng, err := r.engines.For(db.Spec.Engine)
 	if err != nil {
 		return nil, err
 	}

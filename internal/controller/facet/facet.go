@@ -26,6 +26,7 @@ import (
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -40,6 +41,9 @@ type Options struct {
 	// WaitForFinalizer makes facet controllers create nothing until the
 	// cleanup controller has added its finalizer; true when cleanup runs.
 	WaitForFinalizer bool
+	// Engines is the image catalog the controllers that build pods run
+	// engines from; the zero Catalog is the built-in one.
+	Engines engine.Catalog
 }
 
 // FieldOwner is the field manager of the named controller.

@@ -58,7 +58,9 @@ func (Controller) ConditionType() string { return dbv1.ConditionStatefulSetReady
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
-	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), w.Recorder), o)
+	s := newSyncer(mgr.GetClient(), w.Recorder)
+	s.engines = o.Engines
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -78,6 +80,8 @@ type syncer struct {
 	// recorder records the Events of the repairs on the Database; nil
 	// records none.
 	recorder events.EventRecorder
+	// engines is the image catalog; the zero one is the built-in.
+	engines engine.Catalog
 }
 
 // newSyncer is the statefulset syncer that reads and writes with c and
@@ -87,7 +91,7 @@ func newSyncer(c client.Client, recorder events.EventRecorder) *syncer {
 }
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
-	eng, err := engine.For(db.Spec.Engine)
+	eng, err := s.engines.For(db.Spec.Engine)
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
 	}

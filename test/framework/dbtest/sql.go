@@ -43,9 +43,18 @@ type Conn struct {
 // error) in a new pod, waits for it to end, and returns its output. An error
 // carries the output of a failed psql, e.g. the server's refusal.
 func (c Client) Query(ctx context.Context, conn Conn, sql string, timeout time.Duration) (string, error) {
+	env, target := conn.env()
+	script := `exec psql ` + target + ` --no-psqlrc --no-password --tuples-only --no-align --set=ON_ERROR_STOP=1 --command="$1" 2>&1`
+	return c.Run(ctx, conn.Namespace, env, script, []string{sql}, timeout)
+}
+
+// Run runs a bash script with args ($1...) and env in a new pod of the
+// client image in namespace, waits for it to end, and returns its output;
+// an error carries the output of a failed script.
+func (c Client) Run(ctx context.Context, namespace string, env []corev1.EnvVar, script string, args []string, timeout time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	pod := c.pod(conn, sql)
+	pod := c.pod(namespace, env, script, args)
 	if err := c.Client.Create(ctx, pod); err != nil {
 		return "", fmt.Errorf("creating client pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -68,14 +77,14 @@ func (c Client) Query(ctx context.Context, conn Conn, sql string, timeout time.D
 	case logErr != nil:
 		return "", fmt.Errorf("reading the logs of client pod %s/%s: %w", pod.Namespace, pod.Name, logErr)
 	case phase == corev1.PodFailed:
-		return out, fmt.Errorf("psql failed in pod %s/%s: %s", pod.Namespace, pod.Name, out)
+		return out, fmt.Errorf("pod %s/%s failed: %s", pod.Namespace, pod.Name, out)
 	}
 	return out, nil
 }
 
-// pod is a one-shot psql pod that runs as the restricted Pod Security
-// Standard allows.
-func (c Client) pod(conn Conn, sql string) *corev1.Pod {
+// env is the environment of a psql that connects to conn, and psql's
+// connection argument.
+func (conn Conn) env() ([]corev1.EnvVar, string) {
 	secretEnv := func(name, key string, optional bool) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: conn.Secret}, Key: key, Optional: ptr.To(optional),
@@ -91,10 +100,15 @@ func (c Client) pod(conn Conn, sql string) *corev1.Pod {
 			secretEnv("PGDATABASE", "database", true))
 		target = ""
 	}
-	script := `exec psql ` + target + ` --no-psqlrc --no-password --tuples-only --no-align --set=ON_ERROR_STOP=1 --command="$1" 2>&1`
+	return env, target
+}
+
+// pod is a one-shot pod of the client image that runs as the restricted Pod
+// Security Standard allows.
+func (c Client) pod(namespace string, env []corev1.EnvVar, script string, args []string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: conn.Namespace, Name: "psql-" + rand.String(6),
-			Labels: map[string]string{"app.kubernetes.io/name": "dbtest-psql"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "client-" + rand.String(6),
+			Labels: map[string]string{"app.kubernetes.io/name": "dbtest-client"}},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: ptr.To(false),
@@ -104,8 +118,8 @@ func (c Client) pod(conn Conn, sql string) *corev1.Pod {
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			Containers: []corev1.Container{{
-				Name: "psql", Image: c.Image, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"/bin/bash", "-c", script, "psql", sql},
+				Name: "client", Image: c.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command: append([]string{"/bin/bash", "-c", script, "client"}, args...),
 				Env:     env,
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),

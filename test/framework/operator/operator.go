@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/dbkeeper/dbkeeper/internal/controller"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 )
 
@@ -30,6 +31,9 @@ type Options struct {
 	Logger logr.Logger
 	// Faults, when set, makes some of the operator's writes fail.
 	Faults *Faults
+	// Engines is the image catalog (--engine-registry, --engine-images);
+	// the zero value is the built-in one.
+	Engines engine.Catalog
 }
 
 // Operator is one running manager.
@@ -64,6 +68,7 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 		NewClient:              writes.NewClient,
 		Logger:                 logger,
 		SkipNameValidation:     true,
+		Engines:                o.Engines,
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -49,6 +49,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- prepend $off "*" | join "," -}}
 {{- end -}}
 
+{{/* --engine-images: "<engine>:<version>=<image>,...", sorted by engine and version. */}}
+{{- define "dbkeeper.engineImages" -}}
+{{- $entries := list -}}
+{{- range $key, $image := .Values.engineImages.overrides -}}
+{{- $entries = append $entries (printf "%s=%s" $key $image) -}}
+{{- end -}}
+{{- join "," $entries -}}
+{{- end -}}
+
 {{- define "dbkeeper.leaderElection" -}}
 {{- if or .Values.leaderElection.enabled (gt (int .Values.replicas) 1) -}}true{{- end -}}
 {{- end -}}
