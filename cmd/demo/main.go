@@ -95,14 +95,7 @@ func run() error {
 	}
 	defer os.Remove(kubeconfig)
 
-	engineImages := c.EngineImages()
-	if engineImages != "" && !knowsEngineImages(*managerBin) {
-		if err := tagCatalogNames(c); err != nil {
-			return err
-		}
-		engineImages = ""
-	}
-	mgr, managerLog, err := startManager(*managerBin, kubeconfig, state, engineImages)
+	mgr, managerLog, err := startManager(*managerBin, kubeconfig, state, c.EngineImages())
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 )
 
@@ -98,30 +97,4 @@ func kubectlStdin(ctx context.Context, c *cluster.Cluster, stdin string, args ..
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	return cmd.Run()
-}
-
-// knowsEngineImages reports whether the manager binary has --engine-images.
-func knowsEngineImages(bin string) bool {
-	help, _ := exec.Command(bin, "--help").CombinedOutput()
-	return strings.Contains(string(help), "-engine-images")
-}
-
-// tagCatalogNames gives the real node's PostgreSQL images the names of the
-// engine's catalog, for a manager without --engine-images.
-func tagCatalogNames(c *cluster.Cluster) error {
-	for key, ref := range c.Images {
-		version, ok := strings.CutPrefix(key, "postgres:")
-		if !ok {
-			continue
-		}
-		name, err := engine.Postgres{}.Image(version)
-		if err != nil {
-			continue // a version the catalog does not know
-		}
-		fmt.Printf("demo: the manager has no --engine-images: %s is also %s\n", ref, name)
-		if err := c.TagImage(ref, name); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -84,17 +84,3 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
-// TagImage gives the real node's image ref a second name, for a manager
-// that cannot be told the local images (no --engine-images) and asks for
-// its catalog's names; a pull of those would fail, since every registry is
-// closed.
-func (c *Cluster) TagImage(ref, name string) error {
-	if c.Node != RealNode {
-		return fmt.Errorf("tagging %s: the %s node has no images", ref, c.Node)
-	}
-	if _, err := c.ctr("images", "tag", "--force", ref, name); err != nil {
-		return fmt.Errorf("tagging %s as %s: %w", ref, name, err)
-	}
-	return nil
-}
