@@ -20,12 +20,11 @@ package cluster
 
 import (
 	"context"
-	_ "embed"
+
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -33,7 +32,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -45,7 +43,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/dbkeeper/dbkeeper/internal/manager"
-	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
@@ -75,12 +72,6 @@ const (
 	// containers (1 without it).
 	ExitCodeLabel = "e2e.dbkeeper.io/exit-code"
 )
-
-// serviceRange is the Services' cluster IP range: 65,534 addresses.
-const serviceRange = "10.96.0.0/16"
-
-//go:embed job-outcome.yaml
-var jobOutcomeStages []byte
 
 // Options configure Start.
 type Options struct {
@@ -134,13 +125,6 @@ type Cluster struct {
 	journal   *journal
 	lock      *nodeLock
 	keep      bool
-}
-
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
 }
 
 // Start starts a cluster and waits until its node is Ready and pods can be
@@ -243,7 +227,12 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err := c.startProvisioner(); err != nil {
 		return nil, err
 	}
-	if err := c.createNodeAndStorage(ctx); err != nil {
+	if c.Node == FakeNode {
+		if err := c.createFakeNode(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.createStorageClass(ctx); err != nil {
 		return nil, err
 	}
 	c.say("waiting for the node to be Ready and the default ServiceAccount")
@@ -256,94 +245,32 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 
 func (c *Cluster) say(msg string) { fmt.Fprintf(c.progress, "cluster: %s\n", msg) }
 
+// startComponents starts kube-controller-manager and kube-scheduler, and
+// kwok for a fake node.
 func (c *Cluster) startComponents() error {
 	sa := filepath.Join(c.env.ControlPlane.APIServer.CertDir, "sa-signer.key")
 	kc := "--kubeconfig=" + c.Kubeconfig
 	kcm := []string{kc, "--leader-elect=false", "--secure-port=0", "--controllers=*",
 		"--use-service-account-credentials=false", "--service-account-private-key-file=" + sa,
 		"--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-gc-syncs=20"}
-	scheduler := []string{kc, "--leader-elect=false", "--secure-port=0", "--kube-api-qps=200", "--kube-api-burst=400"}
 	if c.Node == RealNode {
 		// Pods trust the API server through the root CA in their token's
 		// ConfigMap.
 		kcm = append(kcm, "--root-ca-file="+filepath.Join(c.Dir, "pki", "ca.crt"))
-		for _, comp := range []struct {
-			name string
-			args []string
-		}{{"kube-controller-manager", kcm}, {"kube-scheduler", scheduler}} {
-			c.say("starting " + comp.name)
-			if err := c.run(comp.name, comp.args...); err != nil {
-				return err
-			}
-		}
-		return nil
 	}
-	stages := []string{}
-	shipped, err := filepath.Glob(filepath.Join(c.Bin, "kwok-stages", "*.yaml"))
-	if err != nil || len(shipped) == 0 {
-		return fmt.Errorf("no kwok stages in %s/kwok-stages (run `make tools`)", c.Bin)
-	}
-	for _, f := range shipped {
-		stages = append(stages, "--config="+f)
-	}
-	own := filepath.Join(c.Dir, "job-outcome.yaml")
-	if err := os.WriteFile(own, jobOutcomeStages, 0o600); err != nil {
-		return fmt.Errorf("writing kwok stages: %w", err)
-	}
-	stages = append(stages, "--config="+own)
-
-	components := []struct {
+	scheduler := []string{kc, "--leader-elect=false", "--secure-port=0", "--kube-api-qps=200", "--kube-api-burst=400"}
+	for _, comp := range []struct {
 		name string
 		args []string
-	}{
-		{"kube-controller-manager", kcm},
-		{"kube-scheduler", scheduler},
-		{"kwok", append([]string{kc, "--manage-all-nodes=true", "--cidr=10.244.0.0/24", "--node-ip=10.244.0.1"}, stages...)},
-	}
-	for _, comp := range components {
+	}{{"kube-controller-manager", kcm}, {"kube-scheduler", scheduler}} {
 		c.say("starting " + comp.name)
 		if err := c.run(comp.name, comp.args...); err != nil {
 			return err
 		}
 	}
-	return nil
-}
-
-// run starts one component of Bin with its output in <Dir>/<name>.log.
-func (c *Cluster) run(name string, args ...string) error {
-	return c.start(name, filepath.Join(c.Bin, name), args...)
-}
-
-// start starts the program path as the component name, with its output in
-// <Dir>/<name>.log; it dies with this process (Pdeathsig), and on a real
-// node the journal records its pid.
-func (c *Cluster) start(name, path string, args ...string) error {
-	logFile, err := os.Create(filepath.Join(c.Dir, name+".log"))
-	if err != nil {
-		return fmt.Errorf("creating the log of %s: %w", name, err)
+	if c.Node == FakeNode {
+		return c.startKwok()
 	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = framework.SysProcAttr()
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("starting %s: %w", name, err)
-	}
-	if c.journal != nil {
-		if err := c.journal.recordPid(name, cmd.Process.Pid); err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			logFile.Close()
-			return err
-		}
-	}
-	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
-	c.procs = append(c.procs, p)
 	return nil
 }
 
@@ -369,31 +296,6 @@ func (c *Cluster) startProvisioner() error {
 	c.stopProvs, c.provsDone = cancel, make(chan error, 1)
 	go func() { c.provsDone <- mgr.Start(ctx) }()
 	return nil
-}
-
-func (c *Cluster) createNodeAndStorage(ctx context.Context) error {
-	if c.Node == RealNode {
-		return c.createStorageClass(ctx)
-	}
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("64"),
-		corev1.ResourceMemory: resource.MustParse("256Gi"),
-		corev1.ResourcePods:   resource.MustParse("5000"),
-	}
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        NodeName,
-			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-			Labels: map[string]string{
-				"kubernetes.io/hostname": NodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok",
-			},
-		},
-		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
-	}
-	if err := c.Client.Create(ctx, node); err != nil {
-		return fmt.Errorf("creating node %s: %w", NodeName, err)
-	}
-	return c.createStorageClass(ctx)
 }
 
 // createStorageClass creates the default StorageClass of the provisioner.
@@ -437,18 +339,6 @@ func (c *Cluster) waitUsable(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for the cluster to be usable: %w", err)
-	}
-	return nil
-}
-
-// exited returns an error naming the first component that exited.
-func (c *Cluster) exited() error {
-	for _, p := range c.procs {
-		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited: %v (log: %s)\n%s", p.name, p.err, filepath.Join(c.Dir, p.name+".log"), tail(c.Log(p.name), 15))
-		default:
-		}
 	}
 	return nil
 }
