@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -35,14 +38,32 @@ func RunTestsWith(m *testing.M, suite string, o Options, use func(*Cluster)) {
 		}
 	}
 	o.Progress = os.Stdout
-	c, err := Start(context.Background(), o)
+	// Ctrl-C or a SIGTERM stops the cluster (and undoes a real node's host
+	// changes) before the process exits, instead of leaving that to the
+	// next Start.
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	c, err := Start(ctx, o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", suite, err)
 		os.Exit(1)
 	}
+	var once sync.Once
+	stop := func() (err error) {
+		once.Do(func() { err = c.Stop() })
+		return err
+	}
+	go func() {
+		<-ctx.Done() // only a signal: cancel is never called before os.Exit
+		fmt.Fprintf(os.Stderr, "%s: interrupted: stopping the cluster\n", suite)
+		if err := stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: stopping the cluster: %v\n", suite, err)
+		}
+		os.Exit(1)
+	}()
 	use(c)
 	code := m.Run()
-	if err := c.Stop(); err != nil {
+	if err := stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: stopping the cluster: %v\n", suite, err)
 		code = max(code, 1)
 	}
