@@ -103,8 +103,9 @@ type Cluster struct {
 	Client client.Client
 	// Kubeconfig is the path of an admin kubeconfig file.
 	Kubeconfig string
-	// Dir holds the kubeconfig, the components' logs and the volumes; Stop
-	// removes it.
+	// Dir holds the kubeconfig, the components' logs and the volumes (on a
+	// real node also the certificates, the kubelet's root and containerd's
+	// state); Stop removes it, unless DBKEEPER_KEEP_CLUSTER=1.
 	Dir string
 	// Bin is the directory of the control-plane binaries and kubectl.
 	Bin string
@@ -128,7 +129,10 @@ type Cluster struct {
 }
 
 // Start starts a cluster and waits until its node is Ready and pods can be
-// created. On error nothing is left running.
+// created. On error nothing is left running. A RealNode cluster needs what
+// RealNodeSupported checks; its Start takes the machine's node lock
+// (waiting up to o.LockWait), undoes what a dead real node left, and builds
+// and imports the images of images/build.sh.
 func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	started := time.Now()
 	c = &Cluster{progress: o.Progress, Node: o.Node, NodeName: NodeName, keep: os.Getenv("DBKEEPER_KEEP_CLUSTER") == "1"}
