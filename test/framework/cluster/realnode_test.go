@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -76,6 +78,46 @@ func assertNothingLeft(t *testing.T, before hostState, dir string) {
 	assert.NoDirExists(t, journalDir, "journal left")
 }
 
+// assertContained checks, on a running node, that every socket its
+// processes listen on in the host's network namespace is bound to loopback
+// or the node IP, and that the guard table forwarded nothing off the
+// bridge.
+func assertContained(t *testing.T, c *Cluster) {
+	t.Helper()
+	ours := map[int]bool{}
+	for _, pid := range c.journal.Pids {
+		ours[pid] = true
+	}
+	for _, pid := range processesReferring(c.Dir + "/") {
+		ours[pid] = true
+	}
+	out, err := host("", "ss", "-Hltunp")
+	require.NoError(t, err)
+	pidRE := regexp.MustCompile(`pid=(\d+)`)
+	listeners := 0
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 7 {
+			continue
+		}
+		for _, m := range pidRE.FindAllStringSubmatch(line, -1) {
+			if pid, _ := strconv.Atoi(m[1]); !ours[pid] {
+				continue
+			}
+			listeners++
+			addr, _, err := net.SplitHostPort(f[4])
+			assert.NoError(t, err)
+			addr, _, _ = strings.Cut(addr, "%") // bound to a device: 198.18.0.1%dbk-br0
+			assert.Contains(t, []string{"127.0.0.1", NodeIP}, addr, "a listener outside loopback and the node IP: %s", line)
+			break
+		}
+	}
+	assert.GreaterOrEqual(t, listeners, 5, "the node's listeners not found (apiserver, etcd, kubelet, CoreDNS, kube-proxy):\n%s", out)
+	guard, err := host("", "nft", "list", "chain", "inet", guardTable, "forward")
+	require.NoError(t, err)
+	assert.Equal(t, 2, strings.Count(guard, "counter packets 0 bytes 0"), "packets forwarded off the bridge were dropped:\n%s", guard)
+}
+
 // sleeper is a pod of the pause image: it runs until deleted.
 func sleeper(c *Cluster) *corev1.Pod {
 	return &corev1.Pod{
@@ -130,6 +172,7 @@ func TestRealNode(t *testing.T) {
 	fwd, err := readSysctl("net.ipv4.conf." + Bridge + ".forwarding")
 	assert.NoError(t, err)
 	assert.Equal(t, "1", fwd, "forwarding on the bridge")
+	assertContained(t, c)
 	cs, err := kubernetes.NewForConfig(c.Config)
 	require.NoError(t, err)
 	_, err = cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
