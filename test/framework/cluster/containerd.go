@@ -76,12 +76,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = %q
     conf_dir = %q
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %q
 `, root, filepath.Join(dir, "state"), sock, sock+".ttrpc", pauseImage,
-		filepath.Join(c.Dir, "cni", "net.d"), filepath.Join(dir, "certs.d"))
+		cniBinDir(), filepath.Join(c.Dir, "cni", "net.d"), filepath.Join(dir, "certs.d"))
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o644); err != nil {
 		return fmt.Errorf("writing containerd's config: %w", err)
 	}

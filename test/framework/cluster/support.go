@@ -29,9 +29,9 @@ func RealNodeSupported() error {
 			missing = append(missing, cmd)
 		}
 	}
-	for _, plugin := range []string{"bridge", "host-local", "loopback"} {
-		if _, err := os.Stat(filepath.Join("/usr/lib/cni", plugin)); err != nil {
-			missing = append(missing, "/usr/lib/cni/"+plugin)
+	for _, plugin := range cniPlugins {
+		if _, err := os.Stat(filepath.Join(cniBinDir(), plugin)); err != nil {
+			missing = append(missing, filepath.Join(cniBinDir(), plugin))
 		}
 	}
 	if len(missing) > 0 {
@@ -63,4 +63,18 @@ func RealNodeSupported() error {
 		return fmt.Errorf("deleting the probe bridge %s: %w", probe, err)
 	}
 	return nil
+}
+
+// cniPlugins are the CNI plugins the node's network uses.
+var cniPlugins = []string{"bridge", "host-local", "loopback"}
+
+// cniBinDir is where the CNI plugins are: Debian's containernetworking-plugins
+// put them in /usr/lib/cni, upstream's tarball in /opt/cni/bin.
+func cniBinDir() string {
+	for _, dir := range []string{"/usr/lib/cni", "/opt/cni/bin"} {
+		if _, err := os.Stat(filepath.Join(dir, "bridge")); err == nil {
+			return dir
+		}
+	}
+	return "/usr/lib/cni"
 }
