@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -23,6 +24,23 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// TestMain undoes this process's real node when the tests are interrupted
+// (Ctrl-C, a timeout's SIGTERM): its components die with the process, but
+// the host changes and envtest's etcd and API server would wait for the
+// next Start.
+func TestMain(m *testing.M) {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	go func() {
+		<-ctx.Done() // only a signal: os.Exit skips the deferred cancel
+		if j, err := readJournal(); err == nil && j != nil && j.Owner == os.Getpid() {
+			_ = undo(j, func(s string) { fmt.Fprintln(os.Stderr, "interrupted: "+s) })
+		}
+		os.Exit(1)
+	}()
+	os.Exit(m.Run())
+}
 
 // realOptions are the options of the tests' real nodes: they wait for each
 // other (and for other packages' real nodes) instead of failing.
