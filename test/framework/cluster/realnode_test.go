@@ -20,8 +20,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -333,4 +335,51 @@ HOME=/tmp /host/` + filepath.Base(kubectl) + ` auth whoami -o jsonpath='{.status
 	assert.Equal(t, corev1.PodSucceeded, got.Status.Phase, "pod log:\n%s", logs)
 	assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(APIServiceIP)+`\s+kubernetes\.default\.svc\.cluster\.local$`, string(logs))
 	assert.Contains(t, string(logs), "system:serviceaccount:default:default")
+}
+
+// TestRealNodeVolume checks the real node's storage: a claim of the default
+// class gets a local volume, bound before its pod starts (no failed mount
+// to retry), and the kubelet applies the pod's fsGroup to it, which a
+// non-root PostgreSQL needs to initdb.
+func TestRealNodeVolume(t *testing.T) {
+	RequireRealNode(t)
+	ctx := context.Background()
+	c, err := Start(ctx, realOptions(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Stop()) })
+
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	pod := sleeper(c)
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{
+		RunAsUser: ptr.To[int64](999), RunAsGroup: ptr.To[int64](999), FSGroup: ptr.To[int64](999),
+	}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name},
+	}}}
+	require.NoError(t, c.Client.Create(ctx, claim))
+	require.NoError(t, c.Client.Create(ctx, pod))
+	waitRunning(t, c, pod)
+
+	require.NoError(t, c.Client.Get(ctx, client.ObjectKeyFromObject(claim), claim))
+	pv := &corev1.PersistentVolume{}
+	require.NoError(t, c.Client.Get(ctx, client.ObjectKey{Name: claim.Spec.VolumeName}, pv))
+	require.NotNil(t, pv.Spec.Local, "not a local volume: %+v", pv.Spec.PersistentVolumeSource)
+	info, err := os.Stat(pv.Spec.Local.Path)
+	require.NoError(t, err)
+	st := info.Sys().(*syscall.Stat_t)
+	assert.Equal(t, uint32(999), st.Gid, "fsGroup not applied to %s", pv.Spec.Local.Path)
+	assert.NotZero(t, info.Mode()&os.ModeSetgid, "fsGroup's setgid bit missing on %s", pv.Spec.Local.Path)
+
+	events := &corev1.EventList{}
+	require.NoError(t, c.Client.List(ctx, events, client.InNamespace("default")))
+	for _, e := range events.Items {
+		assert.NotEqual(t, "FailedMount", e.Reason, "%s: %s", e.InvolvedObject.Name, e.Message)
+	}
 }
