@@ -63,7 +63,7 @@ func TestObserve(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := observe(tc.db, tc.sts, tc.wrote)
+			got := observe(tc.db, tc.sts, tc.wrote, nil)
 			assert.Equal(t, dbv1.ConditionStatefulSetReady, got.Type)
 			assert.Equal(t, tc.status, got.Status)
 			assert.Equal(t, tc.reason, got.Reason)
