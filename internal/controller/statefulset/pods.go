@@ -169,18 +169,18 @@ func containerProblem(db *dbv1.Database, pod *corev1.Pod, st *corev1.ContainerSt
 	switch {
 	case last.Reason == reasonOOMKilled:
 		return problem{dbv1.ReasonOutOfMemory,
-			fmt.Sprintf("pod %s: container %s was OOMKilled (%s), restarted %d times", pod.Name, st.Name, memoryLimit(pod, st.Name), st.RestartCount),
+			fmt.Sprintf("pod %s: container %s was OOMKilled (%s), restarted %s", pod.Name, st.Name, memoryLimit(pod, st.Name), times(st.RestartCount)),
 			memoryFix(pod, st.Name)}, true
 	case startFailedTerminations[last.Reason]:
 		return problem{dbv1.ReasonContainerStartFailed,
-			fmt.Sprintf("pod %s: container %s cannot start: %s, restarted %d times", pod.Name, st.Name, kubeletSays(last.Reason, last.Message), st.RestartCount),
+			fmt.Sprintf("pod %s: container %s cannot start: %s, restarted %s", pod.Name, st.Name, kubeletSays(last.Reason, last.Message), times(st.RestartCount)),
 			fmt.Sprintf("check that image %q runs on the node, and fix %s", image, imageField(db))}, true
 	}
 	what := fmt.Sprintf("pod %s: container %s exits with code %d", pod.Name, st.Name, last.ExitCode)
 	if last.Reason != "" && last.Reason != "Error" {
 		what += " (" + last.Reason + ")"
 	}
-	what += fmt.Sprintf(", restarted %d times", st.RestartCount)
+	what += ", restarted " + times(st.RestartCount)
 	if m := truncate(last.Message, maxTerminationMessage); m != "" {
 		what += ": " + m
 	}
@@ -298,4 +298,12 @@ func truncate(s string, n int) string {
 		return string(r[:n]) + "…"
 	}
 	return s
+}
+
+// times is a count of restarts in words.
+func times(n int32) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
 }
