@@ -133,6 +133,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		}
 	}
 	out := facet.Outcome{Condition: observe(db, live, wrote, pods), Status: s.Carry(db)}
+	s.recordDiagnosis(db, out.Condition)
 	if live != nil {
 		out.Status.WithReplicas(live.Status.Replicas).WithReadyReplicas(live.Status.ReadyReplicas)
 	}

@@ -130,7 +130,8 @@ func TestReconcileReportsWhyPodsAreNotReady(t *testing.T) {
 	db := facettest.Database()
 	db.Spec.Image = "registry.example/postgres:17-typo"
 	c := facettest.Client(t, db)
-	r := facet.NewReconciler(c, facet.WriterFor(c, nil, Name), dbv1.ConditionStatefulSetReady, newSyncer(c, nil), facet.Options{})
+	rec := events.NewFakeRecorder(10)
+	r := facet.NewReconciler(c, facet.WriterFor(c, rec, Name), dbv1.ConditionStatefulSetReady, newSyncer(c, rec), facet.Options{})
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
 	stored := func() metav1.Condition {
 		t.Helper()
@@ -144,6 +145,8 @@ func TestReconcileReportsWhyPodsAreNotReady(t *testing.T) {
 	_, err := r.Reconcile(ctx, req)
 	require.NoError(t, err)
 	assert.Equal(t, dbv1.ReasonProgressing, stored().Reason)
+	require.Len(t, rec.Events, 1)
+	assert.Contains(t, <-rec.Events, "Normal Progressing StatefulSetReady is False")
 
 	// The StatefulSet controller made pod orders-0, whose image the
 	// kubelet cannot pull.
@@ -174,6 +177,10 @@ func TestReconcileReportsWhyPodsAreNotReady(t *testing.T) {
 	assert.Equal(t, dbv1.ReasonImagePullFailed, cond.Reason)
 	assert.Equal(t, `pod orders-0: container engine cannot pull image "registry.example/postgres:17-typo": `+
 		`ImagePullBackOff: Back-off pulling image "registry.example/postgres:17-typo"; fix spec.image`, cond.Message)
+	// The status stayed False, so the condition's Writer records no Event;
+	// the news does get one, a Warning.
+	require.Len(t, rec.Events, 1)
+	assert.Equal(t, "Warning ImagePullFailed StatefulSetReady is False: "+cond.Message, <-rec.Events)
 
 	// Another reconcile of the same situation writes nothing.
 	before := &dbv1.Database{}
@@ -183,6 +190,7 @@ func TestReconcileReportsWhyPodsAreNotReady(t *testing.T) {
 	after := &dbv1.Database{}
 	require.NoError(t, c.Get(ctx, req.NamespacedName, after))
 	assert.Equal(t, before.ResourceVersion, after.ResourceVersion, "a write without a change")
+	assert.Empty(t, rec.Events, "an Event without a change")
 
 	// The image is fixed (by hand, on the registry), the pod runs and is
 	// ready.
@@ -199,4 +207,6 @@ func TestReconcileReportsWhyPodsAreNotReady(t *testing.T) {
 	cond = stored()
 	assert.Equal(t, metav1.ConditionTrue, cond.Status, cond.Message)
 	assert.Equal(t, dbv1.ReasonStatefulSetReady, cond.Reason)
+	require.Len(t, rec.Events, 1)
+	assert.Contains(t, <-rec.Events, "Normal Ready StatefulSetReady is True")
 }

@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -109,6 +110,28 @@ func diagnose(db *dbv1.Database, updateRevision string, pods []corev1.Pod) (meta
 		return conditions.False(dbv1.ConditionStatefulSetReady, p.reason, p.what+"; "+fix), true
 	}
 	return metav1.Condition{}, false
+}
+
+// diagnosed are the reasons diagnose gives.
+var diagnosed = map[string]bool{
+	dbv1.ReasonImagePullFailed: true, dbv1.ReasonContainerConfigError: true, dbv1.ReasonContainerStartFailed: true,
+	dbv1.ReasonOutOfMemory: true, dbv1.ReasonCrashLooping: true, dbv1.ReasonUnschedulable: true,
+}
+
+// recordDiagnosis records a Warning Event on the Database when diagnose
+// gives a reason that StatefulSetReady, already False, did not have. The
+// condition's Writer records an Event only when the condition's status
+// changes, and Progressing becoming ImagePullFailed is no change of status,
+// yet it is the news a user looks for in kubectl describe. The Event's
+// reason is the condition's, so the events API counts repeats of one
+// problem as one series.
+func (s *syncer) recordDiagnosis(db *dbv1.Database, cond metav1.Condition) {
+	prev := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionStatefulSetReady)
+	if s.recorder == nil || !diagnosed[cond.Reason] || prev == nil || prev.Status != metav1.ConditionFalse || prev.Reason == cond.Reason {
+		return
+	}
+	s.recorder.Eventf(db, nil, corev1.EventTypeWarning, cond.Reason, "Diagnose", "%s is %s: %s",
+		dbv1.ConditionStatefulSetReady, cond.Status, cond.Message)
 }
 
 // problem is what keeps a pod from running: the condition's reason, what
