@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -181,12 +182,13 @@ func containerProblem(db *dbv1.Database, pod *corev1.Pod, st *corev1.ContainerSt
 				fmt.Sprintf("check that image %q runs on the node, and fix %s", image, imageField(db))}, true
 		}
 	}
-	// A container that restarted and is not ready is between two crashes,
-	// waiting in CrashLoopBackOff or running again until the next: both
-	// are told by its last termination, so the message does not change
-	// with each start.
+	// A container that restarted and has not started again (its startup
+	// probe has not passed) is between two crashes, waiting in
+	// CrashLoopBackOff or running until the next: both are told by its
+	// last termination, so the message does not change with each start.
+	// One that started again is not crashing now, whatever it did before.
 	last := st.LastTerminationState.Terminated
-	if st.RestartCount == 0 || last == nil {
+	if st.RestartCount == 0 || last == nil || (st.State.Running != nil && ptr.Deref(st.Started, false)) {
 		return problem{}, false
 	}
 	switch {
@@ -262,7 +264,7 @@ func imageField(db *dbv1.Database) string {
 // a Secret or a key missing means the credentials Secret.
 func configFix(db *dbv1.Database, kubeletMessage string) string {
 	if !strings.Contains(strings.ToLower(kubeletMessage), "secret") {
-		return "fix the Database's spec"
+		return "the kubelet's message says what the pod lacks"
 	}
 	keys := fmt.Sprintf("keys %q and %q", engine.UsernameKey, engine.PasswordKey)
 	if resources.UserSecret(db) {

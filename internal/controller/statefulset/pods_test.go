@@ -127,6 +127,11 @@ func TestDiagnose(t *testing.T) {
 			[]corev1.Pod{enginePod(crashed("OOMKilled", 137, "", 3, corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}))},
 			dbv1.ReasonOutOfMemory, []string{
 				"pod orders-0: container engine was OOMKilled (memory limit 64Mi), restarted 3 times; raise spec.resources.limits.memory"}},
+		{"OOMKilled long ago, started again, not ready now", nil,
+			[]corev1.Pod{enginePod(func(p *corev1.Pod) {
+				crashed("OOMKilled", 137, "", 1, corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})(p)
+				p.Status.ContainerStatuses[0].Started = ptr.To(true)
+			})}, "", nil},
 		{"OOMKilled without a limit", nil, []corev1.Pod{enginePod(func(p *corev1.Pod) {
 			p.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
 			crashed("OOMKilled", 137, "", 1, backOff)(p)
