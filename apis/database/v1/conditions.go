@@ -52,8 +52,9 @@ const (
 	// ReasonImagePullFailed: an engine pod cannot pull its image (the
 	// kubelet reports ErrImagePull, ImagePullBackOff or InvalidImageName);
 	// the message names the pod, the container, the image, the kubelet's
-	// reason and message, and spec.image (or, when spec.image is empty,
-	// spec.version, whose catalog image it is).
+	// reason and message, and spec.image (when it is empty, the image is
+	// the manager's catalog image for spec.version, which is immutable, so
+	// the message says to set spec.image).
 	ReasonImagePullFailed = "ImagePullFailed"
 	// ReasonContainerConfigError: the kubelet cannot build an engine
 	// container from the pod (CreateContainerConfigError), most often
@@ -65,7 +66,7 @@ const (
 	// engine container (CreateContainerError, RunContainerError, or a last
 	// termination with reason StartError): usually an image that is not
 	// the engine's or not for the node's platform; the message names the
-	// image and spec.image (or spec.version).
+	// image and spec.image.
 	ReasonContainerStartFailed = "ContainerStartFailed"
 	// ReasonOutOfMemory: an engine container was killed for exceeding its
 	// memory (its last termination is OOMKilled); the message names the

@@ -171,15 +171,15 @@ func containerProblem(db *dbv1.Database, pod *corev1.Pod, st *corev1.ContainerSt
 		case imagePullReasons[w.Reason]:
 			return problem{dbv1.ReasonImagePullFailed,
 				fmt.Sprintf("pod %s: container %s cannot pull image %q: %s", pod.Name, st.Name, image, kubeletSays(w.Reason, w.Message)),
-				"fix " + imageField(db)}, true
+				imageFix(db, "")}, true
 		case w.Reason == reasonConfigError:
 			return problem{dbv1.ReasonContainerConfigError,
 				fmt.Sprintf("pod %s: container %s cannot be created: %s", pod.Name, st.Name, kubeletSays(w.Reason, w.Message)),
 				configFix(db, w.Message)}, true
 		case startFailedReasons[w.Reason]:
 			return problem{dbv1.ReasonContainerStartFailed,
-				fmt.Sprintf("pod %s: container %s cannot start: %s", pod.Name, st.Name, kubeletSays(w.Reason, w.Message)),
-				fmt.Sprintf("check that image %q runs on the node, and fix %s", image, imageField(db))}, true
+				fmt.Sprintf("pod %s: container %s cannot start image %q: %s", pod.Name, st.Name, image, kubeletSays(w.Reason, w.Message)),
+				imageFix(db, runnableImage(db))}, true
 		}
 	}
 	// A container that restarted and has not started again (its startup
@@ -198,8 +198,8 @@ func containerProblem(db *dbv1.Database, pod *corev1.Pod, st *corev1.ContainerSt
 			memoryFix(pod, st.Name)}, true
 	case startFailedTerminations[last.Reason]:
 		return problem{dbv1.ReasonContainerStartFailed,
-			fmt.Sprintf("pod %s: container %s cannot start: %s, restarted %s", pod.Name, st.Name, kubeletSays(last.Reason, last.Message), times(st.RestartCount)),
-			fmt.Sprintf("check that image %q runs on the node, and fix %s", image, imageField(db))}, true
+			fmt.Sprintf("pod %s: container %s cannot start image %q: %s, restarted %s", pod.Name, st.Name, image, kubeletSays(last.Reason, last.Message), times(st.RestartCount)),
+			imageFix(db, runnableImage(db))}, true
 	}
 	what := fmt.Sprintf("pod %s: container %s exits with code %d", pod.Name, st.Name, last.ExitCode)
 	if last.Reason != "" && last.Reason != "Error" {
@@ -250,14 +250,29 @@ func containerImage(pod *corev1.Pod, st *corev1.ContainerStatus) string {
 	return st.Image
 }
 
-// imageField names the Database field that sets the engine's image: the
-// override when it is set, else the version whose catalog image it is.
-func imageField(db *dbv1.Database) string {
+// imageFix says which Database field to change for the engine's image,
+// which must be need (empty: an image that can be pulled): spec.image when
+// it is set. Otherwise the image is the catalog's for spec.version, which
+// is immutable, so the fix is to set spec.image (to a mirror, say), or the
+// manager's catalog, which the cluster's admin sets.
+func imageFix(db *dbv1.Database, need string) string {
 	if db.Spec.Image != "" {
-		return "spec.image"
+		if need == "" {
+			return "fix spec.image"
+		}
+		return "fix spec.image: it must be " + need
 	}
-	return fmt.Sprintf("spec.version (%q; spec.image is empty, so the image is the %s catalog's for that version) or set spec.image",
-		db.Spec.Version, db.Spec.Engine)
+	if need == "" {
+		need = "an image that can be pulled"
+	}
+	return fmt.Sprintf("set spec.image to %s (spec.image is empty, so the image is the manager's catalog image for %s %s, which %s and %s set)",
+		need, db.Spec.Engine, db.Spec.Version, engine.RegistryFlag, engine.ImagesFlag)
+}
+
+// runnableImage is what the engine's image must be when the runtime cannot
+// start it.
+func runnableImage(db *dbv1.Database) string {
+	return fmt.Sprintf("a %s image that runs on the node", db.Spec.Engine)
 }
 
 // configFix says what to fix when the kubelet cannot build the container:

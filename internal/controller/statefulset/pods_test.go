@@ -89,7 +89,8 @@ func TestDiagnose(t *testing.T) {
 			[]corev1.Pod{enginePod(waiting("ImagePullBackOff", `Back-off pulling image "postgres:17"`))},
 			dbv1.ReasonImagePullFailed, []string{
 				`pod orders-0: container engine cannot pull image "postgres:17": ImagePullBackOff: Back-off pulling image "postgres:17"; ` +
-					`fix spec.version ("17"; spec.image is empty, so the image is the postgres catalog's for that version) or set spec.image`}},
+					`set spec.image to an image that can be pulled (spec.image is empty, so the image is the manager's catalog image for postgres 17, ` +
+					`which --engine-registry and --engine-images set)`}},
 		{"image pull error, spec.image", withImage,
 			[]corev1.Pod{enginePod(func(p *corev1.Pod) {
 				p.Spec.Containers[0].Image = withImage.Spec.Image
@@ -113,13 +114,13 @@ func TestDiagnose(t *testing.T) {
 		{"create container error", nil,
 			[]corev1.Pod{enginePod(waiting("CreateContainerError", "no command specified"))},
 			dbv1.ReasonContainerStartFailed, []string{
-				"pod orders-0: container engine cannot start: CreateContainerError: no command specified; ",
-				`check that image "postgres:17" runs on the node, and fix spec.version`}},
+				`pod orders-0: container engine cannot start image "postgres:17": CreateContainerError: no command specified; ` +
+					"set spec.image to a postgres image that runs on the node (spec.image is empty"}},
 		{"run container error", withImage, []corev1.Pod{enginePod(waiting("RunContainerError", "exec format error"))},
-			dbv1.ReasonContainerStartFailed, []string{"RunContainerError: exec format error", "fix spec.image"}},
+			dbv1.ReasonContainerStartFailed, []string{"RunContainerError: exec format error; fix spec.image: it must be a postgres image that runs on the node"}},
 		{"start error, then back-off", nil,
 			[]corev1.Pod{enginePod(crashed("StartError", 128, `exec: "postgres": executable file not found in $PATH`, 2, backOff))},
-			dbv1.ReasonContainerStartFailed, []string{`cannot start: StartError: exec: "postgres": executable file not found in $PATH, restarted 2 times`}},
+			dbv1.ReasonContainerStartFailed, []string{`cannot start image "postgres:17": StartError: exec: "postgres": executable file not found in $PATH, restarted 2 times; set spec.image`}},
 		{"OOMKilled, in back-off", nil, []corev1.Pod{enginePod(crashed("OOMKilled", 137, "", 3, backOff))},
 			dbv1.ReasonOutOfMemory, []string{
 				"pod orders-0: container engine was OOMKilled (memory limit 64Mi), restarted 3 times; raise spec.resources.limits.memory"}},
