@@ -146,7 +146,7 @@ type problem struct {
 func podProblem(db *dbv1.Database, pod *corev1.Pod) (problem, bool) {
 	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 		return problem{dbv1.ReasonUnschedulable,
-			fmt.Sprintf("pod %s cannot be scheduled: %s", pod.Name, strings.TrimSpace(c.Message)),
+			fmt.Sprintf("pod %s cannot be scheduled: %s", pod.Name, sentence(c.Message)),
 			unschedulableFix(db, c.Message)}, true
 	}
 	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
@@ -231,7 +231,7 @@ func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodConditi
 
 // kubeletSays is the kubelet's reason and message, as one phrase.
 func kubeletSays(reason, message string) string {
-	if message = strings.TrimSpace(message); message == "" {
+	if message = sentence(message); message == "" {
 		return reason
 	}
 	return reason + ": " + message
@@ -346,4 +346,10 @@ func times(n int32) string {
 		return "once"
 	}
 	return fmt.Sprintf("%d times", n)
+}
+
+// sentence is a message of the kubelet or the scheduler without the space
+// and the full stop around it, to go before a semicolon.
+func sentence(s string) string {
+	return strings.TrimSuffix(strings.TrimSpace(s), ".")
 }
