@@ -16,6 +16,7 @@ func TestSummary(t *testing.T) {
 	svcTrue := True(dbv1.ConditionServiceReady, dbv1.ReasonServicesReady, "ok")
 	secTrue := True(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretGenerated, "ok")
 	stsFalse := False(dbv1.ConditionStatefulSetReady, dbv1.ReasonProgressing, "0 of 1 ready")
+	stsStuck := False(dbv1.ConditionStatefulSetReady, dbv1.ReasonImagePullFailed, "pod x-0: container engine cannot pull image")
 	secFalse := False(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretNotFound, "no Secret x")
 	secPaused := Unknown(dbv1.ConditionCredentialsReady, dbv1.ReasonPaused, "paused")
 	backupDisabled := Unknown(dbv1.ConditionBackupReady, dbv1.ReasonControllerDisabled, "off")
@@ -36,6 +37,8 @@ func TestSummary(t *testing.T) {
 			status: metav1.ConditionTrue, reason: dbv1.ReasonReady, phase: dbv1.PhaseReady, observed: true},
 		{name: "first false facet gives the reason", conds: []metav1.Condition{at(stsFalse, 2), at(svcTrue, 2), at(secFalse, 2)},
 			status: metav1.ConditionFalse, reason: dbv1.ReasonProgressing, phase: dbv1.PhaseProgressing, observed: true},
+		{name: "a StatefulSet whose pod cannot start degrades, with the pod's reason", conds: []metav1.Condition{at(stsStuck, 2), at(svcTrue, 2), at(secTrue, 2)},
+			status: metav1.ConditionFalse, reason: dbv1.ReasonImagePullFailed, phase: dbv1.PhaseDegraded, observed: true},
 		{name: "a false facet other than the StatefulSet degrades", conds: []metav1.Condition{at(stsTrue, 2), at(svcTrue, 2), at(secFalse, 2)},
 			status: metav1.ConditionFalse, reason: dbv1.ReasonSecretNotFound, phase: dbv1.PhaseDegraded, observed: true},
 		{name: "a facet behind the generation waits", conds: []metav1.Condition{at(stsTrue, 2), at(svcTrue, 1), at(secTrue, 2)},

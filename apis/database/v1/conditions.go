@@ -49,6 +49,38 @@ const (
 	// is ready, and the volumes of the instances that stopped are kept. The
 	// condition is True; its Event is a Warning.
 	ReasonReplicasCapped = "ReplicasCapped"
+	// ReasonImagePullFailed: an engine pod cannot pull its image (the
+	// kubelet reports ErrImagePull, ImagePullBackOff or InvalidImageName);
+	// the message names the pod, the container, the image, the kubelet's
+	// reason and message, and spec.image (when it is empty, the image is
+	// the manager's catalog image for spec.version, which is immutable, so
+	// the message says to set spec.image).
+	ReasonImagePullFailed = "ImagePullFailed"
+	// ReasonContainerConfigError: the kubelet cannot build an engine
+	// container from the pod (CreateContainerConfigError), most often
+	// because the credentials Secret or one of its keys is missing; the
+	// message carries the kubelet's message and names the Secret and
+	// spec.credentials.secretName.
+	ReasonContainerConfigError = "ContainerConfigError"
+	// ReasonContainerStartFailed: the runtime cannot create or start an
+	// engine container (CreateContainerError, RunContainerError, or a last
+	// termination with reason StartError): usually an image that is not
+	// the engine's or not for the node's platform; the message names the
+	// image and spec.image.
+	ReasonContainerStartFailed = "ContainerStartFailed"
+	// ReasonOutOfMemory: an engine container was killed for exceeding its
+	// memory (its last termination is OOMKilled); the message names the
+	// pod, the container, its limit and spec.resources.limits.memory.
+	ReasonOutOfMemory = "OutOfMemory"
+	// ReasonCrashLooping: an engine container keeps exiting; the message
+	// names the pod, the container, its last exit code and termination
+	// message, and the kubectl logs command that shows why.
+	ReasonCrashLooping = "CrashLooping"
+	// ReasonUnschedulable: the scheduler finds no node for an engine pod;
+	// the message carries the scheduler's and names spec.resources.requests
+	// (too little CPU or memory) or spec.storage (a claim that is not
+	// bound).
+	ReasonUnschedulable = "Unschedulable"
 )
 
 // Reasons of ServiceReady.

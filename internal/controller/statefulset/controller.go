@@ -17,7 +17,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -37,6 +39,7 @@ const Name = "statefulset"
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // ReasonVolumeGrowing is the reason of the Event of a data PVC that
@@ -65,6 +68,11 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
 		Owns(&appsv1.StatefulSet{}).
+		// The engine pods say why replicas are not ready; they belong to
+		// the StatefulSet, so they map to the Database by their labels.
+		// The manager caches only the pods dbkeeper labelled.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentDatabase)),
+			builder.WithPredicates(podStatusChanged())).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }
@@ -117,7 +125,15 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		}
 	}
 
-	out := facet.Outcome{Condition: observe(db, live, wrote), Status: s.Carry(db)}
+	// The pods are read only when a replica is not ready: they can say why.
+	var pods []corev1.Pod
+	if live != nil && !wrote && live.Status.ReadyReplicas < resources.Instances(db) {
+		if pods, err = s.enginePods(ctx, db); err != nil {
+			return facet.Outcome{}, err
+		}
+	}
+	out := facet.Outcome{Condition: observe(db, live, wrote, pods), Status: s.Carry(db)}
+	s.recordDiagnosis(db, out.Condition)
 	if live != nil {
 		out.Status.WithReplicas(live.Status.Replicas).WithReadyReplicas(live.Status.ReadyReplicas)
 	}
@@ -164,7 +180,9 @@ func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfigurati
 
 // observe reads the StatefulSetReady condition off the StatefulSet as it
 // was before this sync; after a write the rollout has not started yet.
-func observe(db *dbv1.Database, sts *appsv1.StatefulSet, wrote bool) metav1.Condition {
+// While replicas are not ready, the engine pods (pods) may say why: see
+// diagnose.
+func observe(db *dbv1.Database, sts *appsv1.StatefulSet, wrote bool, pods []corev1.Pod) metav1.Condition {
 	want := resources.Instances(db)
 	t := dbv1.ConditionStatefulSetReady
 	switch {
@@ -177,8 +195,14 @@ func observe(db *dbv1.Database, sts *appsv1.StatefulSet, wrote bool) metav1.Cond
 	case want == 0 && sts.Status.Replicas == 0:
 		return conditions.True(t, dbv1.ReasonScaledToZero, "spec.replicas is 0: no pod runs, the data is kept")
 	case sts.Status.UpdatedReplicas < want || (sts.Status.UpdateRevision != "" && sts.Status.CurrentRevision != sts.Status.UpdateRevision):
+		if stuck, ok := diagnose(db, sts.Status.UpdateRevision, pods); ok {
+			return stuck
+		}
 		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("rolling out: %d of %d replicas updated", sts.Status.UpdatedReplicas, want))
 	case sts.Status.ReadyReplicas < want:
+		if stuck, ok := diagnose(db, sts.Status.UpdateRevision, pods); ok {
+			return stuck
+		}
 		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("%d of %d replicas ready", sts.Status.ReadyReplicas, want))
 	case sts.Status.Replicas > want:
 		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("scaling down: %d replicas, %d wanted", sts.Status.Replicas, want))

@@ -8,13 +8,16 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -63,7 +66,7 @@ func TestObserve(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := observe(tc.db, tc.sts, tc.wrote)
+			got := observe(tc.db, tc.sts, tc.wrote, nil)
 			assert.Equal(t, dbv1.ConditionStatefulSetReady, got.Type)
 			assert.Equal(t, tc.status, got.Status)
 			assert.Equal(t, tc.reason, got.Reason)
@@ -117,4 +120,93 @@ func TestSync(t *testing.T) {
 	_, err = s.Sync(ctx, db)
 	require.NoError(t, err)
 	assert.Empty(t, rec.Events, "an Event without a repair")
+}
+
+// TestReconcileReportsWhyPodsAreNotReady: a Database whose engine pod
+// cannot pull its image reports StatefulSetReady=False, ImagePullFailed,
+// naming the pod and spec.image; once the pod is ready, True.
+func TestReconcileReportsWhyPodsAreNotReady(t *testing.T) {
+	ctx := context.Background()
+	db := facettest.Database()
+	db.Spec.Image = "registry.example/postgres:17-typo"
+	c := facettest.Client(t, db)
+	rec := events.NewFakeRecorder(10)
+	r := facet.NewReconciler(c, facet.WriterFor(c, rec, Name), dbv1.ConditionStatefulSetReady, newSyncer(c, rec), facet.Options{})
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
+	stored := func() metav1.Condition {
+		t.Helper()
+		got := &dbv1.Database{}
+		require.NoError(t, c.Get(ctx, req.NamespacedName, got))
+		cond := meta.FindStatusCondition(got.Status.Conditions, dbv1.ConditionStatefulSetReady)
+		require.NotNil(t, cond)
+		return *cond
+	}
+
+	_, err := r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, dbv1.ReasonProgressing, stored().Reason)
+	require.Len(t, rec.Events, 1)
+	assert.Contains(t, <-rec.Events, "Normal Progressing StatefulSetReady is False")
+
+	// The StatefulSet controller made pod orders-0, whose image the
+	// kubelet cannot pull.
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: resources.StatefulSetName(db)}, sts))
+	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 1, UpdatedReplicas: 1,
+		CurrentRevision: "orders-1", UpdateRevision: "orders-1"}
+	require.NoError(t, c.Status().Update(ctx, sts))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-0", Labels: sts.Spec.Template.Labels},
+		Spec:       sts.Spec.Template.Spec,
+	}
+	pod.Labels[appsv1.ControllerRevisionHashLabelKey] = "orders-1"
+	require.NoError(t, c.Create(ctx, pod))
+	pod.Status = corev1.PodStatus{
+		Phase:      corev1.PodPending,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionFalse}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: pod.Spec.Containers[0].Name, Image: db.Spec.Image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff",
+				Message: `Back-off pulling image "registry.example/postgres:17-typo"`}}}},
+	}
+	require.NoError(t, c.Status().Update(ctx, pod))
+
+	_, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	cond := stored()
+	assert.Equal(t, metav1.ConditionFalse, cond.Status)
+	assert.Equal(t, dbv1.ReasonImagePullFailed, cond.Reason)
+	assert.Equal(t, `pod orders-0: container engine cannot pull image "registry.example/postgres:17-typo": `+
+		`ImagePullBackOff: Back-off pulling image "registry.example/postgres:17-typo"; fix spec.image`, cond.Message)
+	// The status stayed False, so the condition's Writer records no Event;
+	// the news does get one, a Warning.
+	require.Len(t, rec.Events, 1)
+	assert.Equal(t, "Warning ImagePullFailed StatefulSetReady is False: "+cond.Message, <-rec.Events)
+
+	// Another reconcile of the same situation writes nothing.
+	before := &dbv1.Database{}
+	require.NoError(t, c.Get(ctx, req.NamespacedName, before))
+	_, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	after := &dbv1.Database{}
+	require.NoError(t, c.Get(ctx, req.NamespacedName, after))
+	assert.Equal(t, before.ResourceVersion, after.ResourceVersion, "a write without a change")
+	assert.Empty(t, rec.Events, "an Event without a change")
+
+	// The image is fixed (by hand, on the registry), the pod runs and is
+	// ready.
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions[1].Status = corev1.ConditionTrue
+	pod.Status.ContainerStatuses[0].Ready = true
+	pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	require.NoError(t, c.Status().Update(ctx, pod))
+	sts.Status.ReadyReplicas, sts.Status.AvailableReplicas = 1, 1
+	require.NoError(t, c.Status().Update(ctx, sts))
+
+	_, err = r.Reconcile(ctx, req)
+	require.NoError(t, err)
+	cond = stored()
+	assert.Equal(t, metav1.ConditionTrue, cond.Status, cond.Message)
+	assert.Equal(t, dbv1.ReasonStatefulSetReady, cond.Reason)
+	require.Len(t, rec.Events, 1)
+	assert.Contains(t, <-rec.Events, "Normal Ready StatefulSetReady is True")
 }

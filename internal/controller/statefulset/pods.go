@@ -1,0 +1,355 @@
+package statefulset
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// enginePods lists the Database's engine pods from the cache, by the labels
+// of the StatefulSet's selector.
+func (s *syncer) enginePods(ctx context.Context, db *dbv1.Database) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	sel := labels.SelectorFromSet(resources.PodSelectorLabels(db))
+	if err := s.client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, fmt.Errorf("listing engine pods: %w", err)
+	}
+	return pods.Items, nil
+}
+
+// podStatusChanged lets through the pod events that can change what
+// diagnose says: a pod created or deleted, or a change of its status (the
+// containers' states, restarts, readiness, scheduling). Label and
+// annotation changes do not wake the controller.
+func podStatusChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		oldPod, okOld := e.ObjectOld.(*corev1.Pod)
+		newPod, okNew := e.ObjectNew.(*corev1.Pod)
+		if !okOld || !okNew {
+			return true
+		}
+		return !equality.Semantic.DeepEqual(oldPod.Status, newPod.Status) ||
+			!oldPod.DeletionTimestamp.Equal(newPod.DeletionTimestamp)
+	}}
+}
+
+// The kubelet's reasons for a container that waits and will not start
+// without someone acting (ContainerCreating and PodInitializing are just
+// progress).
+var (
+	imagePullReasons   = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true, "ErrImageNeverPull": true}
+	startFailedReasons = map[string]bool{"CreateContainerError": true, "RunContainerError": true}
+	// startFailedTerminations are the reasons of a last termination in
+	// which the container never ran: the runtime could not start it
+	// (containerd says StartError, Docker said ContainerCannotRun).
+	startFailedTerminations = map[string]bool{"StartError": true, "ContainerCannotRun": true}
+)
+
+const (
+	reasonConfigError = "CreateContainerConfigError"
+	reasonOOMKilled   = "OOMKilled"
+	// maxTerminationMessage bounds the part of a container's termination
+	// message quoted in the condition.
+	maxTerminationMessage = 200
+)
+
+// diagnose says why the engine pods are not ready, when a pod shows a
+// reason that needs someone to act: an image that cannot be pulled, a
+// container that cannot be configured or started, one killed for its
+// memory, one that keeps crashing, a pod no node can take. It returns
+// StatefulSetReady, False, for the first such pod by name, and false when
+// no pod shows one (the pods are on their way: Progressing).
+//
+// updateRevision is the StatefulSet's status.updateRevision: a stuck pod of
+// another revision was made from an older spec, and the StatefulSet does
+// not replace a pod that never became ready (Kubernetes' "forced
+// rollback"), so the message says to delete it rather than to fix the spec
+// the user may already have fixed.
+//
+// The message is stable while the situation is: it holds no time and no
+// counter the controller keeps, only what the kubelet writes into the pod's
+// status. The kubelet changes those at its back-off's pace (10 s doubling
+// to 5 min): a pull failure alternates ErrImagePull and ImagePullBackOff,
+// and the restart count grows by one per crash. The condition is written at
+// most once per such change, which is no hot loop, and the count tells a
+// user whether the crashes go on; so it stays in the message.
+func diagnose(db *dbv1.Database, updateRevision string, pods []corev1.Pod) (metav1.Condition, bool) {
+	pods = slices.Clone(pods)
+	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil || podReady(pod) {
+			continue
+		}
+		p, ok := podProblem(db, pod)
+		if !ok {
+			continue
+		}
+		fix := p.fix
+		if rev := pod.Labels[appsv1.ControllerRevisionHashLabelKey]; rev != "" && updateRevision != "" && rev != updateRevision {
+			fix = fmt.Sprintf("pod %s was made from an older spec of the Database, and the StatefulSet does not replace "+
+				"a pod that never became ready: once the spec is fixed, delete the pod (kubectl delete pod -n %s %s) to have it made again",
+				pod.Name, pod.Namespace, pod.Name)
+		}
+		return conditions.False(dbv1.ConditionStatefulSetReady, p.reason, p.what+"; "+fix), true
+	}
+	return metav1.Condition{}, false
+}
+
+// diagnosed are the reasons diagnose gives.
+var diagnosed = map[string]bool{
+	dbv1.ReasonImagePullFailed: true, dbv1.ReasonContainerConfigError: true, dbv1.ReasonContainerStartFailed: true,
+	dbv1.ReasonOutOfMemory: true, dbv1.ReasonCrashLooping: true, dbv1.ReasonUnschedulable: true,
+}
+
+// recordDiagnosis records a Warning Event on the Database when diagnose
+// gives a reason that StatefulSetReady, already False, did not have. The
+// condition's Writer records an Event only when the condition's status
+// changes, and Progressing becoming ImagePullFailed is no change of status,
+// yet it is the news a user looks for in kubectl describe. The Event's
+// reason is the condition's, so the events API counts repeats of one
+// problem as one series.
+func (s *syncer) recordDiagnosis(db *dbv1.Database, cond metav1.Condition) {
+	prev := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionStatefulSetReady)
+	if s.recorder == nil || !diagnosed[cond.Reason] || prev == nil || prev.Status != metav1.ConditionFalse || prev.Reason == cond.Reason {
+		return
+	}
+	s.recorder.Eventf(db, nil, corev1.EventTypeWarning, cond.Reason, "Diagnose", "%s is %s: %s",
+		dbv1.ConditionStatefulSetReady, cond.Status, cond.Message)
+}
+
+// problem is what keeps a pod from running: the condition's reason, what
+// the kubelet or the scheduler says, and what to do about it.
+type problem struct {
+	reason, what, fix string
+}
+
+// podProblem is what keeps one pod from running, when it is something to
+// act on.
+func podProblem(db *dbv1.Database, pod *corev1.Pod) (problem, bool) {
+	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+		return problem{dbv1.ReasonUnschedulable,
+			fmt.Sprintf("pod %s cannot be scheduled: %s", pod.Name, sentence(c.Message)),
+			unschedulableFix(db, c.Message)}, true
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for i := range statuses {
+			if p, ok := containerProblem(db, pod, &statuses[i]); ok {
+				return p, true
+			}
+		}
+	}
+	return problem{}, false
+}
+
+// containerProblem is what keeps one container from running, when it is
+// something to act on.
+func containerProblem(db *dbv1.Database, pod *corev1.Pod, st *corev1.ContainerStatus) (problem, bool) {
+	if st.Ready {
+		return problem{}, false
+	}
+	image := containerImage(pod, st)
+	if w := st.State.Waiting; w != nil {
+		switch {
+		case imagePullReasons[w.Reason]:
+			return problem{dbv1.ReasonImagePullFailed,
+				fmt.Sprintf("pod %s: container %s cannot pull image %q: %s", pod.Name, st.Name, image, kubeletSays(w.Reason, w.Message)),
+				imageFix(db, "")}, true
+		case w.Reason == reasonConfigError:
+			return problem{dbv1.ReasonContainerConfigError,
+				fmt.Sprintf("pod %s: container %s cannot be created: %s", pod.Name, st.Name, kubeletSays(w.Reason, w.Message)),
+				configFix(db, w.Message)}, true
+		case startFailedReasons[w.Reason]:
+			return problem{dbv1.ReasonContainerStartFailed,
+				fmt.Sprintf("pod %s: container %s cannot start image %q: %s", pod.Name, st.Name, image, kubeletSays(w.Reason, w.Message)),
+				imageFix(db, runnableImage(db))}, true
+		}
+	}
+	// A container that restarted and has not started again (its startup
+	// probe has not passed) is between two crashes, waiting in
+	// CrashLoopBackOff or running until the next: both are told by its
+	// last termination, so the message does not change with each start.
+	// One that started again is not crashing now, whatever it did before.
+	last := st.LastTerminationState.Terminated
+	if st.RestartCount == 0 || last == nil || (st.State.Running != nil && ptr.Deref(st.Started, false)) {
+		return problem{}, false
+	}
+	switch {
+	case last.Reason == reasonOOMKilled:
+		return problem{dbv1.ReasonOutOfMemory,
+			fmt.Sprintf("pod %s: container %s was OOMKilled (%s), restarted %s", pod.Name, st.Name, memoryLimit(pod, st.Name), times(st.RestartCount)),
+			memoryFix(pod, st.Name)}, true
+	case startFailedTerminations[last.Reason]:
+		return problem{dbv1.ReasonContainerStartFailed,
+			fmt.Sprintf("pod %s: container %s cannot start image %q: %s, restarted %s", pod.Name, st.Name, image, kubeletSays(last.Reason, last.Message), times(st.RestartCount)),
+			imageFix(db, runnableImage(db))}, true
+	}
+	what := fmt.Sprintf("pod %s: container %s exits with code %d", pod.Name, st.Name, last.ExitCode)
+	if last.Reason != "" && last.Reason != "Error" {
+		what += " (" + last.Reason + ")"
+	}
+	what += ", restarted " + times(st.RestartCount)
+	if m := truncate(last.Message, maxTerminationMessage); m != "" {
+		what += ": " + m
+	}
+	return problem{dbv1.ReasonCrashLooping, what,
+		fmt.Sprintf("see why with kubectl logs -n %s %s -c %s --previous", pod.Namespace, pod.Name, st.Name)}, true
+}
+
+// podReady reports whether the pod's Ready condition is True.
+func podReady(pod *corev1.Pod) bool {
+	c := podCondition(pod, corev1.PodReady)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+// podCondition is the pod's condition of type t, or nil.
+func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == t {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// kubeletSays is the kubelet's reason and message, as one phrase.
+func kubeletSays(reason, message string) string {
+	if message = sentence(message); message == "" {
+		return reason
+	}
+	return reason + ": " + message
+}
+
+// containerImage is the image the pod's spec gives the container: what
+// the kubelet tries to pull, which may be an older spec's.
+func containerImage(pod *corev1.Pod, st *corev1.ContainerStatus) string {
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if c.Name == st.Name {
+				return c.Image
+			}
+		}
+	}
+	return st.Image
+}
+
+// imageFix says which Database field to change for the engine's image,
+// which must be need (empty: an image that can be pulled): spec.image when
+// it is set. Otherwise the image is the catalog's for spec.version, which
+// is immutable, so the fix is to set spec.image (to a mirror, say), or the
+// manager's catalog, which the cluster's admin sets.
+func imageFix(db *dbv1.Database, need string) string {
+	if db.Spec.Image != "" {
+		if need == "" {
+			return "fix spec.image"
+		}
+		return "fix spec.image: it must be " + need
+	}
+	if need == "" {
+		need = "an image that can be pulled"
+	}
+	return fmt.Sprintf("set spec.image to %s (spec.image is empty, so the image is the manager's catalog image for %s %s, which %s and %s set)",
+		need, db.Spec.Engine, db.Spec.Version, engine.RegistryFlag, engine.ImagesFlag)
+}
+
+// runnableImage is what the engine's image must be when the runtime cannot
+// start it.
+func runnableImage(db *dbv1.Database) string {
+	return fmt.Sprintf("a %s image that runs on the node", db.Spec.Engine)
+}
+
+// configFix says what to fix when the kubelet cannot build the container:
+// a Secret or a key missing means the credentials Secret.
+func configFix(db *dbv1.Database, kubeletMessage string) string {
+	if !strings.Contains(strings.ToLower(kubeletMessage), "secret") {
+		return "the kubelet's message says what the pod lacks"
+	}
+	keys := fmt.Sprintf("keys %q and %q", engine.UsernameKey, engine.PasswordKey)
+	if resources.UserSecret(db) {
+		return fmt.Sprintf("fix spec.credentials.secretName: Secret %s must exist in namespace %s and hold the %s",
+			db.Spec.Credentials.SecretName, db.Namespace, keys)
+	}
+	return fmt.Sprintf("the generated Secret %s must hold the %s (see the CredentialsReady condition), "+
+		"or set spec.credentials.secretName to a Secret that does", resources.GeneratedSecretName(db), keys)
+}
+
+// unschedulableFix names the Database field behind the scheduler's message.
+func unschedulableFix(db *dbv1.Database, schedulerMessage string) string {
+	m := strings.ToLower(schedulerMessage)
+	switch {
+	case strings.Contains(m, "insufficient"):
+		return "lower spec.resources.requests, or add nodes with room for them"
+	case strings.Contains(m, "persistentvolumeclaim") || strings.Contains(m, "volume"):
+		return fmt.Sprintf("check the data PVC %s: fix spec.storage (storageClassName, size) so that it can be bound", resources.DataPVCName(db, 0))
+	}
+	return "no node accepts the pod (taints, affinity or capacity): add or free a node"
+}
+
+// memoryLimit describes the container's memory limit.
+func memoryLimit(pod *corev1.Pod, container string) string {
+	if q, ok := containerLimits(pod, container)[corev1.ResourceMemory]; ok {
+		return "memory limit " + q.String()
+	}
+	return "no memory limit"
+}
+
+// memoryFix is what to change after an OOM kill: the limit, or without
+// one, the request that makes the scheduler keep memory free for it.
+func memoryFix(pod *corev1.Pod, container string) string {
+	if _, ok := containerLimits(pod, container)[corev1.ResourceMemory]; ok {
+		return "raise spec.resources.limits.memory"
+	}
+	return "the node ran out of memory: set spec.resources.requests.memory (and limits.memory) to what the engine needs"
+}
+
+// containerLimits are the limits of the named container of the pod.
+func containerLimits(pod *corev1.Pod, container string) corev1.ResourceList {
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if c.Name == container {
+				return c.Resources.Limits
+			}
+		}
+	}
+	return nil
+}
+
+// truncate shortens s, on one line, to at most n runes, marking the cut.
+func truncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
+
+// times is a count of restarts in words.
+func times(n int32) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
+}
+
+// sentence is a message of the kubelet or the scheduler without the space
+// and the full stop around it, to go before a semicolon.
+func sentence(s string) string {
+	return strings.TrimSuffix(strings.TrimSpace(s), ".")
+}
