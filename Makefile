@@ -16,6 +16,8 @@ HELM := $(TOOLS_BIN)/helm
 GO_TEST_FLAGS ?=
 FUZZTIME ?= 2m
 BENCH_FLAGS ?=
+# The demo's node: real (kubelet and containers; root), fake (kwok), auto.
+NODE ?= auto
 
 .PHONY: all
 all: build
@@ -75,12 +77,18 @@ helm-lint: tools ## Lint the Helm chart and render it with each values file of t
 	@for f in test/helm/testdata/*.values.yaml; do echo "helm template -f $$f"; $(HELM) template dbkeeper $(CHART) -f $$f >/dev/null; done
 
 .PHONY: demo
-demo: tools build ## Start a local cluster with the operator and a sample Database; Ctrl-C tears it down.
-	go run ./cmd/demo --manager=bin/manager
+demo: tools build ## Start a local cluster (a real node as root, else a fake one; NODE=real|fake|auto) with the operator and a sample Database; Ctrl-C tears it down.
+	@# the real node's images (mmdebstrap needs root; without it the demo uses the fake node)
+	@if [ "$$(id -u)" = 0 ] && [ "$(NODE)" != fake ]; then $(MAKE) --no-print-directory images; fi
+	go run ./cmd/demo --manager=bin/manager --node=$(NODE)
 
 .PHONY: demo-down
 demo-down: ## Tear down a demo started elsewhere (same as Ctrl-C in its terminal).
 	@if [ -f bin/demo/demo.pid ]; then kill "$$(cat bin/demo/demo.pid)" && echo "demo: stopping"; else echo "demo: not running"; fi
+
+.PHONY: node-down
+node-down: ## Undo what a crashed real-node cluster (test or demo) left on this machine.
+	go run ./test/framework/cluster/cmd/node-down
 
 ##@ Build
 

@@ -1,8 +1,10 @@
 // Command demo is `make demo`: it starts the local cluster of
-// test/framework/cluster, runs the dbkeeper manager binary against it,
-// applies config/samples, waits until the sample Database is Ready, shows
-// it, and keeps everything running until Ctrl-C (or `make demo-down`), which
-// tears it all down.
+// test/framework/cluster (on a real node when it can: root and the packages
+// of REAL-NODE.md; else on the fake node), runs the dbkeeper manager binary
+// against it, applies config/samples, waits until the sample Database is
+// Ready, shows it, on a real node runs a client query through the
+// Database's Service and Secret, and keeps everything running until Ctrl-C
+// (or `make demo-down`), which tears it all down.
 package main
 
 import (
@@ -38,7 +40,13 @@ func run() error {
 	managerBin := flag.String("manager", "bin/manager", "the dbkeeper manager binary")
 	stateDir := flag.String("dir", "bin/demo", "where the kubeconfig, the manager's log and the pid file go")
 	timeout := flag.Duration("timeout", 3*time.Minute, "how long to wait for the sample to be Ready")
+	nodeFlag := flag.String("node", "auto", "the node kind: real (kubelet and containers; needs root), fake (kwok), or auto (real when it can run here)")
 	flag.Parse()
+	started := time.Now()
+	kind, err := nodeKind(*nodeFlag)
+	if err != nil {
+		return err
+	}
 	// The cluster's own controllers (the volume provisioner) have nothing
 	// to say to a demo user.
 	ctrl.SetLogger(logr.Discard())
@@ -62,7 +70,12 @@ func run() error {
 	}
 	defer os.Remove(pidFile)
 
-	c, err := cluster.Start(ctx, cluster.Options{Progress: os.Stdout})
+	opts := cluster.Options{Progress: os.Stdout, Node: kind}
+	if kind == cluster.RealNode {
+		// The manager runs on the host: its image is not needed.
+		opts.Images = []string{cluster.ImagePause, "postgres:15", "postgres:17"}
+	}
+	c, err := cluster.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -82,7 +95,7 @@ func run() error {
 	}
 	defer os.Remove(kubeconfig)
 
-	mgr, managerLog, err := startManager(*managerBin, kubeconfig, state)
+	mgr, managerLog, err := startManager(*managerBin, kubeconfig, state, c.EngineImages())
 	if err != nil {
 		return err
 	}
@@ -116,6 +129,12 @@ func run() error {
 	_ = kubectl("get", "databases", "--namespace=default", "-o", "wide")
 	fmt.Println("\n$ kubectl describe database orders")
 	_ = kubectl("describe", "database", "--namespace=default", "orders")
+	if c.Node == cluster.RealNode {
+		if err := clientQuery(ctx, c, kubectl); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\ndemo: %s node, everything up in %s\n", c.Node, time.Since(started).Round(100*time.Millisecond))
 
 	fmt.Printf(`
 The local cluster keeps running. In another shell:
@@ -136,8 +155,9 @@ Ctrl-C here (or make demo-down) tears everything down.
 }
 
 // startManager runs the manager binary against the cluster, with its
-// endpoints on free loopback ports and its log in state/manager.log.
-func startManager(bin, kubeconfig, state string) (*exec.Cmd, string, error) {
+// endpoints on free loopback ports and its log in state/manager.log, and the
+// engine images of a real node (--engine-images, when not empty).
+func startManager(bin, kubeconfig, state, engineImages string) (*exec.Cmd, string, error) {
 	metrics, err := freeAddr()
 	if err != nil {
 		return nil, "", err
@@ -151,8 +171,12 @@ func startManager(bin, kubeconfig, state string) (*exec.Cmd, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address="+metrics,
-		"--health-probe-bind-address="+health, "--zap-log-level=debug")
+	args := []string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + metrics,
+		"--health-probe-bind-address=" + health, "--zap-log-level=debug"}
+	if engineImages != "" {
+		args = append(args, "--engine-images="+engineImages)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = framework.SysProcAttr()
 	fmt.Printf("demo: starting %s (metrics on http://%s/metrics)\n", bin, metrics)

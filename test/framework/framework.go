@@ -2,7 +2,7 @@
 // small pieces its own packages share:
 //
 //	envtest   the repository root, the cached control-plane binaries, envtest
-//	cluster   the local cluster without containers (e2e, helm, bench, make demo)
+//	cluster   the local cluster, on a fake node (e2e, helm, bench) or a real one (make demo)
 //	operator  the manager run in-process or as a binary, its writes recorded
 //	postgres  a throwaway PostgreSQL server
 //	dbtest    Database helpers: create, get, patch, wait, children, namespaces

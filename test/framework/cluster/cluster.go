@@ -1,21 +1,30 @@
-// Package cluster starts a local Kubernetes cluster without containers, for
-// the end-to-end suite and `make demo`: etcd and kube-apiserver (through
-// envtest, which generates the certificates and the service-account key),
+// Package cluster starts a local Kubernetes cluster for the end-to-end
+// suites and `make demo`: etcd and kube-apiserver (through envtest),
 // kube-controller-manager (garbage collector, StatefulSet, CronJob, Job, PV
-// binder, ...), kube-scheduler, kwok faking the nodes and what kubelets would
-// do (pods become Ready; Job pods complete, or fail when labelled so), and a
-// small volume provisioner so that claims bind. Everything listens on
-// 127.0.0.1 only, and Stop removes every process and temporary file.
+// binder, ...), kube-scheduler, a small volume provisioner so that claims
+// bind, and one node of one of two kinds:
+//
+//   - FakeNode (the default): kwok fakes the node and what a kubelet would
+//     do (pods become Ready; Job pods complete, or fail when labelled so),
+//     without containers. Everything listens on 127.0.0.1 only; any number
+//     of these run side by side.
+//   - RealNode: a real kubelet with containerd, runc, the CNI bridge plugin,
+//     kube-proxy (nftables) and CoreDNS, running the images of
+//     images/build.sh. It needs root and changes the host (a bridge, a
+//     route, nftables tables, sysctls, mounts, cgroups), all recorded in a
+//     journal first and undone by Stop, or after a crash by the next Start,
+//     CleanupRealNode or `make node-down`. One runs per machine (a lock).
+//
+// Stop removes every process and temporary file.
 package cluster
 
 import (
 	"context"
-	_ "embed"
+
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -23,7 +32,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -35,8 +43,18 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/dbkeeper/dbkeeper/internal/manager"
-	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
+)
+
+// NodeKind is the kind of node a cluster has.
+type NodeKind string
+
+// The node kinds.
+const (
+	// FakeNode is a kwok node: no containers.
+	FakeNode NodeKind = "fake"
+	// RealNode is a kubelet with containerd: real containers.
+	RealNode NodeKind = "real"
 )
 
 // The names a test or a user of the cluster may rely on.
@@ -55,12 +73,6 @@ const (
 	ExitCodeLabel = "e2e.dbkeeper.io/exit-code"
 )
 
-// serviceRange is the Services' cluster IP range: 65,534 addresses.
-const serviceRange = "10.96.0.0/16"
-
-//go:embed job-outcome.yaml
-var jobOutcomeStages []byte
-
 // Options configure Start.
 type Options struct {
 	// Progress receives a line per step; nil discards them.
@@ -68,6 +80,19 @@ type Options struct {
 	// WithoutCRDs leaves the Database CRD out, for tests that install it
 	// another way (the Helm chart).
 	WithoutCRDs bool
+	// Node is the kind of node; FakeNode when empty.
+	Node NodeKind
+	// LockWait is how long a RealNode Start waits for another real node on
+	// this machine to stop; without it, Start refuses at once.
+	LockWait time.Duration
+	// KeepOnFailure keeps the cluster directory (logs, configs) when Start
+	// fails; host changes are undone all the same. The environment
+	// variable DBKEEPER_KEEP_CLUSTER=1 keeps it always.
+	KeepOnFailure bool
+	// Images are the keys of images/build.sh to build and import on a real
+	// node ("pause", "postgres:15", "postgres:17", "manager"); all when
+	// empty. The pause image is always needed.
+	Images []string
 }
 
 // Cluster is a running local cluster.
@@ -78,37 +103,57 @@ type Cluster struct {
 	Client client.Client
 	// Kubeconfig is the path of an admin kubeconfig file.
 	Kubeconfig string
-	// Dir holds the kubeconfig, the components' logs and the volumes; Stop
-	// removes it.
+	// Dir holds the kubeconfig, the components' logs and the volumes (on a
+	// real node also the certificates, the kubelet's root and containerd's
+	// state); Stop removes it, unless DBKEEPER_KEEP_CLUSTER=1.
 	Dir string
 	// Bin is the directory of the control-plane binaries and kubectl.
 	Bin string
+	// Node is the kind of the cluster's node.
+	Node NodeKind
+	// NodeName is the name of the cluster's node.
+	NodeName string
+	// Images maps the keys of images/build.sh's manifest to the image
+	// references imported into the real node ("postgres:15" ->
+	// "localhost/dbkeeper/postgres:15"); nil on a fake node.
+	Images map[string]string
 
 	progress  io.Writer
 	env       *crenvtest.Environment
 	procs     []*process
 	stopProvs context.CancelFunc
 	provsDone chan error
-}
-
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	journal   *journal
+	lock      *nodeLock
+	keep      bool
 }
 
 // Start starts a cluster and waits until its node is Ready and pods can be
-// created. On error nothing is left running.
+// created. On error nothing is left running. A RealNode cluster needs what
+// RealNodeSupported checks; its Start takes the machine's node lock
+// (waiting up to o.LockWait), undoes what a dead real node left, and builds
+// and imports the images of images/build.sh.
 func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	started := time.Now()
-	c = &Cluster{progress: o.Progress}
+	c = &Cluster{progress: o.Progress, Node: o.Node, NodeName: NodeName, keep: os.Getenv("DBKEEPER_KEEP_CLUSTER") == "1"}
 	if c.progress == nil {
 		c.progress = io.Discard
 	}
+	if c.Node == "" {
+		c.Node = FakeNode
+	}
+	// The returns below set c to nil: stop what was started through self.
+	self := c
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, c.Stop())
+			if o.KeepOnFailure && self.Dir != "" {
+				self.keep = true
+				if self.journal != nil {
+					self.journal.Keep = true
+				}
+				self.say("keeping " + self.Dir)
+			}
+			err = errors.Join(err, self.Stop())
 			c = nil
 		}
 	}()
@@ -119,15 +164,29 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if c.Bin, err = envtest.AssetsDir(); err != nil {
 		return nil, err
 	}
-	if c.Dir, err = os.MkdirTemp("", "dbkeeper-cluster-"); err != nil {
-		return nil, fmt.Errorf("creating the cluster directory: %w", err)
+	c.env = &crenvtest.Environment{BinaryAssetsDirectory: c.Bin}
+	var images []image
+	switch c.Node {
+	case FakeNode:
+		if c.Dir, err = os.MkdirTemp("", "dbkeeper-cluster-"); err != nil {
+			return nil, fmt.Errorf("creating the cluster directory: %w", err)
+		}
+		// envtest's default range is a /24: 254 Services. The benchmark makes
+		// two Services per Database, for 1,000 Databases and their floor.
+		c.env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", serviceRange)
+	case RealNode:
+		c.NodeName = RealNodeName
+		if images, err = c.startRealNodeHost(root, o); err != nil {
+			return nil, err
+		}
+		if err := c.configureRealNodeAPIServer(); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("unknown node kind %q (want %q or %q)", c.Node, FakeNode, RealNode)
 	}
 
 	c.say("starting etcd and kube-apiserver")
-	c.env = &crenvtest.Environment{BinaryAssetsDirectory: c.Bin}
-	// envtest's default range is a /24: 254 Services. The benchmark makes
-	// two Services per Database, for 1,000 Databases and their floor.
-	c.env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", serviceRange)
 	if !o.WithoutCRDs {
 		c.env.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases")}
 		c.env.ErrorIfCRDPathMissing = true
@@ -152,13 +211,32 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		return nil, fmt.Errorf("creating the admin client: %w", err)
 	}
 
+	if c.journal != nil {
+		// envtest's etcd and API server get no Pdeathsig: the journal
+		// names them, and teardown finds them by their directories.
+		for _, pid := range processesReferring(c.Dir + "/") {
+			if err := c.journal.recordPid(firstWord(cmdline(pid)), pid); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err := c.startComponents(); err != nil {
 		return nil, err
+	}
+	if c.Node == RealNode {
+		if err := c.startRealNode(ctx, images); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.startProvisioner(); err != nil {
 		return nil, err
 	}
-	if err := c.createNodeAndStorage(ctx); err != nil {
+	if c.Node == FakeNode {
+		if err := c.createFakeNode(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.createStorageClass(ctx); err != nil {
 		return nil, err
 	}
 	c.say("waiting for the node to be Ready and the default ServiceAccount")
@@ -171,62 +249,32 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 
 func (c *Cluster) say(msg string) { fmt.Fprintf(c.progress, "cluster: %s\n", msg) }
 
+// startComponents starts kube-controller-manager and kube-scheduler, and
+// kwok for a fake node.
 func (c *Cluster) startComponents() error {
 	sa := filepath.Join(c.env.ControlPlane.APIServer.CertDir, "sa-signer.key")
 	kc := "--kubeconfig=" + c.Kubeconfig
-	stages := []string{}
-	shipped, err := filepath.Glob(filepath.Join(c.Bin, "kwok-stages", "*.yaml"))
-	if err != nil || len(shipped) == 0 {
-		return fmt.Errorf("no kwok stages in %s/kwok-stages (run `make tools`)", c.Bin)
+	kcm := []string{kc, "--leader-elect=false", "--secure-port=0", "--controllers=*",
+		"--use-service-account-credentials=false", "--service-account-private-key-file=" + sa,
+		"--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-gc-syncs=20"}
+	if c.Node == RealNode {
+		// Pods trust the API server through the root CA in their token's
+		// ConfigMap.
+		kcm = append(kcm, "--root-ca-file="+filepath.Join(c.Dir, "pki", "ca.crt"))
 	}
-	for _, f := range shipped {
-		stages = append(stages, "--config="+f)
-	}
-	own := filepath.Join(c.Dir, "job-outcome.yaml")
-	if err := os.WriteFile(own, jobOutcomeStages, 0o600); err != nil {
-		return fmt.Errorf("writing kwok stages: %w", err)
-	}
-	stages = append(stages, "--config="+own)
-
-	components := []struct {
+	scheduler := []string{kc, "--leader-elect=false", "--secure-port=0", "--kube-api-qps=200", "--kube-api-burst=400"}
+	for _, comp := range []struct {
 		name string
 		args []string
-	}{
-		{"kube-controller-manager", []string{kc, "--leader-elect=false", "--secure-port=0", "--controllers=*",
-			"--use-service-account-credentials=false", "--service-account-private-key-file=" + sa,
-			"--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-gc-syncs=20"}},
-		{"kube-scheduler", []string{kc, "--leader-elect=false", "--secure-port=0", "--kube-api-qps=200", "--kube-api-burst=400"}},
-		{"kwok", append([]string{kc, "--manage-all-nodes=true", "--cidr=10.244.0.0/24", "--node-ip=10.244.0.1"}, stages...)},
-	}
-	for _, comp := range components {
+	}{{"kube-controller-manager", kcm}, {"kube-scheduler", scheduler}} {
 		c.say("starting " + comp.name)
 		if err := c.run(comp.name, comp.args...); err != nil {
 			return err
 		}
 	}
-	return nil
-}
-
-// run starts one component with its output in <Dir>/<name>.log.
-func (c *Cluster) run(name string, args ...string) error {
-	logFile, err := os.Create(filepath.Join(c.Dir, name+".log"))
-	if err != nil {
-		return fmt.Errorf("creating the log of %s: %w", name, err)
+	if c.Node == FakeNode {
+		return c.startKwok()
 	}
-	cmd := exec.Command(filepath.Join(c.Bin, name), args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = framework.SysProcAttr()
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
-	c.procs = append(c.procs, p)
 	return nil
 }
 
@@ -242,6 +290,9 @@ func (c *Cluster) startProvisioner() error {
 		return fmt.Errorf("creating the volume provisioner: %w", err)
 	}
 	p := &provisioner{client: mgr.GetClient(), dir: c.Dir}
+	if c.Node == RealNode {
+		p.node = RealNodeName
+	}
 	if err := p.setup(mgr); err != nil {
 		return fmt.Errorf("setting up the volume provisioner: %w", err)
 	}
@@ -251,25 +302,8 @@ func (c *Cluster) startProvisioner() error {
 	return nil
 }
 
-func (c *Cluster) createNodeAndStorage(ctx context.Context) error {
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("64"),
-		corev1.ResourceMemory: resource.MustParse("256Gi"),
-		corev1.ResourcePods:   resource.MustParse("5000"),
-	}
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        NodeName,
-			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-			Labels: map[string]string{
-				"kubernetes.io/hostname": NodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok",
-			},
-		},
-		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
-	}
-	if err := c.Client.Create(ctx, node); err != nil {
-		return fmt.Errorf("creating node %s: %w", NodeName, err)
-	}
+// createStorageClass creates the default StorageClass of the provisioner.
+func (c *Cluster) createStorageClass(ctx context.Context) error {
 	sc := &storagev1.StorageClass{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        StorageClassName,
@@ -289,18 +323,14 @@ func (c *Cluster) createNodeAndStorage(ctx context.Context) error {
 // waitUsable waits for the node to be Ready and for the default
 // ServiceAccount, without which no pod can be created.
 func (c *Cluster) waitUsable(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		for _, p := range c.procs {
-			select {
-			case <-p.done:
-				return false, fmt.Errorf("%s exited: %v (log: %s)", p.name, p.err, filepath.Join(c.Dir, p.name+".log"))
-			default:
-			}
+		if err := c.exited(); err != nil {
+			return false, err
 		}
 		node := &corev1.Node{}
-		if err := c.Client.Get(ctx, client.ObjectKey{Name: NodeName}, node); err != nil {
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: c.NodeName}, node); err != nil {
 			return false, nil
 		}
 		ready := false
@@ -317,6 +347,22 @@ func (c *Cluster) waitUsable(ctx context.Context) error {
 	return nil
 }
 
+// poll waits up to timeout for cond, failing early when a component exits.
+func (c *Cluster) poll(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		if err := c.exited(); err != nil {
+			return false, err
+		}
+		return cond(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s: %w", what, err)
+	}
+	return nil
+}
+
 // Stop stops every component, then the API server and etcd, and removes
 // Dir. It is safe to call on a half-started cluster and more than once.
 func (c *Cluster) Stop() error {
@@ -327,6 +373,22 @@ func (c *Cluster) Stop() error {
 			errs = append(errs, fmt.Errorf("volume provisioner: %w", err))
 		}
 		c.stopProvs = nil
+	}
+	// The kubelet first, so that it does not restart what goes next, then
+	// the pods while containerd runs.
+	for _, p := range c.procs {
+		if p.name == "kubelet" {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+			if err := c.removeSandboxes(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	for _, p := range c.procs {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -346,17 +408,22 @@ func (c *Cluster) Stop() error {
 		}
 		c.env = nil
 	}
-	if c.Dir != "" {
+	if c.Node == RealNode {
+		if err := c.stopRealNode(); err != nil {
+			errs = append(errs, err)
+		}
+	} else if c.Dir != "" && !c.keep {
 		if err := os.RemoveAll(c.Dir); err != nil {
 			errs = append(errs, err)
 		}
-		c.Dir = ""
 	}
+	c.Dir = ""
 	return errors.Join(errs...)
 }
 
 // Log returns the log of a component ("kube-controller-manager",
-// "kube-scheduler", "kwok"), for a failing test to show.
+// "kube-scheduler", "kwok"; on a real node also "containerd", "kubelet",
+// "kube-proxy", "coredns"), for a failing test to show.
 func (c *Cluster) Log(name string) string {
 	data, err := os.ReadFile(filepath.Join(c.Dir, name+".log"))
 	if err != nil {

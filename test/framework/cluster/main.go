@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -15,17 +18,74 @@ import (
 // tests, stops the cluster and exits with the tests' code. suite prefixes
 // its error messages.
 func RunTests(m *testing.M, suite string, use func(*Cluster)) {
+	RunTestsWith(m, suite, Options{}, use)
+}
+
+// RunTestsWith is RunTests with a cluster started with o (its Progress goes
+// to stdout): Options{Node: RealNode, LockWait: ...} for a suite on a real
+// node, which skips the whole package, with the reason, when a real node
+// cannot run here (and fails instead when DBKEEPER_REQUIRE_REAL_NODE=1).
+func RunTestsWith(m *testing.M, suite string, o Options, use func(*Cluster)) {
 	ctrl.SetLogger(logr.Discard())
-	c, err := Start(context.Background(), Options{Progress: os.Stdout})
+	if o.Node == RealNode {
+		if err := RealNodeSupported(); err != nil {
+			if os.Getenv(RequireRealNodeEnv) == "1" {
+				fmt.Fprintf(os.Stderr, "%s: "+RequireRealNodeEnv+"=1 but a real node cannot run here: %v\n", suite, err)
+				os.Exit(1)
+			}
+			fmt.Printf("%s: skipped: a real node cannot run here: %v\n", suite, err)
+			os.Exit(0)
+		}
+	}
+	o.Progress = os.Stdout
+	// Ctrl-C or a SIGTERM stops the cluster (and undoes a real node's host
+	// changes) before the process exits, instead of leaving that to the
+	// next Start.
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	c, err := Start(ctx, o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", suite, err)
 		os.Exit(1)
 	}
+	var once sync.Once
+	stop := func() (err error) {
+		once.Do(func() { err = c.Stop() })
+		return err
+	}
+	go func() {
+		<-ctx.Done() // only a signal: cancel is never called before os.Exit
+		fmt.Fprintf(os.Stderr, "%s: interrupted: stopping the cluster\n", suite)
+		if err := stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: stopping the cluster: %v\n", suite, err)
+		}
+		os.Exit(1)
+	}()
 	use(c)
 	code := m.Run()
-	if err := c.Stop(); err != nil {
+	if err := stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: stopping the cluster: %v\n", suite, err)
 		code = max(code, 1)
 	}
 	os.Exit(code)
+}
+
+// RequireRealNodeEnv set to 1 makes the real-node tests fail, instead of
+// skip, when a real node cannot run (CI sets it).
+const RequireRealNodeEnv = "DBKEEPER_REQUIRE_REAL_NODE"
+
+// RequireRealNode skips a test that needs a real node, with the reason
+// (RealNodeSupported) or because of -short; it fails the test instead when
+// RequireRealNodeEnv=1.
+func RequireRealNode(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a real node; skipped under -short")
+	}
+	if err := RealNodeSupported(); err != nil {
+		if os.Getenv(RequireRealNodeEnv) == "1" {
+			t.Fatalf("%s=1 but a real node cannot run here: %v", RequireRealNodeEnv, err)
+		}
+		t.Skipf("a real node cannot run here: %v", err)
+	}
 }

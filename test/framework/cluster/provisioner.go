@@ -3,11 +3,13 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -18,10 +20,16 @@ const Provisioner = "local.e2e.dbkeeper.io"
 
 // provisioner gives every pending claim of StorageClassName a volume of its
 // own, pre-bound to it, and deletes released volumes, which is what a CSI
-// driver's external-provisioner does. No kubelet ever mounts them.
+// driver's external-provisioner does. On the fake node they are hostPath
+// volumes no kubelet ever mounts. On the real node (node set) they are
+// `local` volumes with affinity to it, in a fresh directory each: the
+// kubelet applies a pod's fsGroup to local volumes, not to hostPath, and a
+// non-root PostgreSQL needs that to initdb. It reacts to watch events, so
+// a claim is bound before the scheduler places its pod.
 type provisioner struct {
 	client client.Client
 	dir    string
+	node   string
 }
 
 func (p *provisioner) setup(mgr ctrl.Manager) error {
@@ -59,6 +67,19 @@ func (p *provisioner) provision(ctx context.Context, req ctrl.Request) (ctrl.Res
 			},
 		},
 	}
+	if p.node != "" {
+		path := filepath.Join(p.dir, "volumes", name)
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			return ctrl.Result{}, fmt.Errorf("creating the directory of volume %s: %w", name, err)
+		}
+		pv.Spec.PersistentVolumeSource = corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: path}}
+		pv.Spec.VolumeMode = ptr.To(corev1.PersistentVolumeFilesystem)
+		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{p.node},
+			}}}},
+		}}
+	}
 	if err := p.client.Create(ctx, pv); err != nil && !apierrors.IsAlreadyExists(err) {
 		return ctrl.Result{}, fmt.Errorf("creating volume for claim %s/%s: %w", pvc.Namespace, pvc.Name, err)
 	}
@@ -74,5 +95,13 @@ func (p *provisioner) reclaim(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, client.IgnoreNotFound(p.client.Delete(ctx, pv))
+	if err := p.client.Delete(ctx, pv); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
+	}
+	if pv.Spec.Local != nil {
+		if err := os.RemoveAll(pv.Spec.Local.Path); err != nil {
+			return ctrl.Result{}, fmt.Errorf("removing the directory of volume %s: %w", pv.Name, err)
+		}
+	}
+	return ctrl.Result{}, nil
 }

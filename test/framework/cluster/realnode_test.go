@@ -1,0 +1,385 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// TestMain undoes this process's real node when the tests are interrupted
+// (Ctrl-C, a timeout's SIGTERM): its components die with the process, but
+// the host changes and envtest's etcd and API server would wait for the
+// next Start.
+func TestMain(m *testing.M) {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	go func() {
+		<-ctx.Done() // only a signal: os.Exit skips the deferred cancel
+		if j, err := readJournal(); err == nil && j != nil && j.Owner == os.Getpid() {
+			_ = undo(j, func(s string) { fmt.Fprintln(os.Stderr, "interrupted: "+s) })
+		}
+		os.Exit(1)
+	}()
+	os.Exit(m.Run())
+}
+
+// realOptions are the options of the tests' real nodes: they wait for each
+// other (and for other packages' real nodes) instead of failing.
+func realOptions(t *testing.T) Options {
+	return Options{Progress: testWriter{t}, Node: RealNode, LockWait: 10 * time.Minute, Images: []string{ImagePause}}
+}
+
+// hostState is what a real node may change on the host.
+type hostState struct {
+	nftTables []string
+	sysctls   map[string]string
+	cgroups   []string
+	paths     []string
+}
+
+func snapshotHost(t *testing.T) hostState {
+	t.Helper()
+	tables, err := nftTables()
+	require.NoError(t, err)
+	cgroups, err := filepath.Glob("/sys/fs/cgroup/*/kubepods")
+	require.NoError(t, err)
+	var paths []string
+	for _, p := range hostPaths {
+		if _, err := os.Lstat(p); err == nil {
+			paths = append(paths, p)
+		}
+	}
+	return hostState{nftTables: tables, sysctls: readSysctls(), cgroups: cgroups, paths: paths}
+}
+
+// assertNothingLeft checks that the host is as before and that nothing of
+// the node whose directory was dir is left.
+func assertNothingLeft(t *testing.T, before hostState, dir string) {
+	t.Helper()
+	assert.NoFileExists(t, "/sys/class/net/"+Bridge, "bridge left")
+	routes, err := host("", "ip", "route", "show", realServiceRange)
+	assert.NoError(t, err)
+	assert.Empty(t, strings.TrimSpace(routes), "Service route left")
+	after := snapshotHost(t)
+	assert.ElementsMatch(t, before.nftTables, after.nftTables, "nftables tables differ")
+	assert.Equal(t, before.sysctls, after.sysctls, "sysctls differ")
+	assert.ElementsMatch(t, before.cgroups, after.cgroups, "kubepods cgroups differ")
+	assert.ElementsMatch(t, before.paths, after.paths, "host paths differ")
+	root, err := containerdRoot()
+	require.NoError(t, err)
+	assert.Empty(t, mountsUnder(dir, root, "/run/containerd", "/run/netns"), "mounts left")
+	var procs []string
+	for _, pid := range processesReferring(dir + "/") {
+		procs = append(procs, fmt.Sprintf("%d %s", pid, cmdline(pid)))
+	}
+	assert.Empty(t, procs, "processes referring to %s left", dir)
+	assert.NoDirExists(t, dir, "cluster directory left")
+	assert.NoDirExists(t, journalDir, "journal left")
+}
+
+// assertContained checks, on a running node, that every socket its
+// processes listen on in the host's network namespace is bound to loopback
+// or the node IP, and that the guard table forwarded nothing off the
+// bridge.
+func assertContained(t *testing.T, c *Cluster) {
+	t.Helper()
+	ours := map[int]bool{}
+	for _, pid := range c.journal.Pids {
+		ours[pid] = true
+	}
+	for _, pid := range processesReferring(c.Dir + "/") {
+		ours[pid] = true
+	}
+	out, err := host("", "ss", "-Hltunp")
+	require.NoError(t, err)
+	pidRE := regexp.MustCompile(`pid=(\d+)`)
+	listeners := 0
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 7 {
+			continue
+		}
+		for _, m := range pidRE.FindAllStringSubmatch(line, -1) {
+			if pid, _ := strconv.Atoi(m[1]); !ours[pid] {
+				continue
+			}
+			listeners++
+			addr, _, err := net.SplitHostPort(f[4])
+			assert.NoError(t, err)
+			addr, _, _ = strings.Cut(addr, "%") // bound to a device: 198.18.0.1%dbk-br0
+			assert.Contains(t, []string{"127.0.0.1", NodeIP}, addr, "a listener outside loopback and the node IP: %s", line)
+			break
+		}
+	}
+	assert.GreaterOrEqual(t, listeners, 5, "the node's listeners not found (apiserver, etcd, kubelet, CoreDNS, kube-proxy):\n%s", out)
+	guard, err := host("", "nft", "list", "chain", "inet", guardTable, "forward")
+	require.NoError(t, err)
+	assert.Equal(t, 2, strings.Count(guard, "counter packets 0 bytes 0"), "packets forwarded off the bridge were dropped:\n%s", guard)
+}
+
+// sleeper is a pod of the pause image: it runs until deleted.
+func sleeper(c *Cluster) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sleeper"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "pause", Image: c.Images[ImagePause], ImagePullPolicy: corev1.PullNever,
+		}}},
+	}
+}
+
+// waitRunning waits for the pod to run with an address from the pods'
+// range, and returns it.
+func waitRunning(t *testing.T, c *Cluster, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	got := &corev1.Pod{}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), got))
+		assert.Equal(ct, corev1.PodRunning, got.Status.Phase)
+	}, 2*time.Minute, 200*time.Millisecond, "pod not Running; kubelet log:\n%s", tailLog(c, "kubelet"))
+	assert.True(t, strings.HasPrefix(got.Status.PodIP, "198.18.0."), "pod IP %s not in the pods' range", got.Status.PodIP)
+	return got
+}
+
+func tailLog(c *Cluster, name string) string { return tail(c.Log(name), 30) }
+
+// TestRealNode starts a real node, runs a pod on it, reads its log through
+// the API server (the kubelet's client certificate), stops, and checks that
+// nothing is left on the host.
+func TestRealNode(t *testing.T) {
+	RequireRealNode(t)
+	ctx := context.Background()
+	before := snapshotHost(t)
+	started := time.Now()
+	c, err := Start(ctx, realOptions(t))
+	require.NoError(t, err)
+	t.Logf("node Ready in %s", time.Since(started).Round(100*time.Millisecond))
+	dir := c.Dir
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			assert.NoError(t, c.Stop())
+		}
+	})
+	assert.Equal(t, RealNode, c.Node)
+	assert.Equal(t, RealNodeName, c.NodeName)
+
+	pod := sleeper(c)
+	require.NoError(t, c.Client.Create(ctx, pod))
+	waitRunning(t, c, pod)
+	// Forwarding is on for the bridge only, pods running or not.
+	assert.Equal(t, before.sysctls["net.ipv4.ip_forward"], readSysctls()["net.ipv4.ip_forward"], "global IPv4 forwarding changed")
+	fwd, err := readSysctl("net.ipv4.conf." + Bridge + ".forwarding")
+	assert.NoError(t, err)
+	assert.Equal(t, "1", fwd, "forwarding on the bridge")
+	assertContained(t, c)
+	cs, err := kubernetes.NewForConfig(c.Config)
+	require.NoError(t, err)
+	_, err = cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	assert.NoError(t, err, "kubectl logs through the API server")
+
+	// A second real node waits for the lock, then refuses.
+	_, err = Start(ctx, Options{Node: RealNode, LockWait: 300 * time.Millisecond})
+	assert.ErrorContains(t, err, fmt.Sprintf("pid %d", os.Getpid()))
+
+	stopped = true
+	require.NoError(t, c.Stop())
+	assertNothingLeft(t, before, dir)
+}
+
+// crashChildEnv makes the test binary run TestRealNodeCrashChild for
+// TestRealNodeCrash.
+const crashChildEnv = "DBKEEPER_REALNODE_CRASH_CHILD"
+
+// crashChild starts a real node with a running pod in a child process (the
+// test binary running TestRealNodeCrashChild), kills it with SIGKILL, and
+// returns the dead node's directory.
+func crashChild(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRealNodeCrashChild$", "-test.v")
+	cmd.Env = append(os.Environ(), crashChildEnv+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	dir := ""
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		t.Log("child: " + line)
+		if d, ok := strings.CutPrefix(line, "RUNNING "); ok {
+			dir = d
+			break
+		}
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	_ = cmd.Wait()
+	require.NotEmpty(t, dir, "the child did not report a running pod")
+	j, err := readJournal()
+	require.NoError(t, err)
+	require.NotNil(t, j, "the killed node left no journal")
+	assert.Equal(t, dir, j.Dir)
+	assert.NotEmpty(t, processesReferring(dir+"/"), "nothing of the killed node is left to clean: the test proves nothing")
+	return dir
+}
+
+// TestRealNodeCrash kills a real node's owner once a pod runs, and checks
+// that CleanupRealNode (make node-down) leaves nothing.
+func TestRealNodeCrash(t *testing.T) {
+	RequireRealNode(t)
+	before := snapshotHost(t)
+	dir := crashChild(t)
+	require.NoError(t, CleanupRealNode())
+	assertNothingLeft(t, before, dir)
+}
+
+// TestRealNodeCrashThenStart kills a real node's owner once a pod runs, and
+// checks that the next Start cleans up after it, runs a pod, and that its
+// Stop leaves nothing of either.
+func TestRealNodeCrashThenStart(t *testing.T) {
+	RequireRealNode(t)
+	before := snapshotHost(t)
+	dead := crashChild(t)
+	c, err := Start(context.Background(), realOptions(t))
+	require.NoError(t, err)
+	assert.NoDirExists(t, dead, "Start left the dead node's directory")
+	dir := c.Dir
+	pod := sleeper(c)
+	require.NoError(t, c.Client.Create(context.Background(), pod))
+	waitRunning(t, c, pod)
+	require.NoError(t, c.Stop())
+	assertNothingLeft(t, before, dir)
+}
+
+// TestRealNodeCrashChild is TestRealNodeCrash's child: it starts a real
+// node, runs a pod, says so, and waits to be killed.
+func TestRealNodeCrashChild(t *testing.T) {
+	if os.Getenv(crashChildEnv) != "1" {
+		t.Skip("the child of TestRealNodeCrash")
+	}
+	c, err := Start(context.Background(), realOptions(t))
+	require.NoError(t, err)
+	pod := sleeper(c)
+	require.NoError(t, c.Client.Create(context.Background(), pod))
+	waitRunning(t, c, pod)
+	fmt.Println("RUNNING " + c.Dir)
+	select {}
+}
+
+// TestRealNodeNetwork checks what pods of the real node see: cluster DNS
+// (and no answer for outside names), no default route, and the API server
+// through the kubernetes Service with their ServiceAccount token, its TLS
+// verified against the root CA (kubectl from the host, in-cluster config).
+func TestRealNodeNetwork(t *testing.T) {
+	RequireRealNode(t)
+	ctx := context.Background()
+	o := realOptions(t)
+	o.Images = []string{ImagePause, "postgres:17"}
+	c, err := Start(ctx, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Stop()) })
+
+	// The tools' bin holds symbolic links: mount the binary's own directory.
+	kubectl, err := filepath.EvalSymlinks(filepath.Join(c.Bin, "kubectl"))
+	require.NoError(t, err)
+	script := `set -e
+getent hosts kubernetes.default.svc.cluster.local
+if getent hosts example.com; then echo "an outside name resolved"; exit 1; fi
+if grep -qE '^\S+\s+00000000\s' /proc/net/route; then echo "a default route"; cat /proc/net/route; exit 1; fi
+HOME=/tmp /host/` + filepath.Base(kubectl) + ` auth whoami -o jsonpath='{.status.userInfo.username}'`
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "net"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "net", Image: c.Images["postgres:17"], ImagePullPolicy: corev1.PullNever,
+				Command:      []string{"bash", "-c", script},
+				VolumeMounts: []corev1.VolumeMount{{Name: "host", MountPath: "/host", ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: filepath.Dir(kubectl)},
+			}}},
+		},
+	}
+	require.NoError(t, c.Client.Create(ctx, pod))
+	got := &corev1.Pod{}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Client.Get(ctx, client.ObjectKeyFromObject(pod), got))
+		assert.Contains(ct, []corev1.PodPhase{corev1.PodSucceeded, corev1.PodFailed}, got.Status.Phase)
+	}, 2*time.Minute, 200*time.Millisecond, "pod did not finish; kubelet log:\n%s", tailLog(c, "kubelet"))
+	cs, err := kubernetes.NewForConfig(c.Config)
+	require.NoError(t, err)
+	logs, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, corev1.PodSucceeded, got.Status.Phase, "pod log:\n%s", logs)
+	assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(APIServiceIP)+`\s+kubernetes\.default\.svc\.cluster\.local$`, string(logs))
+	assert.Contains(t, string(logs), "system:serviceaccount:default:default")
+}
+
+// TestRealNodeVolume checks the real node's storage: a claim of the default
+// class gets a local volume, bound before its pod starts (no failed mount
+// to retry), and the kubelet applies the pod's fsGroup to it, which a
+// non-root PostgreSQL needs to initdb.
+func TestRealNodeVolume(t *testing.T) {
+	RequireRealNode(t)
+	ctx := context.Background()
+	c, err := Start(ctx, realOptions(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Stop()) })
+
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	pod := sleeper(c)
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{
+		RunAsUser: ptr.To[int64](999), RunAsGroup: ptr.To[int64](999), FSGroup: ptr.To[int64](999),
+	}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name},
+	}}}
+	require.NoError(t, c.Client.Create(ctx, claim))
+	require.NoError(t, c.Client.Create(ctx, pod))
+	waitRunning(t, c, pod)
+
+	require.NoError(t, c.Client.Get(ctx, client.ObjectKeyFromObject(claim), claim))
+	pv := &corev1.PersistentVolume{}
+	require.NoError(t, c.Client.Get(ctx, client.ObjectKey{Name: claim.Spec.VolumeName}, pv))
+	require.NotNil(t, pv.Spec.Local, "not a local volume: %+v", pv.Spec.PersistentVolumeSource)
+	info, err := os.Stat(pv.Spec.Local.Path)
+	require.NoError(t, err)
+	st := info.Sys().(*syscall.Stat_t)
+	assert.Equal(t, uint32(999), st.Gid, "fsGroup not applied to %s", pv.Spec.Local.Path)
+	assert.NotZero(t, info.Mode()&os.ModeSetgid, "fsGroup's setgid bit missing on %s", pv.Spec.Local.Path)
+
+	events := &corev1.EventList{}
+	require.NoError(t, c.Client.List(ctx, events, client.InNamespace("default")))
+	for _, e := range events.Items {
+		assert.NotEqual(t, "FailedMount", e.Reason, "%s: %s", e.InvolvedObject.Name, e.Message)
+	}
+}
