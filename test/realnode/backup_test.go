@@ -1,0 +1,123 @@
+package realnode
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/jobs"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+)
+
+// backupNow asks for an on-demand backup, waits until the Job it started
+// has finished and the Database's status says how, and returns the
+// Database then and whether the Job failed.
+func backupNow(t *testing.T, db *dbv1.Database, token string) (*dbv1.Database, bool) {
+	t.Helper()
+	dbtest.Patch(t, k8s, db, func(d *dbv1.Database) {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[dbv1.AnnotationBackupNow] = token
+	})
+	var got *dbv1.Database
+	var failed bool
+	require.Eventually(t, func() bool {
+		got = dbtest.Get(t, k8s, db)
+		b := got.Status.Backup
+		if b == nil || b.LastOnDemandToken != token || b.LastJob == "" {
+			return false
+		}
+		job := &batchv1.Job{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: db.Namespace, Name: b.LastJob}, job); err != nil {
+			return false
+		}
+		done, jobFailed, at, _ := jobs.Finished(job)
+		if !done {
+			return false
+		}
+		failed = jobFailed
+		if failed {
+			return b.LastFailedJob == b.LastJob
+		}
+		return b.LastSuccessfulTime != nil && !b.LastSuccessfulTime.Time.Before(at.Truncate(time.Second))
+	}, timeout, 500*time.Millisecond, "the backup Job of token %s finished and the status says so", token)
+	return got, failed
+}
+
+// TestBackupRestoresIntoANewDatabase: an on-demand backup writes a real
+// dump of the rows; a new Database bootstrapped from it serves the same
+// rows, and says what it restored.
+func TestBackupRestoresIntoANewDatabase(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	src := newDatabase(ns, "src", "15")
+	create(t, src)
+	waitReady(t, src)
+	fillItems(t, generated(src))
+
+	done, failed := backupNow(t, src, "first")
+	require.False(t, failed, "backup failed: %s", done.Status.Backup.LastFailureMessage)
+
+	dst := newDatabase(ns, "dst", "15", func(d *dbv1.Database) {
+		d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: src.Name}}
+	})
+	create(t, dst)
+	restored := waitReady(t, dst)
+	require.NotNil(t, restored.Status.Backup)
+	assert.Contains(t, restored.Status.Backup.RestoredFrom, src.Name+"/", "status names the dump")
+	assert.Equal(t, rows, countItems(t, generated(dst)), "the restored Database has the source's rows")
+	assert.NotEqual(t, secretValue(t, ns, resources.GeneratedSecretName(src), "password"),
+		secretValue(t, ns, resources.GeneratedSecretName(dst), "password"), "the restored Database has credentials of its own")
+}
+
+// TestUserSecretEndToEnd: a Secret of the user's with only username and
+// password runs the server, serves clients and backs up; once its password
+// no longer matches the server's, a backup really fails and the Database
+// says so with the Job's reason.
+func TestUserSecretEndToEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app-login"},
+		StringData: map[string]string{"username": "app", "password": "s3cret-of-the-app"},
+	}
+	create(t, secret)
+	db := newDatabase(ns, "app", "17", func(d *dbv1.Database) {
+		d.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: secret.Name}
+	})
+	create(t, db)
+	waitReady(t, db)
+	conn := dbtest.Conn{Namespace: ns, Secret: secret.Name, Host: resources.ClientServiceHost(db)}
+	assert.Equal(t, "app", query(t, conn, "SELECT current_user"))
+	fillItems(t, conn)
+
+	done, failed := backupNow(t, db, "ok")
+	require.False(t, failed, "backup with the user's Secret failed: %s", done.Status.Backup.LastFailureMessage)
+
+	t.Log("the Secret's password changes, the server's does not")
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(secret), secret))
+	secret.Data["password"] = []byte("not-the-servers-password")
+	require.NoError(t, k8s.Update(ctx, secret))
+	after, failed := backupNow(t, db, "wrong-password")
+	require.True(t, failed, "the backup Job failed")
+	b := after.Status.Backup
+	assert.NotEmpty(t, b.LastFailureMessage)
+	cond := waitCondition(t, db, dbv1.ConditionBackupReady, metav1.ConditionFalse, dbv1.ReasonLastBackupFailed)
+	assert.Contains(t, cond.Message, b.LastFailedJob, "the condition names the failed Job")
+	t.Logf("BackupReady: %s", cond.Message)
+	_, err := psql.Query(ctx, conn, "SELECT 1", queryTimeout)
+	assert.ErrorContains(t, err, "password authentication failed", "the server refuses the Secret's new password")
+}

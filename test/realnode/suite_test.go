@@ -1,0 +1,164 @@
+// Package realnode runs dbkeeper against the local cluster's real node
+// (test/framework/cluster with RealNode): a kubelet, containerd and runc run
+// the PostgreSQL images built by images/build.sh, CoreDNS and kube-proxy
+// route clients to them. Every test asserts a database fact (rows written
+// through the client Service are there after the pod, the operator or the
+// Database went away; a dump restores), not only that objects exist.
+//
+// It needs root and the real node's packages (.ci/run installs them); where
+// they are missing the suite says why and skips, unless
+// DBKEEPER_REQUIRE_REAL_NODE=1 (CI) makes that a failure.
+package realnode
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/zapr"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/logging"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
+)
+
+const (
+	// timeout bounds each wait for a real server: its first start (initdb)
+	// takes 5–15 s on the 2-core machine, a restore some more.
+	timeout = 3 * time.Minute
+	// queryTimeout bounds one client pod.
+	queryTimeout = 90 * time.Second
+)
+
+var (
+	local  *cluster.Cluster
+	k8s    client.Client
+	psql   dbtest.Client
+	images engine.Catalog
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("skipping the real-node suite under -short: it starts a cluster with a kubelet")
+		return
+	}
+	cluster.RunTestsWith(m, "realnode", cluster.Options{Node: cluster.RealNode, LockWait: 20 * time.Minute}, func(c *cluster.Cluster) {
+		local, k8s = c, c.Client
+		var err error
+		if images, err = engine.NewCatalog("", c.EngineImages()); err != nil {
+			fmt.Fprintf(os.Stderr, "realnode: the cluster's engine images: %v\n", err)
+			os.Exit(1)
+		}
+		psql = dbtest.Client{Client: c.Client, Clientset: kubernetes.NewForConfigOrDie(c.Config), Image: c.Images["postgres:17"]}
+	})
+}
+
+// newNamespace creates a namespace for one test.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	return dbtest.NewNamespace(t, k8s, "real-")
+}
+
+// startOperator runs an operator with every controller on namespace, with
+// the cluster's engine images; its log is printed when the test fails.
+func startOperator(t *testing.T, namespace string) *operator.Operator {
+	t.Helper()
+	path := fmt.Sprintf("%s/operator-%d.log", t.TempDir(), time.Now().UnixNano())
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(f), zapcore.Level(-2))
+	t.Cleanup(func() {
+		f.Close()
+		if t.Failed() {
+			data, _ := os.ReadFile(path)
+			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+			t.Logf("last operator log lines:\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
+	})
+	return operator.Start(t, local.Config, operator.Options{
+		Namespaces: []string{namespace},
+		Engines:    images,
+		Logger:     logging.Capped(zapr.NewLogger(zap.New(core))),
+	})
+}
+
+// newDatabase is a Database of version whose scheduled backup never runs
+// during a test.
+func newDatabase(namespace, name, version string, mutate ...func(*dbv1.Database)) *dbv1.Database {
+	return dbtest.New(namespace, name, append([]func(*dbv1.Database){func(d *dbv1.Database) {
+		d.Spec.Version = version
+		d.Spec.Backup.Schedule = "0 0 1 1 *"
+	}}, mutate...)...)
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	require.NoError(t, k8s.Create(context.Background(), obj))
+}
+
+func waitCondition(t *testing.T, db *dbv1.Database, condType string, status metav1.ConditionStatus, reason string) metav1.Condition {
+	t.Helper()
+	return dbtest.WaitCondition(t, k8s, db, condType, status, reason, timeout)
+}
+
+func waitReady(t *testing.T, db *dbv1.Database) *dbv1.Database {
+	t.Helper()
+	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
+	return dbtest.Get(t, k8s, db)
+}
+
+// generated is the connection an application gets from the generated
+// Secret alone: its uri, which names the client Service by DNS.
+func generated(db *dbv1.Database) dbtest.Conn {
+	return dbtest.Conn{Namespace: db.Namespace, Secret: resources.GeneratedSecretName(db)}
+}
+
+// query runs sql against conn and fails the test on an error.
+func query(t *testing.T, conn dbtest.Conn, sql string) string {
+	t.Helper()
+	out, err := psql.Query(context.Background(), conn, sql, queryTimeout)
+	require.NoError(t, err, "query %q", sql)
+	return out
+}
+
+// queryEventually retries sql until it succeeds or the timeout passes: a
+// pod is Ready only once pg_isready answers, but kube-proxy may route to
+// the old endpoint for a moment after a restart.
+func queryEventually(t *testing.T, conn dbtest.Conn, sql string) string {
+	t.Helper()
+	var out string
+	var err error
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if out, err = psql.Query(context.Background(), conn, sql, queryTimeout); err == nil {
+			return out
+		}
+		time.Sleep(2 * time.Second)
+	}
+	require.NoError(t, err, "query %q", sql)
+	return out
+}
+
+// secretValue reads one key of a Secret.
+func secretValue(t *testing.T, namespace, name, key string) string {
+	t.Helper()
+	sec := &corev1.Secret{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, sec))
+	return string(sec.Data[key])
+}
