@@ -27,8 +27,10 @@ func TestUnstartableIsReported(t *testing.T) {
 		name, reason, field string
 		mutate              func(*dbv1.Database)
 	}{
+		// the official image, which this machine may never pull: containerd
+		// is pointed at a closed port on loopback for every registry
 		{"no-image", dbv1.ReasonImagePullFailed, "spec.image", func(d *dbv1.Database) {
-			d.Spec.Image = "localhost/dbkeeper/postgres:no-such-tag"
+			d.Spec.Image = "docker.io/library/postgres:15.14"
 		}},
 		{"too-little-memory", dbv1.ReasonOutOfMemory, "spec.resources.limits.memory", func(d *dbv1.Database) {
 			small := resource.MustParse("12Mi")
@@ -45,6 +47,9 @@ func TestUnstartableIsReported(t *testing.T) {
 			create(t, db)
 			cond := waitCondition(t, db, dbv1.ConditionStatefulSetReady, metav1.ConditionFalse, tc.reason)
 			assert.Contains(t, cond.Message, tc.field, "the message names the field to fix")
+			if tc.name == "no-image" {
+				assert.Contains(t, cond.Message, "127.0.0.1:9", "the pull went to the closed port on loopback, not to a registry")
+			}
 			t.Logf("StatefulSetReady: %s", cond.Message)
 			assert.Eventually(t, func() bool {
 				ready := meta.FindStatusCondition(dbtest.Get(t, k8s, db).Status.Conditions, dbv1.ConditionReady)

@@ -14,8 +14,16 @@ import (
 // machine.
 const closedRegistry = "http://127.0.0.1:9"
 
-// blockedRegistries get a certs.d entry each; "_default" covers any other.
-var blockedRegistries = []string{"_default", "docker.io", "registry.k8s.io", "ghcr.io", "quay.io", "gcr.io", "mcr.microsoft.com", "public.ecr.aws"}
+// registryHosts is the hosts.toml of every blocked registry. The [host]
+// entry is what containerd 1.6 obeys: with only `server` set it still
+// resolved registry-1.docker.io through the host's DNS (measured).
+var registryHosts = fmt.Sprintf("server = %[1]q\n\n[host.%[1]q]\n  capabilities = [\"pull\", \"resolve\"]\n", closedRegistry)
+
+// blockedRegistries get a certs.d entry each; "_default" covers any other
+// where containerd supports it. "localhost" is the registry of the images
+// built here (localhost/dbkeeper/...): one of them missing would otherwise be
+// pulled from http://localhost:80, whatever listens there.
+var blockedRegistries = []string{"_default", "localhost", "docker.io", "registry.k8s.io", "ghcr.io", "quay.io", "gcr.io", "mcr.microsoft.com", "public.ecr.aws"}
 
 // containerdRoot is containerd's root: its content store and snapshots,
 // kept between runs so that each image tarball is imported once.
@@ -40,7 +48,7 @@ func (c *Cluster) writeContainerdConfig(root, pauseImage string) error {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("writing containerd's registry config: %w", err)
 		}
-		if err := os.WriteFile(filepath.Join(d, "hosts.toml"), []byte(fmt.Sprintf("server = %q\n", closedRegistry)), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(d, "hosts.toml"), []byte(registryHosts), 0o644); err != nil {
 			return fmt.Errorf("writing containerd's registry config: %w", err)
 		}
 	}
