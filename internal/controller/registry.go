@@ -54,7 +54,7 @@ func Names() []string {
 
 // Setup registers every enabled controller with the manager and a stand-in
 // for every disabled one.
-func Setup(mgr ctrl.Manager, enabled Set, maxConcurrentReconciles int) error {
+func Setup(mgr ctrl.Manager, enabled Enabled, maxConcurrentReconciles int) error {
 	o := facet.Options{
 		MaxConcurrentReconciles: maxConcurrentReconciles,
 		WaitForFinalizer:        enabled[cleanup.Name],
