@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -82,7 +83,7 @@ func TestSync(t *testing.T) {
 	db.Spec.Storage.Size = ptr.To(resource.MustParse("2Gi"))
 	c := facettest.Client(t, db)
 	rec := events.NewFakeRecorder(10)
-	s := newSyncer(c, rec)
+	s := newSyncer(c, facet.WriterFor(c, rec, Name))
 
 	out, err := s.Sync(ctx, db)
 	require.NoError(t, err)
