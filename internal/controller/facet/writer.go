@@ -27,7 +27,6 @@ import (
 type Writer struct {
 	applier  *apply.Writer
 	recorder events.EventRecorder
-	now      func() time.Time
 }
 
 // NewWriter is the Writer of the named controller, with the manager's
@@ -40,7 +39,7 @@ func NewWriter(mgr ctrl.Manager, controllerName string) *Writer {
 // the client it applies with and the recorder of its Events, which must not
 // be nil (tests use an events.FakeRecorder).
 func WriterFor(c client.Client, recorder events.EventRecorder, controllerName string) *Writer {
-	return &Writer{applier: apply.NewWriter(c, FieldOwner(controllerName)), recorder: recorder, now: time.Now}
+	return &Writer{applier: apply.NewWriter(c, FieldOwner(controllerName)), recorder: recorder}
 }
 
 // Apply applies desired, a child of a Database, over live (nil when there
@@ -56,7 +55,7 @@ func (w *Writer) Apply(ctx context.Context, live client.Object, desired runtime.
 // write of the same status still stands, and records an Event when the
 // condition's status changes. A Database that is gone is no error.
 func (w *Writer) ApplyCondition(ctx context.Context, db *dbv1.Database, cond metav1.Condition, extra *dbv1ac.DatabaseStatusApplyConfiguration) error {
-	desired, cond, transitioned := conditions.Status(db, cond, extra, w.now())
+	desired, cond, transitioned := conditions.Status(db, cond, extra, time.Now())
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues(
 		"condition", cond.Type, "status", cond.Status, "reason", cond.Reason, "message", cond.Message))
 	changed, err := w.applier.ApplyStatus(ctx, db, desired)
