@@ -1,7 +1,6 @@
 package apply
 
 import (
-	"crypto/sha256"
 	"sync"
 	"time"
 )
@@ -27,8 +26,8 @@ type objectKey struct {
 
 // lastApply is one object's last apply request.
 type lastApply struct {
-	// request is the SHA-256 of the request body.
-	request [sha256.Size]byte
+	// request is the SHA-256 of the request body, in hex.
+	request string
 	// onTopOf is the resourceVersion the object was read at before the
 	// apply ("" when it did not exist), result the one the apply returned.
 	onTopOf, result string

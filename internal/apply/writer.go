@@ -13,19 +13,28 @@
 // is byte for byte the request last applied to the object, and the object
 // is either at a version that apply produced (or was made on top of), or
 // still has every value of desired (changed since by somebody else, but not
-// in anything this field manager sets). Anything else, a first apply after
-// a restart included, is sent, and server-side apply removes the fields the
-// field manager no longer sets.
+// in anything this field manager sets). Anything else is sent, and
+// server-side apply removes the fields the field manager no longer sets.
+//
+// What a Writer remembers is lost with the process, so each object also
+// carries the hash of its field manager's last request, in the annotation
+// applied.dbkeeper.io/<field manager> that the apply itself sets: a
+// restarted manager reads it off the cache and sends nothing for an object
+// that its last request still describes. A status has no metadata of its
+// own; after a restart, a status that still has every value of desired is
+// taken as written by desired (see ApplyStatus).
 package apply
 
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -47,60 +56,98 @@ func NewWriter(c client.Client, owner string) *Writer {
 	return &Writer{client: c, owner: owner}
 }
 
+// AppliedAnnotationPrefix, followed by the field manager, is the
+// annotation that holds the hash of the field manager's last apply request
+// to an object.
+const AppliedAnnotationPrefix = "applied.dbkeeper.io/"
+
 // Apply applies desired unless that could change nothing (see the package
-// documentation); live is the object as last read, nil when there is none.
-// It logs the write before it makes it, with the logger in ctx and the
-// object under its Kind, and reports whether the object changed: created,
-// or given a new resourceVersion by the apply.
+// documentation), with the hash of desired in the annotation
+// AppliedAnnotationPrefix + field manager; live is the object as last
+// read, nil when there is none. It logs the write before it makes it, with
+// the logger in ctx and the object under its Kind, and reports whether the
+// object changed: created, or given a new resourceVersion by the apply.
 func (w *Writer) Apply(ctx context.Context, live client.Object, desired runtime.ApplyConfiguration) (bool, error) {
-	return w.write(live, desired, "", func() error {
+	return w.write(live, desired, "", func(body []byte, request string) (string, error) {
 		kind, ref := describe(desired)
 		log.FromContext(ctx).Info("Applying object", kind, ref)
-		return w.client.Apply(ctx, desired, client.FieldOwner(w.owner), client.ForceOwnership)
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(body); err != nil {
+			return "", fmt.Errorf("converting desired object: %w", err)
+		}
+		annotations := u.GetAnnotations()
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[w.annotation()] = request
+		u.SetAnnotations(annotations)
+		// The client decodes the API server's answer into u.
+		err := w.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(w.owner), client.ForceOwnership)
+		return u.GetResourceVersion(), err
 	})
 }
 
-// ApplyStatus is Apply for the status subresource. It logs at V(1) before
-// it writes, with the key/value pairs of the logger in ctx.
+// ApplyStatus is Apply for the status subresource, which carries no
+// annotation: a Writer that has not applied this status yet (after a
+// restart) takes a status that has every value of desired as written by
+// desired. It logs at V(1) before it writes, with the key/value pairs of
+// the logger in ctx.
 func (w *Writer) ApplyStatus(ctx context.Context, live client.Object, desired runtime.ApplyConfiguration) (bool, error) {
-	return w.write(live, desired, "status", func() error {
+	return w.write(live, desired, "status", func([]byte, string) (string, error) {
 		log.FromContext(ctx).V(1).Info("Applying status")
-		return w.client.Status().Apply(ctx, desired, client.FieldOwner(w.owner), client.ForceOwnership)
+		// The client decodes the API server's answer into desired.
+		err := w.client.Status().Apply(ctx, desired, client.FieldOwner(w.owner), client.ForceOwnership)
+		return resourceVersion(desired), err
 	})
 }
 
-// write runs do, the apply of desired to the subresource of live, unless
-// w last applied the same request and live still has it.
-func (w *Writer) write(live client.Object, desired runtime.ApplyConfiguration, subresource string, do func() error) (bool, error) {
+// annotation is the key of the annotation that holds the hash of w's last
+// apply request.
+func (w *Writer) annotation() string { return AppliedAnnotationPrefix + w.owner }
+
+// write sends the apply of desired to the subresource of live unless the
+// last request of w's field manager was the same and live still has it.
+// send gets the encoded request and its hash, and returns the
+// resourceVersion of the API server's answer.
+func (w *Writer) write(live client.Object, desired runtime.ApplyConfiguration, subresource string, send func(body []byte, request string) (string, error)) (bool, error) {
 	body, err := json.Marshal(desired)
 	if err != nil {
 		return false, fmt.Errorf("encoding desired object: %w", err)
 	}
 	kind, ref := describe(desired)
 	key := objectKey{subresource: subresource, kind: kind, namespace: ref.Namespace, name: ref.Name}
-	request := sha256.Sum256(body)
+	sum := sha256.Sum256(body)
+	request := hex.EncodeToString(sum[:])
 	version := ""
 	if live != nil && !isNil(live) {
 		version = live.GetResourceVersion()
-		if last, ok := w.last.get(key); ok && last.request == request {
-			if version != "" && (version == last.onTopOf || version == last.result) {
-				return false, nil
-			}
+		last, remembered := w.last.get(key)
+		if remembered && last.request == request && version != "" && (version == last.onTopOf || version == last.result) {
+			return false, nil
+		}
+		same := remembered && last.request == request
+		if !remembered {
+			// A restarted manager: what live says of the last request.
+			same = subresource != "" || live.GetAnnotations()[w.annotation()] == request
+		}
+		if same {
 			kept, err := keepsValues(live, body)
 			if err != nil {
 				return false, err
 			}
 			if kept {
+				if !remembered {
+					w.last.remember(key, lastApply{request: request, onTopOf: version, result: version})
+				}
 				return false, nil
 			}
 		}
 	}
-	if err := do(); err != nil {
+	result, err := send(body, request)
+	if err != nil {
 		w.last.forget(key)
 		return false, err
 	}
-	// The client decodes the API server's answer into desired.
-	result := resourceVersion(desired)
 	w.last.remember(key, lastApply{request: request, onTopOf: version, result: result})
 	return version == "" || result == "" || result != version, nil
 }

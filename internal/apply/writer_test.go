@@ -19,13 +19,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// applies counts the applies it is sent and answers each with the next
-// resourceVersion, or with the one in unchanged when that is set (an apply
-// that changed nothing), as the client decodes the API server's answer.
+// applies counts the applies it is sent, keeps the annotations of the
+// last, and answers each with the next resourceVersion, or with the one in
+// unchanged when that is set (an apply that changed nothing), as the
+// client decodes the API server's answer.
 type applies struct {
 	client.Client
-	n, version int
-	unchanged  string
+	n, version  int
+	unchanged   string
+	annotations map[string]string
 }
 
 func (c *applies) answer(obj runtime.ApplyConfiguration) error {
@@ -35,7 +37,31 @@ func (c *applies) answer(obj runtime.ApplyConfiguration) error {
 	if c.unchanged != "" {
 		v = c.unchanged
 	}
-	return json.Unmarshal([]byte(`{"metadata":{"resourceVersion":"`+v+`"}}`), obj)
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	var sent struct {
+		Metadata map[string]any `json:"metadata"`
+	}
+	if err := json.Unmarshal(data, &sent); err != nil {
+		return err
+	}
+	c.annotations = map[string]string{}
+	if a, ok := sent.Metadata["annotations"].(map[string]any); ok {
+		for k, v := range a {
+			c.annotations[k] = v.(string)
+		}
+	}
+	answer := map[string]any{}
+	if err := json.Unmarshal(data, &answer); err != nil {
+		return err
+	}
+	answer["metadata"].(map[string]any)["resourceVersion"] = v
+	if data, err = json.Marshal(answer); err != nil {
+		return err
+	}
+	return json.Unmarshal(data, obj)
 }
 
 func (c *applies) Apply(_ context.Context, obj runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
@@ -142,6 +168,36 @@ func TestWriterAppliesWhatCouldChangeSomething(t *testing.T) {
 	assert.Equal(t, 5, c.n)
 	_, _ = restarted.Apply(ctx, liveService(t, service(nil), "4"), service(nil))
 	assert.Equal(t, 5, c.n)
+
+	// The apply carries the hash of its request, which a restarted Writer
+	// reads off the object: nothing to send for an object that still has
+	// what the last request set, something when desired changed.
+	hash := c.annotations[AppliedAnnotationPrefix+"me"]
+	require.NotEmpty(t, hash)
+	annotated := liveService(t, service(nil), "5")
+	annotated.Annotations = map[string]string{AppliedAnnotationPrefix + "me": hash}
+	_, _ = NewWriter(c, "me").Apply(ctx, annotated, service(nil))
+	assert.Equal(t, 5, c.n, "the object's last request, after a restart")
+	_, _ = NewWriter(c, "other").Apply(ctx, annotated, service(nil))
+	assert.Equal(t, 6, c.n, "another field manager's last request is its own")
+	_, _ = NewWriter(c, "me").Apply(ctx, annotated, service(map[string]string{"new": "1"}))
+	assert.Equal(t, 7, c.n, "a changed request, after a restart")
+}
+
+// A status carries no annotation: after a restart, a status that has every
+// value of desired is taken as written by desired.
+func TestWriterStatusAfterARestart(t *testing.T) {
+	ctx := context.Background()
+	c := &applies{}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", ResourceVersion: "7"},
+		Status: appsv1.StatefulSetStatus{ReadyReplicas: 1}}
+	status := func(n int32) *appsv1ac.StatefulSetApplyConfiguration {
+		return appsv1ac.StatefulSet("db", "ns").WithStatus(appsv1ac.StatefulSetStatus().WithReadyReplicas(n))
+	}
+	_, _ = NewWriter(c, "me").ApplyStatus(ctx, sts, status(1))
+	assert.Equal(t, 0, c.n)
+	_, _ = NewWriter(c, "me").ApplyStatus(ctx, sts, status(2))
+	assert.Equal(t, 1, c.n)
 }
 
 // The last applies are kept apart per object: per kind, name and

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"maps"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -29,9 +32,11 @@ func TestServiceAnnotationsFollowTheSpec(t *testing.T) {
 	}))
 	ctx := context.Background()
 	key := client.ObjectKey{Namespace: ns, Name: resources.ClientServiceName(db)}
+	// The Service's annotations but dbkeeper's record of its last apply.
 	annotations := func(c require.TestingT) map[string]string {
 		svc := &corev1.Service{}
 		require.NoError(c, admin.Get(ctx, key, svc))
+		maps.DeleteFunc(svc.Annotations, func(k, _ string) bool { return strings.HasPrefix(k, apply.AppliedAnnotationPrefix) })
 		return svc.Annotations
 	}
 	assert.Equal(t, map[string]string{"example.com/keep": "1", "example.com/drop": "2"}, annotations(t))
