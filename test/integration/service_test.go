@@ -58,6 +58,22 @@ func TestServiceAnnotationsFollowTheSpec(t *testing.T) {
 	}, timeout, tick, "the annotations removed from spec.service.annotations are still on the Service")
 	waitCondition(t, db, dbv1.ConditionServiceReady, metav1.ConditionTrue, dbv1.ReasonServicesReady)
 	op.WaitQuiet(t, quiet, timeout)
+
+	// The same while the operator is down: a restarted operator knows
+	// nothing of its last apply but what the Service says of it.
+	op.Stop()
+	patchDatabase(t, db, func(d *dbv1.Database) { d.Spec.Service.Annotations = map[string]string{"example.com/late": "1"} })
+	op = startOperator(t, ns, "*")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, map[string]string{"example.com/late": "1", "example.com/other-tool": "x"}, annotations(c))
+	}, timeout, tick)
+	op.WaitQuiet(t, quiet, timeout)
+	op.Stop()
+	patchDatabase(t, db, func(d *dbv1.Database) { d.Spec.Service.Annotations = nil })
+	startOperator(t, ns, "*")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, map[string]string{"example.com/other-tool": "x"}, annotations(c))
+	}, timeout, tick, "the annotation removed while the operator was down is still on the Service")
 }
 
 // TestClientServiceOpensAfterTheRestore checks that the client Service's
