@@ -84,7 +84,7 @@ func run(args []string) error {
 	logger := logging.Capped(zapr.NewLogger(zap.NewRaw(zap.UseFlagOptions(&zapOpts))))
 	ctrl.SetLogger(logger)
 	logger.Info("Starting dbkeeper",
-		"controllers", set.Enabled(controller.Names()),
+		"controllers", set.Names(controller.Names()),
 		"watchNamespaces", o.WatchNamespaces,
 		"leaderElection", o.LeaderElection,
 		"engineImages", o.Engines.Images())

@@ -10,9 +10,9 @@ import (
 )
 
 func TestEventType(t *testing.T) {
-	assert.Equal(t, corev1.EventTypeWarning, eventType(False(dbv1.ConditionBackupReady, dbv1.ReasonApplyFailed, "")))
-	assert.Equal(t, corev1.EventTypeNormal, eventType(False(dbv1.ConditionStatefulSetReady, dbv1.ReasonProgressing, "")),
+	assert.Equal(t, corev1.EventTypeWarning, EventType(False(dbv1.ConditionBackupReady, dbv1.ReasonApplyFailed, "")))
+	assert.Equal(t, corev1.EventTypeNormal, EventType(False(dbv1.ConditionStatefulSetReady, dbv1.ReasonProgressing, "")),
 		"a rollout step is not a warning")
-	assert.Equal(t, corev1.EventTypeNormal, eventType(True(dbv1.ConditionReady, dbv1.ReasonReady, "")))
-	assert.Equal(t, corev1.EventTypeNormal, eventType(Unknown(dbv1.ConditionReady, dbv1.ReasonReconciling, "")))
+	assert.Equal(t, corev1.EventTypeNormal, EventType(True(dbv1.ConditionReady, dbv1.ReasonReady, "")))
+	assert.Equal(t, corev1.EventTypeNormal, EventType(Unknown(dbv1.ConditionReady, dbv1.ReasonReconciling, "")))
 }

@@ -6,11 +6,12 @@ import (
 	"strings"
 )
 
-// Set is the set of enabled controllers, by name.
-type Set map[string]bool
+// Enabled says, by name, whether each controller runs: what --controllers
+// asked for.
+type Enabled map[string]bool
 
-// Enabled lists the enabled controllers in the order of known.
-func (s Set) Enabled(known []string) []string {
+// Names lists the enabled controllers in the order of known.
+func (s Enabled) Names(known []string) []string {
 	var out []string
 	for _, n := range known {
 		if s[n] {
@@ -25,13 +26,13 @@ func (s Set) Enabled(known []string) []string {
 // "name" enables one, "-name" disables one (and wins over "*" and "name").
 // A list of only "-name" entries implies "*"; an empty list means "*".
 // Unknown names are an error that lists the valid ones.
-func ParseControllers(value string, known []string) (Set, error) {
+func ParseControllers(value string, known []string) (Enabled, error) {
 	items := strings.Split(value, ",")
 	if strings.TrimSpace(value) == "" {
 		items = []string{"*"}
 	}
 	all, onlyDisables := false, true
-	enable, disable := Set{}, Set{}
+	enable, disable := Enabled{}, Enabled{}
 	for _, raw := range items {
 		item := strings.TrimSpace(raw)
 		name, off := strings.CutPrefix(item, "-")
@@ -52,7 +53,7 @@ func ParseControllers(value string, known []string) (Set, error) {
 			onlyDisables = false
 		}
 	}
-	set := Set{}
+	set := Enabled{}
 	for _, n := range known {
 		set[n] = (all || onlyDisables || enable[n]) && !disable[n]
 	}

@@ -41,7 +41,7 @@ func TestParseControllers(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, tt.enabled, set.Enabled(known))
+			assert.Equal(t, tt.enabled, set.Names(known))
 			assert.Len(t, set, len(known), "every known controller has an entry")
 		})
 	}

@@ -55,7 +55,7 @@ func Names() []string {
 // Setup registers every enabled controller with the manager and a stand-in
 // for every disabled one. o carries the manager-wide settings
 // (MaxConcurrentReconciles, Engines); Setup fills in the rest from enabled.
-func Setup(mgr ctrl.Manager, enabled Set, o facet.Options) error {
+func Setup(mgr ctrl.Manager, enabled Enabled, o facet.Options) error {
 	o.WaitForFinalizer = enabled[cleanup.Name]
 	o.Facets = nil
 	for _, c := range Facets() {

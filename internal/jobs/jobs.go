@@ -11,28 +11,34 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dbkeeper/dbkeeper/internal/apply"
 )
 
-// Ensure returns the live Job of desired's name, creating it from
-// desired when it does not exist yet; a Job just created is returned
-// without status, so Finished reports it running. A Job is never updated:
-// its template is immutable, and an existing one is the run that counts.
-func Ensure(ctx context.Context, c client.Client, desired *batchv1ac.JobApplyConfiguration, owner string) (*batchv1.Job, bool, error) {
-	job := &batchv1.Job{}
+// Applier is what creates a Job: the controller's facet.Writer.
+type Applier interface {
+	Apply(ctx context.Context, live client.Object, desired runtime.ApplyConfiguration) (bool, error)
+}
+
+// Ensure returns the live Job of desired's name, read with r, creating it
+// from desired with w when it does not exist yet, and reports whether it
+// created it; a Job just created is returned without status, so Finished
+// reports it running. A Job is never updated: its template is immutable,
+// and an existing one is the run that counts. Its errors name the Job and
+// the step that failed.
+func Ensure(ctx context.Context, r client.Reader, w Applier, desired *batchv1ac.JobApplyConfiguration) (*batchv1.Job, bool, error) {
 	key := client.ObjectKey{Namespace: *desired.GetNamespace(), Name: *desired.GetName()}
-	err := c.Get(ctx, key, job)
-	if err == nil {
-		return job, false, nil
-	}
-	if !apierrors.IsNotFound(err) {
+	job, err := apply.Live(ctx, r, key, &batchv1.Job{})
+	if err != nil {
 		return nil, false, fmt.Errorf("getting Job %s: %w", key.Name, err)
 	}
-	if _, err := apply.Apply(ctx, c, nil, desired, owner); err != nil {
+	if job != nil {
+		return job, false, nil
+	}
+	if _, err := w.Apply(ctx, nil, desired); err != nil {
 		return nil, false, fmt.Errorf("creating Job %s: %w", key.Name, err)
 	}
 	return &batchv1.Job{}, true, nil

@@ -14,6 +14,8 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/dbkeeper/dbkeeper/internal/apply"
 )
 
 // TestFinished reads a Job's end, its time and its failure message off its
@@ -68,12 +70,13 @@ func TestEnsure(t *testing.T) {
 				WithContainers(corev1ac.Container().WithName("backup").WithImage(image)))))
 	}
 
-	job, created, err := Ensure(ctx, c, desired("postgres:17"), "dbkeeper-test")
+	w := apply.NewWriter(c, "dbkeeper-test")
+	job, created, err := Ensure(ctx, c, w, desired("postgres:17"))
 	require.NoError(t, err)
 	assert.True(t, created)
 	assert.Empty(t, job.Status.Conditions)
 
-	job, created, err = Ensure(ctx, c, desired("postgres:18"), "dbkeeper-test")
+	job, created, err = Ensure(ctx, c, w, desired("postgres:18"))
 	require.NoError(t, err)
 	assert.False(t, created)
 	assert.Equal(t, "orders-final-backup", job.Name)

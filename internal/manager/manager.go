@@ -36,7 +36,7 @@ import (
 // Options configure the manager.
 type Options struct {
 	// Controllers are the enabled controllers.
-	Controllers controller.Set
+	Controllers controller.Enabled
 	// WatchNamespaces limits the manager to these namespaces; empty means
 	// every namespace.
 	WatchNamespaces []string

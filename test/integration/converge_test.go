@@ -164,6 +164,35 @@ func TestConvergedDatabaseGetsNoWrites(t *testing.T) {
 	}
 }
 
+// TestRestartedOperatorWritesNothing restarts the operator on a converged
+// Database and wakes every controller: the new operator has made no apply
+// yet, and reads what its last ones were off the children (their
+// applied.dbkeeper.io annotation) and the status, so it writes nothing.
+func TestRestartedOperatorWritesNothing(t *testing.T) {
+	ns := newNamespace(t)
+	op := startOperator(t, ns, "*")
+	db := convergeReady(t, newDatabase(ns, "restarted"))
+	op.WaitQuiet(t, quiet, timeout)
+	op.Stop()
+	versions := childVersions(t, db)
+	counts := reconcileCounts(t)
+
+	op = startOperator(t, ns, "*")
+	annotate(t, db, "example.com/poke", "1")
+	annotated := getDatabase(t, db).ResourceVersion
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		now := reconcileCounts(t)
+		for _, name := range []string{"statefulset", "service", "secret", "backup", "cleanup", "readiness"} {
+			assert.Greater(c, now[name], counts[name], "controller %s has not reconciled since the restart", name)
+		}
+	}, timeout, tick)
+	op.WaitQuiet(t, quiet, timeout)
+
+	assert.Empty(t, op.Writes.Since(0), "writes of the restarted operator")
+	assert.Equal(t, versions, childVersions(t, db), "children's resourceVersions")
+	assert.Equal(t, annotated, getDatabase(t, db).ResourceVersion, "the Database's resourceVersion moved after the annotation")
+}
+
 // childVersions maps each child to its resourceVersion.
 func childVersions(t *testing.T, db *dbv1.Database) map[string]string {
 	t.Helper()

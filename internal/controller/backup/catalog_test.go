@@ -8,9 +8,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -25,7 +27,7 @@ func TestSyncWithCatalog(t *testing.T) {
 	db := facettest.Database()
 	db.Annotations = map[string]string{dbv1.AnnotationBackupNow: "t1"}
 	c := facettest.Client(t, db)
-	s := newSyncer(c, func() time.Time { return t0 })
+	s := newSyncer(c, facet.WriterFor(c, &events.FakeRecorder{}, Name), func() time.Time { return t0 })
 	s.engines = catalog
 
 	_, err = s.Sync(ctx, db)

@@ -57,9 +57,10 @@ func (Controller) ConditionType() string { return dbv1.ConditionBackupReady }
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	registerMetrics(mgr.GetCache())
-	s := newSyncer(mgr.GetClient(), time.Now)
+	w := facet.NewWriter(mgr, Name)
+	s := newSyncer(mgr.GetClient(), w, time.Now)
 	s.engines = o.Engines
-	r := facet.NewReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name), c.ConditionType(), s, o)
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -83,14 +84,17 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 // Jobs, and reads the backup history off the Jobs.
 type syncer struct {
 	client client.Client
+	writer *facet.Writer
 	now    func() time.Time
 	// engines is the image catalog; the zero one is the built-in.
 	engines engine.Catalog
 }
 
-// newSyncer is the backup syncer that reads and writes with c and judges
-// the age of backups by the clock now.
-func newSyncer(c client.Client, now func() time.Time) *syncer { return &syncer{client: c, now: now} }
+// newSyncer is the backup syncer that reads and patches with c, applies
+// with w, and judges the age of backups by the clock now.
+func newSyncer(c client.Client, w *facet.Writer, now func() time.Time) *syncer {
+	return &syncer{client: c, writer: w, now: now}
+}
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
 	eng, err := s.engines.For(db.Spec.Engine)
@@ -165,9 +169,9 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 	if err != nil {
 		return nil, "", reconcile.TerminalError(err)
 	}
-	job, created, err := jobs.Ensure(ctx, s.client, desired, facet.FieldOwner(Name))
+	job, created, err := jobs.Ensure(ctx, s.client, s.writer, desired)
 	if err != nil {
-		return nil, "", fmt.Errorf("ensuring restore Job %s: %w", name, err)
+		return nil, "", err
 	}
 	if created {
 		log.FromContext(ctx).Info("Starting restore", "Job", klog.KRef(db.Namespace, name), "from", source)
@@ -196,9 +200,9 @@ func (s *syncer) runOnDemand(ctx context.Context, db *dbv1.Database, eng engine.
 	if err != nil {
 		return "", reconcile.TerminalError(err)
 	}
-	_, created, err := jobs.Ensure(ctx, s.client, job, facet.FieldOwner(Name))
+	_, created, err := jobs.Ensure(ctx, s.client, s.writer, job)
 	if err != nil {
-		return "", fmt.Errorf("ensuring on-demand backup Job: %w", err)
+		return "", err
 	}
 	if created {
 		log.FromContext(ctx).Info("Starting on-demand backup", "Job", klog.KRef(db.Namespace, *job.GetName()), "token", token)
@@ -210,59 +214,43 @@ func (s *syncer) runOnDemand(ctx context.Context, db *dbv1.Database, eng engine.
 // larger than the spec asks for.
 func (s *syncer) applyPVC(ctx context.Context, db *dbv1.Database) error {
 	desired := resources.BackupPVC(db)
-	live := &corev1.PersistentVolumeClaim{}
-	found, err := s.get(ctx, db, live, *desired.GetName(), "PVC")
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: *desired.GetName()}, &corev1.PersistentVolumeClaim{})
 	if err != nil {
-		return err
+		return fmt.Errorf("getting backup PVC %s: %w", *desired.GetName(), err)
 	}
-	if !found {
-		return s.write(ctx, nil, desired, "PVC")
+	if live != nil {
+		// Earlier versions gave it an owner reference, with which garbage
+		// collection could take it before the cleanup finalizer runs. A
+		// conflict: the PVC changed since the cache saw it, and that change
+		// brings us back.
+		if _, err := facet.Disown(ctx, s.client, db, live); err != nil && !apierrors.IsConflict(err) {
+			return err
+		}
+		resources.KeepLargerRequest(desired, live)
 	}
-	// Earlier versions gave it an owner reference, with which garbage
-	// collection could take it before the cleanup finalizer runs. A
-	// conflict: the PVC changed since the cache saw it, and that change
-	// brings us back.
-	if _, err := facet.Disown(ctx, s.client, db, live); err != nil && !apierrors.IsConflict(err) {
-		return err
-	}
-	resources.KeepLargerRequest(desired, live)
 	return s.write(ctx, live, desired, "PVC")
 }
 
-// apply fetches live by the name of desired and applies desired over it.
-func (s *syncer) apply(ctx context.Context, db *dbv1.Database, live client.Object, desired namedApplyConfiguration, kind string) error {
-	found, err := s.get(ctx, db, live, *desired.GetName(), kind)
+// apply reads the live object of desired's name into obj and applies
+// desired over it.
+func (s *syncer) apply(ctx context.Context, db *dbv1.Database, obj client.Object, desired namedApplyConfiguration, kind string) error {
+	name := *desired.GetName()
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, obj)
 	if err != nil {
-		return err
-	}
-	if !found {
-		live = nil
+		return fmt.Errorf("getting backup %s %s: %w", kind, name, err)
 	}
 	return s.write(ctx, live, desired, kind)
 }
 
-// get reads the backup child of the name into live and reports whether it
-// exists.
-func (s *syncer) get(ctx context.Context, db *dbv1.Database, live client.Object, name, kind string) (bool, error) {
-	if err := s.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, live); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return false, fmt.Errorf("getting backup %s %s: %w", kind, name, err)
-		}
-		return false, nil
-	}
-	return true, nil
-}
-
 // write applies desired over live, which is nil when there is none.
 func (s *syncer) write(ctx context.Context, live client.Object, desired namedApplyConfiguration, kind string) error {
-	name := *desired.GetName()
-	if _, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name)); err != nil {
-		return fmt.Errorf("applying backup %s %s: %w", kind, name, err)
+	if _, err := s.writer.Apply(ctx, live, desired); err != nil {
+		return fmt.Errorf("applying backup %s %s: %w", kind, *desired.GetName(), err)
 	}
 	return nil
 }
 
-func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
+func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
 	if db.Status.Backup == nil {
 		return nil
 	}

@@ -10,9 +10,11 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -27,7 +29,7 @@ func TestSync(t *testing.T) {
 	db.Spec.Backup.Schedule = "0 2 * * *"
 	c := facettest.Client(t, db)
 	now := t0.Add(time.Hour)
-	s := newSyncer(c, func() time.Time { return now })
+	s := newSyncer(c, facet.WriterFor(c, &events.FakeRecorder{}, Name), func() time.Time { return now })
 	key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: db.Namespace, Name: name} }
 
 	out, err := s.Sync(ctx, db)

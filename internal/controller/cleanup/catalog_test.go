@@ -7,10 +7,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -26,7 +27,7 @@ func TestFinalBackupWithCatalog(t *testing.T) {
 	db.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete
 	db.Spec.Backup.BeforeDelete = true
 	c := facettest.Client(t, db)
-	r := newReconciler(c, conditions.Writer{})
+	r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
 	r.engines = catalog
 
 	wait, err := r.finalBackup(ctx, db)

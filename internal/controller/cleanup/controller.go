@@ -27,6 +27,7 @@ import (
 
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
@@ -99,15 +100,16 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 // reconciler adds the finalizer and carries out the deletion policy.
 type reconciler struct {
 	client client.Client
-	writer conditions.Writer
+	writer *facet.Writer
 	// engines is the image catalog of the final backup Job; the zero one
 	// is the built-in.
 	engines engine.Catalog
 }
 
 // newReconciler is the cleanup reconciler that reads, deletes and patches
-// with c and writes Deleting and status.deletion with w.
-func newReconciler(c client.Client, w conditions.Writer) *reconciler {
+// with c, and writes Deleting and status.deletion and creates the final
+// backup Job with w.
+func newReconciler(c client.Client, w *facet.Writer) *reconciler {
 	return &reconciler{client: c, writer: w}
 }
 
@@ -125,8 +127,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.patchFinalizer(ctx, db, controllerutil.AddFinalizer); err != nil {
 			return ctrl.Result{}, err
 		}
-		desired := dbv1ac.Database(db.Name, db.Namespace).WithStatus(preview)
-		if _, err := r.writer.Sent.ApplyStatus(ctx, r.client, db, desired, r.writer.Owner); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.writer.ApplyStatus(ctx, db, preview); err != nil {
 			return ctrl.Result{}, fmt.Errorf("applying status.deletion: %w", err)
 		}
 		return ctrl.Result{}, nil
@@ -138,17 +139,17 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if db.Spec.DeletionPolicy == dbv1.DeletionPolicyDoNotDelete {
 		cond := conditions.False(t, dbv1.ReasonDeletionBlocked,
 			"spec.deletionPolicy is DoNotDelete: the Database stays until you change the policy to Delete, Retain or WipeOut")
-		return ctrl.Result{}, r.writer.Apply(ctx, db, cond, preview)
+		return ctrl.Result{}, r.writer.ApplyCondition(ctx, db, cond, preview)
 	}
 	if wait, err := r.finalBackup(ctx, db); err != nil || wait != nil {
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, r.writer.Apply(ctx, db, *wait, preview)
+		return ctrl.Result{}, r.writer.ApplyCondition(ctx, db, *wait, preview)
 	}
 	plan := planFor(db.Spec.DeletionPolicy)
 	cond := conditions.True(t, dbv1.ReasonCleaningUp, fmt.Sprintf("carrying out deletionPolicy %s: %s", db.Spec.DeletionPolicy, plan))
-	if err := r.writer.Apply(ctx, db, cond, preview); err != nil {
+	if err := r.writer.ApplyCondition(ctx, db, cond, preview); err != nil {
 		return ctrl.Result{}, err
 	}
 	waiting, err := r.carryOut(ctx, db, plan)
@@ -160,7 +161,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			db.Spec.DeletionPolicy, waiting))
 		// The StatefulSet's deletion brings us back; the requeue is for a
 		// missed event only.
-		return ctrl.Result{RequeueAfter: waitRetry}, r.writer.Apply(ctx, db, cond, preview)
+		return ctrl.Result{RequeueAfter: waitRetry}, r.writer.ApplyCondition(ctx, db, cond, preview)
 	}
 	log.FromContext(ctx).Info("Removing finalizer", "deletionPolicy", db.Spec.DeletionPolicy)
 	return ctrl.Result{}, r.patchFinalizer(ctx, db, controllerutil.RemoveFinalizer)
@@ -177,15 +178,15 @@ func (r *reconciler) finalBackup(ctx context.Context, db *dbv1.Database) (*metav
 	t := dbv1.ConditionDeleting
 	eng, err := r.engines.For(db.Spec.Engine)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("running the final backup: %w", err)
 	}
 	desired, err := resources.FinalBackupJob(db, eng)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("building final backup Job %s: %w", name, err)
 	}
-	job, created, err := jobs.Ensure(ctx, r.client, desired, facet.FieldOwner(Name))
+	job, created, err := jobs.Ensure(ctx, r.client, r.writer, desired)
 	if err != nil {
-		return nil, fmt.Errorf("ensuring final backup Job: %w", err)
+		return nil, err
 	}
 	if created {
 		log.FromContext(ctx).Info("Starting final backup before deletion", "Job", klog.KRef(db.Namespace, name))
@@ -345,15 +346,12 @@ func (r *reconciler) deleteWorkload(ctx context.Context, db *dbv1.Database) (str
 			}
 		}
 	}
-	sts := &appsv1.StatefulSet{}
 	name := resources.StatefulSetName(db)
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sts); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", nil
-		}
+	sts, err := apply.Live(ctx, r.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, &appsv1.StatefulSet{})
+	if err != nil {
 		return "", fmt.Errorf("getting StatefulSet %s: %w", name, err)
 	}
-	if !resources.Belongs(db, sts) {
+	if sts == nil || !resources.Belongs(db, sts) {
 		return "", nil
 	}
 	if sts.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(sts, metav1.FinalizerDeleteDependents) {
@@ -385,11 +383,12 @@ func (r *reconciler) list(ctx context.Context, db *dbv1.Database, component stri
 // deleteOrKeepNamed is deleteOrKeep for the child of that exact name, when
 // it exists and belongs to db.
 func (r *reconciler) deleteOrKeepNamed(ctx context.Context, db *dbv1.Database, obj client.Object, name string, del bool) error {
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
+	obj, err := apply.Live(ctx, r.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, obj)
+	if err != nil {
 		return fmt.Errorf("getting %s: %w", name, err)
+	}
+	if obj == nil {
+		return nil
 	}
 	if !resources.Belongs(db, obj) {
 		log.FromContext(ctx).V(1).Info("Leaving an object that is not this Database's", facet.Kind(r.client, obj), klog.KObj(obj))

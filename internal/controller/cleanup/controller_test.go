@@ -11,12 +11,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -61,7 +61,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 
 	t.Run("WipeOut", func(t *testing.T) {
 		c := facettest.Client(t, objects()...)
-		r := newReconciler(c, conditions.Writer{})
+		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
 		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyWipeOut))
 		require.NoError(t, err)
 		assert.Empty(t, waiting, "waits for a StatefulSet that is not this Database's")
@@ -78,7 +78,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 
 	t.Run("Retain", func(t *testing.T) {
 		c := facettest.Client(t, objects()...)
-		r := newReconciler(c, conditions.Writer{})
+		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
 		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyRetain))
 		require.NoError(t, err)
 		assert.Empty(t, waiting)
@@ -97,7 +97,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 		objs := objects()
 		objs[len(objs)-1] = &appsv1.StatefulSet{ObjectMeta: meta("orders", resources.ComponentDatabase)} // orphaned
 		c := facettest.Client(t, objs...)
-		r := newReconciler(c, conditions.Writer{})
+		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
 		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyDelete))
 		require.NoError(t, err)
 		assert.Contains(t, waiting, "StatefulSet orders")
@@ -135,7 +135,7 @@ func TestReconcile(t *testing.T) {
 			db.Finalizers = nil
 		}
 		c := facettest.Client(t, db)
-		r := newReconciler(c, facet.WriterFor(c, nil, Name))
+		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
 		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
 		_, err := r.Reconcile(ctx, req)
 		if apierrors.IsConflict(err) {

@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 )
 
@@ -22,7 +20,7 @@ type eventUpdate = event.UpdateEvent
 // condition for a live one and the facet takes its entry back when enabled.
 type Disabled struct {
 	Client        client.Client
-	Writer        conditions.Writer
+	Writer        *Writer
 	ConditionType string
 }
 
@@ -37,7 +35,7 @@ func (d *Disabled) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	}
 	cond := conditions.Unknown(d.ConditionType, dbv1.ReasonControllerDisabled,
 		"the controller of this condition is disabled with --controllers; nothing keeps this facet")
-	return ctrl.Result{}, d.Writer.Apply(ctx, db, cond, nil)
+	return ctrl.Result{}, d.Writer.ApplyCondition(ctx, db, cond, nil)
 }
 
 // SetupDisabled registers the stand-in of a disabled controller.
@@ -52,17 +50,4 @@ func SetupDisabled(mgr ctrl.Manager, controllerName, conditionType string, o Opt
 		return fmt.Errorf("setting up disabled controller %s: %w", controllerName, err)
 	}
 	return nil
-}
-
-// NewWriter is the condition writer of the named controller, with the
-// manager's client and an event recorder of the controller's field owner.
-func NewWriter(mgr ctrl.Manager, controllerName string) conditions.Writer {
-	return WriterFor(mgr.GetClient(), mgr.GetEventRecorder(FieldOwner(controllerName)), controllerName)
-}
-
-// WriterFor is the condition writer of the named controller from plain
-// dependencies: the client it applies with and the recorder of its Events
-// (which may be nil: no Events).
-func WriterFor(c client.Client, recorder events.EventRecorder, controllerName string) conditions.Writer {
-	return conditions.Writer{Client: c, Recorder: recorder, Owner: FieldOwner(controllerName), Sent: &apply.Sent{}}
 }

@@ -67,25 +67,26 @@ type Syncer interface {
 	// until the spec changes should be wrapped with reconcile.TerminalError
 	// or be an Invalid error.
 	Sync(ctx context.Context, db *dbv1.Database) (Outcome, error)
-	// Carry returns the facet's status fields as they are now, to be
-	// re-applied when Sync does not run (paused, failed): server-side apply
-	// removes fields that their manager stops sending.
-	Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration
+	// CurrentStatus returns the facet's status fields as the Database
+	// holds them now, for the Reconciler to apply again with the condition
+	// when Sync does not run (paused, failed): server-side apply removes
+	// the fields that their manager stops sending.
+	CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration
 }
 
 // Reconciler runs a Syncer for each Database and reports its condition.
 type Reconciler struct {
 	Client        client.Client
-	Writer        conditions.Writer
+	Writer        *Writer
 	ConditionType string
 	Syncer        Syncer
 	Options       Options
 }
 
 // NewReconciler is the Reconciler of a facet from plain dependencies: the
-// client that reads the Database, the facet's condition writer, its
+// client that reads the Database, the facet's Writer, its
 // condition type, its Syncer and the manager's options.
-func NewReconciler(c client.Client, w conditions.Writer, conditionType string, s Syncer, o Options) *Reconciler {
+func NewReconciler(c client.Client, w *Writer, conditionType string, s Syncer, o Options) *Reconciler {
 	return &Reconciler{Client: c, Writer: w, ConditionType: conditionType, Syncer: s, Options: o}
 }
 
@@ -103,13 +104,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if db.Spec.Paused {
 		cond := conditions.Unknown(r.ConditionType, dbv1.ReasonPaused, "spec.paused is true: the children are left as they are")
-		return ctrl.Result{}, r.Writer.Apply(ctx, db, cond, r.Syncer.Carry(db))
+		return ctrl.Result{}, r.Writer.ApplyCondition(ctx, db, cond, r.Syncer.CurrentStatus(db))
 	}
 
 	out, err := r.Syncer.Sync(ctx, db)
 	if err != nil {
 		cond := conditions.False(r.ConditionType, dbv1.ReasonApplyFailed, Explain(err))
-		if werr := r.Writer.Apply(ctx, db, cond, r.Syncer.Carry(db)); werr != nil {
+		if werr := r.Writer.ApplyCondition(ctx, db, cond, r.Syncer.CurrentStatus(db)); werr != nil {
 			return ctrl.Result{}, errors.Join(err, werr)
 		}
 		if Terminal(err) {
@@ -119,7 +120,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	out.Condition.Type = r.ConditionType
-	if err := r.Writer.Apply(ctx, db, out.Condition, out.Status); err != nil {
+	if err := r.Writer.ApplyCondition(ctx, db, out.Condition, out.Status); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: out.RequeueAfter}, nil

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -33,7 +34,9 @@ func (s *stubSyncer) Sync(context.Context, *dbv1.Database) (Outcome, error) {
 	return Outcome{Condition: conditions.True("", dbv1.ReasonServicesReady, "in place")}, nil
 }
 
-func (s *stubSyncer) Carry(*dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration { return nil }
+func (s *stubSyncer) CurrentStatus(*dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
+	return nil
+}
 
 // TestReconciler: the loop every facet shares. It syncs and reports the
 // facet's condition; reports Paused without syncing; reports a sync error
@@ -64,7 +67,7 @@ func TestReconciler(t *testing.T) {
 			}
 			c := facettest.Client(t, db)
 			s := &stubSyncer{err: tc.err}
-			r := NewReconciler(c, WriterFor(c, nil, "service"), dbv1.ConditionServiceReady, s, Options{WaitForFinalizer: true})
+			r := NewReconciler(c, WriterFor(c, &events.FakeRecorder{}, "service"), dbv1.ConditionServiceReady, s, Options{WaitForFinalizer: true})
 			_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
 			assert.Equal(t, tc.returnErr, err != nil, "error %v", err)
 			assert.Equal(t, tc.syncs, s.syncs)

@@ -55,7 +55,7 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 // reconciler writes the Ready summary of one Database.
 type reconciler struct {
 	client client.Client
-	writer conditions.Writer
+	writer *facet.Writer
 	facets []string
 	// waitForFinalizer holds the first status write back until the cleanup
 	// controller has added its finalizer, as the facets do, so that the
@@ -66,7 +66,7 @@ type reconciler struct {
 
 // newReconciler is the readiness reconciler that reads with c, writes Ready
 // with w, and summarizes the facets of o.
-func newReconciler(c client.Client, w conditions.Writer, o facet.Options) *reconciler {
+func newReconciler(c client.Client, w *facet.Writer, o facet.Options) *reconciler {
 	return &reconciler{client: c, writer: w, facets: o.Facets, waitForFinalizer: o.WaitForFinalizer}
 }
 
@@ -87,5 +87,5 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	status := dbv1ac.DatabaseStatus().
 		WithPhase(conditions.Phase(ready)).
 		WithObservedGeneration(observed)
-	return ctrl.Result{}, r.writer.Apply(ctx, db, ready, status)
+	return ctrl.Result{}, r.writer.ApplyCondition(ctx, db, ready, status)
 }

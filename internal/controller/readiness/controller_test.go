@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -63,7 +64,7 @@ func TestReconcileWritesTheSummary(t *testing.T) {
 				db.Finalizers = nil
 			}
 			c := facettest.Client(t, db)
-			r := newReconciler(c, facet.WriterFor(c, nil, Name), facet.Options{Facets: facets, WaitForFinalizer: tc.wait})
+			r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name), facet.Options{Facets: facets, WaitForFinalizer: tc.wait})
 			_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
 			require.NoError(t, err)
 
@@ -84,7 +85,7 @@ func TestReconcileWritesTheSummary(t *testing.T) {
 
 	t.Run("a deleted Database is no error", func(t *testing.T) {
 		c := facettest.Client(t)
-		r := newReconciler(c, facet.WriterFor(c, nil, Name), facet.Options{Facets: facets})
+		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name), facet.Options{Facets: facets})
 		_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "shop", Name: "gone"}})
 		assert.NoError(t, err)
 	})

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -72,7 +71,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionCredentialsReady
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
-	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), mgr.GetAPIReader(), w.Recorder), o)
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), mgr.GetAPIReader(), w), o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -100,16 +99,16 @@ type syncer struct {
 	// it changed (and once per Secret after a restart), never on every
 	// reconcile.
 	checked sync.Map
-	// recorder records the Events of the repairs on the Database; nil
-	// records none. An Event names keys, never a value.
-	recorder events.EventRecorder
+	// writer applies the Secret's metadata and records the Events of the
+	// repairs on the Database. An Event names keys, never a value.
+	writer *facet.Writer
 }
 
-// newSyncer is the secret syncer that writes with c, reads Secrets data
-// with reader, which must read from the API server, and records the Events
-// of its repairs with recorder (nil: none).
-func newSyncer(c client.Client, reader client.Reader, recorder events.EventRecorder) *syncer {
-	return &syncer{client: c, reader: reader, recorder: recorder}
+// newSyncer is the secret syncer that reads metadata from and creates and
+// patches with c, reads Secrets data with reader, which must read from the
+// API server, and applies and records Events with w.
+func newSyncer(c client.Client, reader client.Reader, w *facet.Writer) *syncer {
+	return &syncer{client: c, reader: reader, writer: w}
 }
 
 // restoreData puts back the keys of a generated Secret derived from its
@@ -147,11 +146,9 @@ func (s *syncer) restoreData(ctx context.Context, db *dbv1.Database, cachedVersi
 		if err := s.client.Patch(ctx, sec, patch, client.FieldOwner(facet.FieldOwner(Name))); err != nil {
 			return nil, fmt.Errorf("restoring keys %s of Secret %s: %w", strings.Join(keys, ","), key.Name, err)
 		}
-		if s.recorder != nil {
-			// Key names only: the values are the credentials.
-			s.recorder.Eventf(db, sec, corev1.EventTypeNormal, ReasonSecretKeysRestored, "RestoreKeys",
-				"Restored keys %s of Secret %s changed by somebody else", strings.Join(keys, ", "), key.Name)
-		}
+		// Key names only: the values are the credentials.
+		s.writer.Eventf(db, sec, corev1.EventTypeNormal, ReasonSecretKeysRestored, "RestoreKeys",
+			"Restored keys %s of Secret %s changed by somebody else", strings.Join(keys, ", "), key.Name)
 	}
 	s.checked.Store(key, sec.ResourceVersion)
 	return nil, nil
@@ -167,16 +164,15 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 func (s *syncer) checkUserSecret(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
 	name := resources.CredentialsSecretName(db)
 	t := dbv1.ConditionCredentialsReady
-	sec := &corev1.Secret{}
-	err := s.reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec)
-	if apierrors.IsNotFound(err) {
+	sec, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
+	if err != nil {
+		return facet.Outcome{}, fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	if sec == nil {
 		return facet.Outcome{
 			Condition:    conditions.False(t, dbv1.ReasonSecretNotFound, fmt.Sprintf("Secret %s named in spec.credentials.secretName does not exist: create it with the keys %s and %s", name, engine.UsernameKey, engine.PasswordKey)),
 			RequeueAfter: retryMissing,
 		}, nil
-	}
-	if err != nil {
-		return facet.Outcome{}, fmt.Errorf("getting Secret %s: %w", name, err)
 	}
 	if missing := missingKeys(sec.Data); len(missing) > 0 {
 		return facet.Outcome{
@@ -198,11 +194,13 @@ func (s *syncer) checkUserSecret(ctx context.Context, db *dbv1.Database) (facet.
 func (s *syncer) ensureGenerated(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
 	name := resources.GeneratedSecretName(db)
 	t := dbv1.ConditionCredentialsReady
-	live := &metav1.PartialObjectMetadata{}
-	live.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	err := s.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, live)
+	partial := &metav1.PartialObjectMetadata{}
+	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, partial)
 	switch {
-	case apierrors.IsNotFound(err):
+	case err != nil:
+		return facet.Outcome{}, fmt.Errorf("getting Secret %s: %w", name, err)
+	case live == nil:
 		created, err := s.create(ctx, db)
 		if err != nil {
 			return facet.Outcome{}, err
@@ -212,15 +210,13 @@ func (s *syncer) ensureGenerated(ctx context.Context, db *dbv1.Database) (facet.
 			// a Secret somebody else made under the generated name.
 			return s.adoptForeign(ctx, db)
 		}
-	case err != nil:
-		return facet.Outcome{}, fmt.Errorf("getting Secret %s: %w", name, err)
 	default:
 		// A conflict: the Secret changed since the cache saw it, and that
 		// change brings us back.
 		if _, err := facet.Disown(ctx, s.client, db, live); err != nil && !apierrors.IsConflict(err) {
 			return facet.Outcome{}, err
 		}
-		if _, err := apply.Apply(ctx, s.client, live, resources.CredentialsSecretMetadata(db), facet.FieldOwner(Name)); err != nil {
+		if _, err := s.writer.Apply(ctx, live, resources.CredentialsSecretMetadata(db)); err != nil {
 			return facet.Outcome{}, fmt.Errorf("applying metadata of Secret %s: %w", name, err)
 		}
 		if out, err := s.restoreData(ctx, db, live.ResourceVersion); err != nil || out != nil {
@@ -274,7 +270,7 @@ func (s *syncer) adoptForeign(ctx context.Context, db *dbv1.Database) (facet.Out
 		}, nil
 	}
 	log.FromContext(ctx).Info("Adopting existing credentials Secret", "Secret", klog.KObj(sec))
-	if _, err := apply.Apply(ctx, s.client, nil, resources.CredentialsSecretMetadata(db), facet.FieldOwner(Name)); err != nil {
+	if _, err := s.writer.Apply(ctx, nil, resources.CredentialsSecretMetadata(db)); err != nil {
 		return facet.Outcome{}, fmt.Errorf("adopting Secret %s: %w", name, err)
 	}
 	// An owner reference it came with (to an earlier Database of this
@@ -286,7 +282,7 @@ func (s *syncer) adoptForeign(ctx context.Context, db *dbv1.Database) (facet.Out
 	}, nil
 }
 
-func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
+func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
 	if db.Status.CredentialsSecret == "" {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -24,7 +25,7 @@ func TestSyncGenerates(t *testing.T) {
 	ctx := context.Background()
 	db := facettest.Database()
 	c := facettest.Client(t, db)
-	s := newSyncer(c, c, nil)
+	s := newSyncer(c, c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
 	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.GeneratedSecretName(db)}
 
 	out, err := s.Sync(ctx, db)
@@ -67,7 +68,7 @@ func TestSyncChecksTheUsersSecret(t *testing.T) {
 				objs = append(objs, tc.secret)
 			}
 			c := facettest.Client(t, objs...)
-			out, err := newSyncer(c, c, nil).Sync(context.Background(), db)
+			out, err := newSyncer(c, c, facet.WriterFor(c, &events.FakeRecorder{}, Name)).Sync(context.Background(), db)
 			require.NoError(t, err)
 			assert.Equal(t, tc.status, out.Condition.Status)
 			assert.Equal(t, tc.reason, out.Condition.Reason, out.Condition.Message)
@@ -88,7 +89,7 @@ func TestSyncRestoresKeys(t *testing.T) {
 	db := facettest.Database()
 	c := facettest.Client(t, db)
 	rec := events.NewFakeRecorder(10)
-	s := newSyncer(c, c, rec)
+	s := newSyncer(c, c, facet.WriterFor(c, rec, Name))
 	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.GeneratedSecretName(db)}
 
 	_, err := s.Sync(ctx, db)

@@ -9,13 +9,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -62,7 +59,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionServiceReady }
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
-	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), w.Recorder), o)
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), w), o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, builder.WithPredicates(predicate.Or(facet.DatabaseChanged(), restoreFinishedChanged()))).
@@ -79,15 +76,15 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 // syncer keeps the client and headless Services.
 type syncer struct {
 	client client.Client
-	// recorder records the Events of the repairs on the Database; nil
-	// records none.
-	recorder events.EventRecorder
+	// writer applies the Services and records the Events of the repairs
+	// on the Database.
+	writer *facet.Writer
 }
 
-// newSyncer is the service syncer that reads and writes with c and records
-// the Events of its repairs with recorder (nil: none).
-func newSyncer(c client.Client, recorder events.EventRecorder) *syncer {
-	return &syncer{client: c, recorder: recorder}
+// newSyncer is the service syncer that reads and patches with c, and
+// applies and records Events with w.
+func newSyncer(c client.Client, w *facet.Writer) *syncer {
+	return &syncer{client: c, writer: w}
 }
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
@@ -117,12 +114,9 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 }
 
 func (s *syncer) apply(ctx context.Context, db *dbv1.Database, desired *corev1ac.ServiceApplyConfiguration) error {
-	live := &corev1.Service{}
-	if err := s.client.Get(ctx, client.ObjectKey{Namespace: *desired.Namespace, Name: *desired.Name}, live); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("getting Service %s: %w", *desired.Name, err)
-		}
-		live = nil
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: *desired.Namespace, Name: *desired.Name}, &corev1.Service{})
+	if err != nil {
+		return fmt.Errorf("getting Service %s: %w", *desired.Name, err)
 	}
 	if live != nil && hasForeignPorts(live, desired) {
 		if err := s.replacePorts(ctx, db, live, desired); err != nil {
@@ -130,10 +124,7 @@ func (s *syncer) apply(ctx context.Context, db *dbv1.Database, desired *corev1ac
 		}
 		live = nil // apply, to own the ports again
 	}
-	if live != nil && !maps.Equal(live.Spec.Selector, desired.Spec.Selector) {
-		live = nil // apply: the selector is atomic, and a key it loses is a difference apply.Apply does not see
-	}
-	if _, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name)); err != nil {
+	if _, err := s.writer.Apply(ctx, live, desired); err != nil {
 		return fmt.Errorf("applying Service %s: %w", *desired.Name, err)
 	}
 	return nil
@@ -156,7 +147,7 @@ func restoreFinishedChanged() predicate.Predicate {
 	}
 }
 
-func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
+func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
 	if db.Status.Endpoint == "" {
 		return nil
 	}
@@ -196,9 +187,7 @@ func (s *syncer) replacePorts(ctx context.Context, db *dbv1.Database, live *core
 	if err := s.client.Patch(ctx, live, client.RawPatch(types.MergePatchType, data), client.FieldOwner(facet.FieldOwner(Name))); err != nil {
 		return fmt.Errorf("replacing the ports of Service %s: %w", live.Name, err)
 	}
-	if s.recorder != nil {
-		s.recorder.Eventf(db, live, corev1.EventTypeNormal, ReasonServicePortsRestored, "RestorePorts",
-			"Restored the ports of Service %s changed by somebody else", live.Name)
-	}
+	s.writer.Eventf(db, live, corev1.EventTypeNormal, ReasonServicePortsRestored, "RestorePorts",
+		"Restored the ports of Service %s changed by somebody else", live.Name)
 	return nil
 }

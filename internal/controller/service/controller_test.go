@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -38,7 +39,7 @@ func TestSync(t *testing.T) {
 				db.Status.Backup = &dbv1.BackupStatus{RestoredFrom: "src/latest"}
 			}
 			c := facettest.Client(t, db)
-			out, err := newSyncer(c, nil).Sync(ctx, db)
+			out, err := newSyncer(c, facet.WriterFor(c, &events.FakeRecorder{}, Name)).Sync(ctx, db)
 			require.NoError(t, err)
 			assert.Equal(t, metav1.ConditionTrue, out.Condition.Status)
 			assert.Equal(t, tc.reason, out.Condition.Reason, out.Condition.Message)
@@ -61,7 +62,7 @@ func TestSyncRestoresPorts(t *testing.T) {
 	db := facettest.Database()
 	c := facettest.Client(t, db)
 	rec := events.NewFakeRecorder(10)
-	s := newSyncer(c, rec)
+	s := newSyncer(c, facet.WriterFor(c, rec, Name))
 	_, err := s.Sync(ctx, db)
 	require.NoError(t, err)
 	assert.Empty(t, rec.Events, "an Event without a repair")

@@ -7,8 +7,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -22,7 +24,7 @@ func TestSyncWithCatalog(t *testing.T) {
 	require.NoError(t, err)
 	db := facettest.Database()
 	c := facettest.Client(t, db)
-	s := newSyncer(c, nil)
+	s := newSyncer(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
 	s.engines = catalog
 	image := func() string {
 		sts := &appsv1.StatefulSet{}

@@ -9,11 +9,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -61,7 +59,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionStatefulSetReady
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
-	s := newSyncer(mgr.GetClient(), w.Recorder)
+	s := newSyncer(mgr.GetClient(), w)
 	s.engines = o.Engines
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).
@@ -85,17 +83,17 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 // syncer keeps the StatefulSet and its data PVCs.
 type syncer struct {
 	client client.Client
-	// recorder records the Events of the repairs on the Database; nil
-	// records none.
-	recorder events.EventRecorder
+	// writer applies the StatefulSet and the grown PVCs and records the
+	// Events of the repairs and diagnoses on the Database.
+	writer *facet.Writer
 	// engines is the image catalog; the zero one is the built-in.
 	engines engine.Catalog
 }
 
-// newSyncer is the statefulset syncer that reads and writes with c and
-// records the Events of its repairs with recorder (nil: none).
-func newSyncer(c client.Client, recorder events.EventRecorder) *syncer {
-	return &syncer{client: c, recorder: recorder}
+// newSyncer is the statefulset syncer that reads with c, and applies and
+// records Events with w.
+func newSyncer(c client.Client, w *facet.Writer) *syncer {
+	return &syncer{client: c, writer: w}
 }
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
@@ -107,15 +105,12 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
 	}
-	live := &appsv1.StatefulSet{}
-	if err := s.client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}, live); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return facet.Outcome{}, fmt.Errorf("getting StatefulSet: %w", err)
-		}
-		live = nil
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}, &appsv1.StatefulSet{})
+	if err != nil {
+		return facet.Outcome{}, fmt.Errorf("getting StatefulSet: %w", err)
 	}
 	resources.PinClaimTemplate(desired, live)
-	wrote, err := apply.Apply(ctx, s.client, live, desired, facet.FieldOwner(Name))
+	changed, err := s.writer.Apply(ctx, live, desired)
 	if err != nil {
 		return facet.Outcome{}, fmt.Errorf("applying StatefulSet: %w", err)
 	}
@@ -127,12 +122,12 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 
 	// The pods are read only when a replica is not ready: they can say why.
 	var pods []corev1.Pod
-	if live != nil && !wrote && live.Status.ReadyReplicas < resources.Instances(db) {
+	if live != nil && !changed && live.Status.ReadyReplicas < resources.Instances(db) {
 		if pods, err = s.enginePods(ctx, db); err != nil {
 			return facet.Outcome{}, err
 		}
 	}
-	out := facet.Outcome{Condition: observe(db, live, wrote, pods), Status: s.Carry(db)}
+	out := facet.Outcome{Condition: observe(db, live, changed, pods), Status: s.CurrentStatus(db)}
 	s.recordDiagnosis(db, out.Condition)
 	if live != nil {
 		out.Status.WithReplicas(live.Status.Replicas).WithReadyReplicas(live.Status.ReadyReplicas)
@@ -159,18 +154,16 @@ func (s *syncer) growVolumes(ctx context.Context, db *dbv1.Database) error {
 		grow := corev1ac.PersistentVolumeClaim(pvc.Name, pvc.Namespace).
 			WithSpec(corev1ac.PersistentVolumeClaimSpec().WithResources(corev1ac.VolumeResourceRequirements().
 				WithRequests(corev1.ResourceList{corev1.ResourceStorage: want})))
-		if _, err := apply.Apply(ctx, s.client, pvc, grow, facet.FieldOwner(Name)); err != nil {
+		if _, err := s.writer.Apply(ctx, pvc, grow); err != nil {
 			return fmt.Errorf("growing PVC %s: %w", pvc.Name, err)
 		}
-		if s.recorder != nil {
-			s.recorder.Eventf(db, pvc, corev1.EventTypeNormal, ReasonVolumeGrowing, "GrowVolume",
-				"Growing data PVC %s from %s to %s", pvc.Name, have.String(), want.String())
-		}
+		s.writer.Eventf(db, pvc, corev1.EventTypeNormal, ReasonVolumeGrowing, "GrowVolume",
+			"Growing data PVC %s from %s to %s", pvc.Name, have.String(), want.String())
 	}
 	return nil
 }
 
-func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
+func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
 	st := dbv1ac.DatabaseStatus().
 		WithReplicas(db.Status.Replicas).
 		WithReadyReplicas(db.Status.ReadyReplicas)
@@ -182,13 +175,13 @@ func (s *syncer) Carry(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfigurati
 // was before this sync; after a write the rollout has not started yet.
 // While replicas are not ready, the engine pods (pods) may say why: see
 // diagnose.
-func observe(db *dbv1.Database, sts *appsv1.StatefulSet, wrote bool, pods []corev1.Pod) metav1.Condition {
+func observe(db *dbv1.Database, sts *appsv1.StatefulSet, changed bool, pods []corev1.Pod) metav1.Condition {
 	want := resources.Instances(db)
 	t := dbv1.ConditionStatefulSetReady
 	switch {
 	case sts == nil:
 		return conditions.False(t, dbv1.ReasonProgressing, "created the StatefulSet; waiting for its pods")
-	case wrote:
+	case changed:
 		return conditions.False(t, dbv1.ReasonProgressing, "updated the StatefulSet; waiting for the rollout")
 	case sts.Status.ObservedGeneration < sts.Generation:
 		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("waiting for the StatefulSet controller to observe generation %d", sts.Generation))

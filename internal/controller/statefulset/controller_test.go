@@ -41,7 +41,7 @@ func TestObserve(t *testing.T) {
 		name    string
 		db      *dbv1.Database
 		sts     *appsv1.StatefulSet
-		wrote   bool
+		changed bool
 		status  metav1.ConditionStatus
 		reason  string
 		message string
@@ -66,7 +66,7 @@ func TestObserve(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := observe(tc.db, tc.sts, tc.wrote, nil)
+			got := observe(tc.db, tc.sts, tc.changed, nil)
 			assert.Equal(t, dbv1.ConditionStatefulSetReady, got.Type)
 			assert.Equal(t, tc.status, got.Status)
 			assert.Equal(t, tc.reason, got.Reason)
@@ -85,7 +85,7 @@ func TestSync(t *testing.T) {
 	db.Spec.Storage.Size = ptr.To(resource.MustParse("2Gi"))
 	c := facettest.Client(t, db)
 	rec := events.NewFakeRecorder(10)
-	s := newSyncer(c, rec)
+	s := newSyncer(c, facet.WriterFor(c, rec, Name))
 
 	out, err := s.Sync(ctx, db)
 	require.NoError(t, err)
@@ -131,7 +131,8 @@ func TestReconcileReportsWhyPodsAreNotReady(t *testing.T) {
 	db.Spec.Image = "registry.example/postgres:17-typo"
 	c := facettest.Client(t, db)
 	rec := events.NewFakeRecorder(10)
-	r := facet.NewReconciler(c, facet.WriterFor(c, rec, Name), dbv1.ConditionStatefulSetReady, newSyncer(c, rec), facet.Options{})
+	w := facet.WriterFor(c, rec, Name)
+	r := facet.NewReconciler(c, w, dbv1.ConditionStatefulSetReady, newSyncer(c, w), facet.Options{})
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
 	stored := func() metav1.Condition {
 		t.Helper()

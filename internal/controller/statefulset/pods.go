@@ -128,10 +128,10 @@ var diagnosed = map[string]bool{
 // problem as one series.
 func (s *syncer) recordDiagnosis(db *dbv1.Database, cond metav1.Condition) {
 	prev := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionStatefulSetReady)
-	if s.recorder == nil || !diagnosed[cond.Reason] || prev == nil || prev.Status != metav1.ConditionFalse || prev.Reason == cond.Reason {
+	if !diagnosed[cond.Reason] || prev == nil || prev.Status != metav1.ConditionFalse || prev.Reason == cond.Reason {
 		return
 	}
-	s.recorder.Eventf(db, nil, corev1.EventTypeWarning, cond.Reason, "Diagnose", "%s is %s: %s",
+	s.writer.Eventf(db, nil, corev1.EventTypeWarning, cond.Reason, "Diagnose", "%s is %s: %s",
 		dbv1.ConditionStatefulSetReady, cond.Status, cond.Message)
 }
 

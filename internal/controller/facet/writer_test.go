@@ -1,0 +1,55 @@
+package facet
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
+)
+
+// TestWriterApplyCondition: a condition is written with its Event when its
+// status changes, and only then; a status the Database already has from
+// this Writer is not written again; a Database that is gone is no error.
+func TestWriterApplyCondition(t *testing.T) {
+	ctx := context.Background()
+	db := facettest.Database()
+	db.Finalizers = nil // so that Delete removes it
+	c := facettest.Client(t, db)
+	rec := events.NewFakeRecorder(10)
+	w := WriterFor(c, rec, "service")
+	live := func() *dbv1.Database {
+		got := &dbv1.Database{}
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(db), got))
+		return got
+	}
+	ready := conditions.True(dbv1.ConditionServiceReady, dbv1.ReasonServicesReady, "in place")
+
+	require.NoError(t, w.ApplyCondition(ctx, live(), ready, dbv1ac.DatabaseStatus().WithEndpoint("orders.shop.svc:5432")))
+	require.Len(t, rec.Events, 1)
+	assert.Contains(t, <-rec.Events, "Normal "+dbv1.ReasonServicesReady)
+	written := live()
+	assert.Equal(t, "orders.shop.svc:5432", written.Status.Endpoint)
+
+	require.NoError(t, w.ApplyCondition(ctx, written, ready, dbv1ac.DatabaseStatus().WithEndpoint("orders.shop.svc:5432")))
+	assert.Equal(t, written.ResourceVersion, live().ResourceVersion, "the same status written again")
+	assert.Empty(t, rec.Events)
+
+	failed := conditions.False(dbv1.ConditionServiceReady, dbv1.ReasonApplyFailed, "refused")
+	require.NoError(t, w.ApplyCondition(ctx, live(), failed, nil))
+	require.Len(t, rec.Events, 1)
+	assert.Contains(t, <-rec.Events, "Warning "+dbv1.ReasonApplyFailed)
+
+	require.NoError(t, c.Delete(ctx, live()))
+	require.True(t, apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{})))
+	require.NoError(t, w.ApplyCondition(ctx, written, ready, nil), "a Database that is gone")
+	require.NoError(t, w.ApplyStatus(ctx, written, dbv1ac.DatabaseStatus().WithEndpoint("x")), "a Database that is gone")
+}
