@@ -28,7 +28,8 @@ type dumpRun struct {
 // the engine's image running the command with the Database's credentials,
 // the backup volume at BackupMountPath, a scratch /tmp, the restricted
 // security context, no service links and no service account token; it
-// never restarts in place.
+// never restarts in place, and a failure leaves its last log lines as the
+// container's termination message.
 func dumpPodTemplate(db *dbv1.Database, eng engine.Engine, run dumpRun) (*corev1ac.PodTemplateSpecApplyConfiguration, error) {
 	image, err := engine.ImageFor(eng, db)
 	if err != nil {
@@ -46,7 +47,10 @@ func dumpPodTemplate(db *dbv1.Database, eng engine.Engine, run dumpRun) (*corev1
 		WithCommand(run.command...).
 		WithEnv(envApply(eng.BackupEnv(run.host, CredentialsSecretName(db)))...).
 		WithSecurityContext(restrictedContainer(eng.User())).
-		WithVolumeMounts(mount)
+		WithVolumeMounts(mount).
+		// a failed dump's last log lines become its termination message,
+		// which the backup controller quotes in status.backup
+		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError)
 	pod := corev1ac.PodSpec().
 		WithRestartPolicy(corev1.RestartPolicyNever).
 		WithEnableServiceLinks(false).

@@ -114,9 +114,10 @@ func TestUserSecretEndToEnd(t *testing.T) {
 	after, failed := backupNow(t, db, "wrong-password")
 	require.True(t, failed, "the backup Job failed")
 	b := after.Status.Backup
-	assert.NotEmpty(t, b.LastFailureMessage)
+	assert.Contains(t, b.LastFailureMessage, "password authentication failed", "status.backup says why, in the dump's own words")
 	cond := waitCondition(t, db, dbv1.ConditionBackupReady, metav1.ConditionFalse, dbv1.ReasonLastBackupFailed)
 	assert.Contains(t, cond.Message, b.LastFailedJob, "the condition names the failed Job")
+	assert.Contains(t, cond.Message, "password authentication failed", "and why it failed")
 	t.Logf("BackupReady: %s", cond.Message)
 	_, err := psql.Query(ctx, conn, "SELECT 1", queryTimeout)
 	assert.ErrorContains(t, err, "password authentication failed", "the server refuses the Secret's new password")

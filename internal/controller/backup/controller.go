@@ -128,12 +128,13 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if err := s.client.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return facet.Outcome{}, fmt.Errorf("listing backup Jobs: %w", err)
 	}
-	stuck, running, err := s.podNotStarting(ctx, db, list.Items)
-	if err != nil {
-		return facet.Outcome{}, err
+	pods := &corev1.PodList{}
+	if err := s.client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return facet.Outcome{}, fmt.Errorf("listing backup pods: %w", err)
 	}
+	stuck, running := podNotStarting(db, list.Items, pods.Items)
 	backups := slices.DeleteFunc(list.Items, func(j batchv1.Job) bool { return j.Name == resources.RestoreJobName(db) })
-	history := Merge(Observe(cron, backups), db.Status.Backup)
+	history := Merge(Observe(cron, backups, pods.Items), db.Status.Backup)
 	history.OnDemandToken, history.RestoredFrom = token, restoredFrom
 	cond, after := Assess(db, history, s.now())
 	if restoring != nil {

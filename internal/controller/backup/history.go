@@ -2,9 +2,11 @@ package backup
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -40,9 +42,11 @@ type History struct {
 	jobs map[string]bool
 }
 
-// Observe reads the history off the CronJob (which may be nil) and the
-// backup Jobs. Only finished Jobs count as successes or failures.
-func Observe(cron *batchv1.CronJob, seen []batchv1.Job) History {
+// Observe reads the history off the CronJob (which may be nil), the backup
+// Jobs and their pods. Only finished Jobs count as successes or failures; a
+// failure's message is the Job's reason, with what its pod said (see
+// failureDetail).
+func Observe(cron *batchv1.CronJob, seen []batchv1.Job, pods []corev1.Pod) History {
 	h := History{jobs: map[string]bool{}}
 	if cron != nil {
 		h.LastSchedule = cron.Status.LastScheduleTime
@@ -63,6 +67,9 @@ func Observe(cron *batchv1.CronJob, seen []batchv1.Job) History {
 		}
 		switch {
 		case failed && (h.LastFailure == nil || at.After(h.LastFailure.Time)):
+			if detail := failureDetail(j.Name, pods); detail != "" {
+				msg += "; " + detail
+			}
 			h.LastFailure, h.LastFailedJob, h.LastFailureMessage = &metav1.Time{Time: at}, j.Name, msg
 		case !failed && (h.LastSuccess == nil || at.After(h.LastSuccess.Time)):
 			h.LastSuccess = &metav1.Time{Time: at}
@@ -164,4 +171,47 @@ func statusOf(h History) *dbv1ac.DatabaseStatusApplyConfiguration {
 		b.WithRestoredFrom(h.RestoredFrom)
 	}
 	return dbv1ac.DatabaseStatus().WithBackup(b)
+}
+
+// maxDetail bounds the quote of a pod's termination message in
+// status.backup.lastFailureMessage.
+const maxDetail = 300
+
+// failureDetail is what the last failed pod of the Job said when its
+// container ended: the last line of its termination message (a dump
+// container's last log line, e.g. "pg_dump: error: connection to server
+// ... failed: FATAL: password authentication failed for user \"app\""), or
+// its exit code without one; "" when no pod of the Job is left. A
+// terminated container's message never changes, so neither does this.
+func failureDetail(job string, pods []corev1.Pod) string {
+	var last *corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		if p.Labels[batchv1.JobNameLabel] != job || p.Status.Phase != corev1.PodFailed {
+			continue
+		}
+		if last == nil || p.CreationTimestamp.After(last.CreationTimestamp.Time) ||
+			(p.CreationTimestamp.Equal(&last.CreationTimestamp) && p.Name > last.Name) {
+			last = p
+		}
+	}
+	if last == nil {
+		return ""
+	}
+	for _, cs := range last.Status.ContainerStatuses {
+		term := cs.State.Terminated
+		if term == nil || term.ExitCode == 0 {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(term.Message), "\n")
+		said := strings.TrimSpace(lines[len(lines)-1])
+		if said == "" {
+			return fmt.Sprintf("pod %s: container %s exited with code %d", last.Name, cs.Name, term.ExitCode)
+		}
+		if len(said) > maxDetail {
+			said = said[:maxDetail] + "..."
+		}
+		return fmt.Sprintf("pod %s: %s", last.Name, said)
+	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -65,7 +66,7 @@ func TestObserveAndAssess(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := db.DeepCopy()
 			d.Spec.Backup.Suspend = tc.suspend
-			cond, requeue := Assess(d, Observe(nil, tc.jobs), tc.now)
+			cond, requeue := Assess(d, Observe(nil, tc.jobs, nil), tc.now)
 			assert.Equal(t, tc.reason, cond.Reason, cond.Message)
 			assert.Equal(t, tc.status, cond.Status)
 			assert.Contains(t, cond.Message, tc.contain)
@@ -80,7 +81,7 @@ func TestObserveRecordsTheNewestOfEach(t *testing.T) {
 		job("b-1", t0.Add(-time.Hour), batchv1.JobComplete, t0.Add(-50*time.Minute), ""),
 		fail2,
 		job("b-3", t0.Add(time.Hour), "", time.Time{}, ""),
-	})
+	}, nil)
 	assert.Equal(t, t0, h.LastSchedule.Time)
 	assert.Equal(t, "b-3", h.LastJob, "the newest Job, finished or not")
 	assert.Equal(t, t0.Add(-50*time.Minute), h.LastSuccess.Time)
@@ -114,7 +115,7 @@ func TestHistoryNeverGoesBackwards(t *testing.T) {
 		"every Job was deleted":      nil,
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := Merge(Observe(nil, jobs), prev)
+			h := Merge(Observe(nil, jobs, nil), prev)
 			assert.Equal(t, prev.LastScheduleTime, h.LastSchedule)
 			assert.Equal(t, prev.LastSuccessfulTime, h.LastSuccess)
 			assert.Equal(t, prev.LastFailedTime, h.LastFailure)
@@ -129,7 +130,7 @@ func TestHistoryNeverGoesBackwards(t *testing.T) {
 	t.Run("newer Jobs win", func(t *testing.T) {
 		ok2 := job("b-2", t0.Add(time.Hour), batchv1.JobComplete, t0.Add(61*time.Minute), "")
 		running := job("b-3", t0.Add(2*time.Hour), "", time.Time{}, "")
-		h := Merge(Observe(nil, []batchv1.Job{ok1, ok2, running}), prev)
+		h := Merge(Observe(nil, []batchv1.Job{ok1, ok2, running}, nil), prev)
 		assert.Equal(t, t0.Add(61*time.Minute), h.LastSuccess.Time)
 		assert.Equal(t, "b-3", h.LastJob)
 		assert.Equal(t, "b-now-1", h.LastFailedJob, "the last failure is still the last failure")
@@ -138,7 +139,51 @@ func TestHistoryNeverGoesBackwards(t *testing.T) {
 	})
 
 	t.Run("no previous status", func(t *testing.T) {
-		observed := Observe(nil, []batchv1.Job{ok1})
+		observed := Observe(nil, []batchv1.Job{ok1}, nil)
 		assert.Equal(t, observed, Merge(observed, nil))
 	})
+}
+
+// failedPod is a pod of job that ended with exit code and termination
+// message msg.
+func failedPod(name, job string, created time.Time, code int32, msg string) corev1.Pod {
+	return corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created), Labels: map[string]string{batchv1.JobNameLabel: job}},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "backup", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: msg}},
+		}}},
+	}
+}
+
+// TestFailureSaysWhatThePodSaid: a failed backup's message carries the last
+// line the dump container logged (its termination message), from the
+// newest failed pod of that Job, cut to a bounded length; or its exit code
+// when it said nothing; or only the Job's reason when its pods are gone.
+func TestFailureSaysWhatThePodSaid(t *testing.T) {
+	failed := job("b-now-1", t0, batchv1.JobFailed, t0.Add(time.Minute), "BackoffLimitExceeded")
+	denied := `pg_dump: error: connection to server at "app.shop.svc" (198.19.0.7), port 5432 failed: FATAL:  password authentication failed for user "app"`
+	cases := []struct {
+		name string
+		pods []corev1.Pod
+		want string
+	}{
+		{"gone", nil, "BackoffLimitExceeded: pod exited 1"},
+		{"last line", []corev1.Pod{failedPod("b-now-1-x", "b-now-1", t0, 1, "starting\n"+denied+"\n")},
+			"BackoffLimitExceeded: pod exited 1; pod b-now-1-x: " + denied},
+		{"newest pod", []corev1.Pod{
+			failedPod("b-now-1-a", "b-now-1", t0, 1, "old"),
+			failedPod("b-now-1-b", "b-now-1", t0.Add(time.Second), 2, "new"),
+			failedPod("other-c", "other", t0.Add(time.Hour), 1, "not this Job's"),
+		}, "BackoffLimitExceeded: pod exited 1; pod b-now-1-b: new"},
+		{"silent", []corev1.Pod{failedPod("b-now-1-x", "b-now-1", t0, 137, "")},
+			"BackoffLimitExceeded: pod exited 1; pod b-now-1-x: container backup exited with code 137"},
+		{"long", []corev1.Pod{failedPod("b-now-1-x", "b-now-1", t0, 1, strings.Repeat("x", 1000))},
+			"BackoffLimitExceeded: pod exited 1; pod b-now-1-x: " + strings.Repeat("x", maxDetail) + "..."},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := Observe(nil, []batchv1.Job{failed}, tc.pods)
+			assert.Equal(t, tc.want, h.LastFailureMessage)
+		})
+	}
 }

@@ -1,7 +1,6 @@
 package backup
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,8 +9,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
@@ -35,12 +32,12 @@ var notStarting = map[string]bool{
 	"InvalidImageName":           true,
 }
 
-// podNotStarting reads the pods of the Jobs that run (not finished, not
-// being deleted), by the Job's labels, which their pods inherit, and the Job
-// name label the Job controller adds. It returns BackupReady for the first
-// pod, by name, that cannot start a container (nil if none), and whether
-// any Job runs.
-func (s *syncer) podNotStarting(ctx context.Context, db *dbv1.Database, list []batchv1.Job) (*metav1.Condition, bool, error) {
+// podNotStarting looks at the pods (the backup component's, which inherit
+// their Job's labels) of the Jobs that run (not finished, not being
+// deleted), by the Job name label the Job controller adds. It returns
+// BackupReady for the first pod, by name, that cannot start a container
+// (nil if none), and whether any Job runs.
+func podNotStarting(db *dbv1.Database, list []batchv1.Job, pods []corev1.Pod) (*metav1.Condition, bool) {
 	running := map[string]bool{}
 	for i := range list {
 		if done, _, _, _ := jobs.Finished(&list[i]); !done && list[i].DeletionTimestamp == nil {
@@ -48,16 +45,12 @@ func (s *syncer) podNotStarting(ctx context.Context, db *dbv1.Database, list []b
 		}
 	}
 	if len(running) == 0 {
-		return nil, false, nil
+		return nil, false
 	}
-	pods := &corev1.PodList{}
-	sel := labels.SelectorFromSet(resources.Labels(db, resources.ComponentBackup))
-	if err := s.client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return nil, true, fmt.Errorf("listing backup pods: %w", err)
-	}
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	pods = slices.Clone(pods)
+	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	for i := range pods {
+		pod := &pods[i]
 		job := pod.Labels[batchv1.JobNameLabel]
 		if !running[job] {
 			continue
@@ -70,10 +63,10 @@ func (s *syncer) podNotStarting(ctx context.Context, db *dbv1.Database, list []b
 			cond := conditions.False(dbv1.ConditionBackupReady, dbv1.ReasonBackupPodNotStarting, fmt.Sprintf(
 				"%s Job %s: pod %s cannot start container %s: %s: %s",
 				kind, job, pod.Name, c.Name, c.State.Waiting.Reason, c.State.Waiting.Message))
-			return &cond, true, nil
+			return &cond, true
 		}
 	}
-	return nil, true, nil
+	return nil, true
 }
 
 // waitingContainer is the first container of the pod, init containers
