@@ -26,7 +26,9 @@ func TestUnknownControllersAreRefused(t *testing.T) {
 	}
 }
 
-func TestBinaryRefusesBogusControllers(t *testing.T) {
+// TestBinaryRefusesBadFlags: the built manager exits 1 on a bad flag value,
+// naming it, before it starts anything.
+func TestBinaryRefusesBadFlags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary; skipped under -short")
 	}
@@ -35,15 +37,22 @@ func TestBinaryRefusesBogusControllers(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 
-	cmd := exec.Command(bin, "--controllers=bogus", "--kubeconfig=/nonexistent")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	var exit *exec.ExitError
-	require.True(t, errors.As(err, &exit), "the manager must exit non-zero, got %v", err)
-	assert.Equal(t, 1, exit.ExitCode())
-	assert.Contains(t, stderr.String(), `unknown controller "bogus"`)
-	assert.Contains(t, stderr.String(), validNames)
+	for _, tc := range []struct{ flag, says string }{
+		{"--controllers=bogus", `unknown controller "bogus"`},
+		{"--engine-images=postgres:13=registry.example.com/postgres:13.1", `invalid entry "postgres:13=registry.example.com/postgres:13.1" in --engine-images`},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			cmd := exec.Command(bin, tc.flag, "--kubeconfig=/nonexistent")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			require.True(t, errors.As(err, &exit), "the manager must exit non-zero, got %v", err)
+			assert.Equal(t, 1, exit.ExitCode())
+			assert.Contains(t, stderr.String(), tc.says)
+			assert.NotContains(t, stderr.String(), "Starting dbkeeper", "refused before starting")
+		})
+	}
 }
 
 // A bad image catalog stops the manager before it connects anywhere, with
@@ -81,24 +90,4 @@ func TestEngineImageFlags(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestBinaryRefusesBadEngineImages(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary; skipped under -short")
-	}
-	bin := filepath.Join(t.TempDir(), "manager")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-
-	cmd := exec.Command(bin, "--engine-images=postgres:13=registry.example.com/postgres:13.1", "--kubeconfig=/nonexistent")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	var exit *exec.ExitError
-	require.True(t, errors.As(err, &exit), "the manager must exit non-zero, got %v", err)
-	assert.Equal(t, 1, exit.ExitCode())
-	assert.Contains(t, stderr.String(), `invalid entry "postgres:13=registry.example.com/postgres:13.1" in --engine-images`)
-	assert.NotContains(t, stderr.String(), "Starting dbkeeper", "refused before starting")
 }

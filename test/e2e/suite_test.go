@@ -9,21 +9,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/zapr"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 	"github.com/dbkeeper/dbkeeper/test/framework/operator"
@@ -64,22 +58,10 @@ func startOperator(t *testing.T, namespace string) *operator.Operator {
 // startOperatorWith is startOperator with a --controllers value.
 func startOperatorWith(t *testing.T, namespace, controllers string) *operator.Operator {
 	t.Helper()
-	path := fmt.Sprintf("%s/operator-%d.log", t.TempDir(), time.Now().UnixNano())
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(f), zapcore.Level(-2))
-	t.Cleanup(func() {
-		f.Close()
-		if t.Failed() {
-			data, _ := os.ReadFile(path)
-			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-			t.Logf("last operator log lines:\n%s", strings.Join(lines[max(0, len(lines)-60):], "\n"))
-		}
-	})
 	return operator.Start(t, local.Config, operator.Options{
 		Controllers: controllers,
 		Namespaces:  []string{namespace},
-		Logger:      logging.Capped(zapr.NewLogger(zap.New(core))),
+		Logger:      operator.FileLogger(t, 60),
 	})
 }
 

@@ -15,14 +15,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/zapr"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -30,7 +26,6 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
-	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
@@ -79,22 +74,10 @@ func newNamespace(t *testing.T) string {
 // the cluster's engine images; its log is printed when the test fails.
 func startOperator(t *testing.T, namespace string) *operator.Operator {
 	t.Helper()
-	path := fmt.Sprintf("%s/operator-%d.log", t.TempDir(), time.Now().UnixNano())
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(f), zapcore.Level(-2))
-	t.Cleanup(func() {
-		f.Close()
-		if t.Failed() {
-			data, _ := os.ReadFile(path)
-			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-			t.Logf("last operator log lines:\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
-		}
-	})
 	return operator.Start(t, local.Config, operator.Options{
 		Namespaces: []string{namespace},
 		Engines:    images,
-		Logger:     logging.Capped(zapr.NewLogger(zap.New(core))),
+		Logger:     operator.FileLogger(t, 40),
 	})
 }
 

@@ -1,0 +1,38 @@
+package operator
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/zapr"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/dbkeeper/dbkeeper/internal/logging"
+)
+
+// FileLogger is a logger for one operator run of a test: JSON lines, down
+// to debug level, into a file of the test's temporary directory, whose last
+// tail lines the test prints if it fails.
+func FileLogger(t testing.TB, tail int) logr.Logger {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("operator-%d.log", time.Now().UnixNano()))
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(f), zapcore.Level(-2))
+	t.Cleanup(func() {
+		f.Close()
+		if t.Failed() {
+			data, _ := os.ReadFile(path)
+			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+			t.Logf("last operator log lines:\n%s", strings.Join(lines[max(0, len(lines)-tail):], "\n"))
+		}
+	})
+	return logging.Capped(zapr.NewLogger(zap.New(core)))
+}
