@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -88,6 +89,39 @@ func TestEngineImageFlags(t *testing.T) {
 			for _, want := range tt.errs {
 				assert.Contains(t, err.Error(), want)
 			}
+		})
+	}
+}
+
+// --metrics-cert-dir is refused where controller-runtime would ignore it
+// (without --metrics-secure) or quietly fall back to a self-signed
+// certificate (tls.crt or tls.key missing); a complete one, and
+// --metrics-secure alone, get as far as the kubeconfig.
+func TestMetricsFlags(t *testing.T) {
+	t.Setenv("KUBECONFIG", "")
+	certs := t.TempDir()
+	onlyCert := t.TempDir()
+	for dir, names := range map[string][]string{certs: {"tls.crt", "tls.key"}, onlyCert: {"tls.crt"}} {
+		for _, name := range names {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("pem"), 0o600))
+		}
+	}
+	tests := []struct {
+		name string
+		args []string
+		err  string
+	}{
+		{name: "secure, self-signed", args: []string{"--metrics-secure"}, err: "loading kubeconfig"},
+		{name: "secure, mounted certificate", args: []string{"--metrics-secure", "--metrics-cert-dir=" + certs}, err: "loading kubeconfig"},
+		{name: "certificate without secure", args: []string{"--metrics-cert-dir=" + certs}, err: "--metrics-cert-dir needs --metrics-secure"},
+		{name: "no key", args: []string{"--metrics-secure", "--metrics-cert-dir=" + onlyCert}, err: "invalid --metrics-cert-dir"},
+		{name: "no directory", args: []string{"--metrics-secure", "--metrics-cert-dir=/nonexistent"}, err: `invalid --metrics-cert-dir "/nonexistent"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := run(append(tt.args, "--kubeconfig=/nonexistent", "--zap-log-level=error"))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.err)
 		})
 	}
 }

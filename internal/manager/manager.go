@@ -5,6 +5,7 @@
 package manager
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -47,6 +49,15 @@ type Options struct {
 	Engines engine.Catalog
 	// MetricsBindAddress serves /metrics; "0" disables it.
 	MetricsBindAddress string
+	// MetricsSecure serves /metrics over HTTPS to authenticated and
+	// authorized callers only: a bearer token the API server accepts
+	// (TokenReview) whose user may get the non-resource URL /metrics
+	// (SubjectAccessReview). Plain HTTP to anyone otherwise.
+	MetricsSecure bool
+	// MetricsCertDir holds the serving certificate (tls.crt, tls.key) of
+	// the secure /metrics, reloaded when it changes; empty, or without
+	// those files, means a self-signed certificate made at start-up.
+	MetricsCertDir string
 	// HealthProbeBindAddress serves /healthz and /readyz; "0" disables it.
 	HealthProbeBindAddress string
 	// LeaderElection makes one replica of the manager active at a time.
@@ -107,7 +118,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		NewClient:               o.NewClient,
 		Logger:                  logging.Capped(logger),
 		Controller:              config.Controller{SkipNameValidation: &o.SkipNameValidation},
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		Metrics:                 MetricsOptions(o),
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        id,
@@ -132,6 +143,29 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// The secure metrics endpoint asks the API server who a caller is and
+// whether they may get /metrics. Both reviews are cluster-scoped: the Helm
+// chart grants them with a ClusterRole of their own (metrics-auth), even in
+// a namespaced install, so these rules are not markers here (the markers
+// also become the per-namespace Roles of that install).
+
+// MetricsOptions are the options of the /metrics server: plain HTTP, or
+// with MetricsSecure HTTPS behind controller-runtime's authentication and
+// authorization filter, the way kubebuilder's scaffold serves it. HTTP/2 is
+// off on the secure server (HTTP/2 Rapid Reset, CVE-2023-44487), as in
+// that scaffold; Prometheus scrapes over HTTP/1.1.
+func MetricsOptions(o Options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: o.MetricsBindAddress}
+	if !o.MetricsSecure {
+		return m
+	}
+	m.SecureServing = true
+	m.FilterProvider = filters.WithAuthenticationAndAuthorization
+	m.CertDir = o.MetricsCertDir
+	m.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	return m
 }
 
 // CacheOptions keep the operator's memory independent of what else runs in
