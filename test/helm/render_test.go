@@ -6,6 +6,7 @@ package helm
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -182,7 +183,13 @@ func TestTemplateNamespaced(t *testing.T) {
 	assert.Contains(t, args, "--watch-namespaces=team-a,team-b")
 	assert.Contains(t, args, "--leader-elect")
 	assert.Contains(t, args, "--leader-election-namespace=ops")
-	assert.Nil(t, objs["ClusterRole /rel-dbkeeper-ops"], "a namespaced install needs no ClusterRole")
+	assert.Nil(t, objs["ClusterRole /rel-dbkeeper-ops"], "a namespaced install needs no ClusterRole for the controllers")
+	for key := range objs {
+		if strings.HasPrefix(key, "ClusterRole ") {
+			assert.Contains(t, []string{"ClusterRole /rel-dbkeeper-ops-metrics-auth", "ClusterRole /rel-dbkeeper-ops-metrics-reader"}, key,
+				"the only ClusterRoles of a namespaced install are the secure metrics' (cluster-scoped reviews, a non-resource URL)")
+		}
+	}
 	for _, ns := range []string{"team-a", "team-b"} {
 		assert.Equal(t, generatedRules(t, "ClusterRole"), rulesOf(t, objs["Role "+ns+"/rel-dbkeeper"]), "Role in %s", ns)
 		assert.NotNil(t, objs["RoleBinding "+ns+"/rel-dbkeeper"], "RoleBinding in %s", ns)
@@ -255,7 +262,8 @@ func TestSchemaRefusesTypos(t *testing.T) {
 
 	for _, set := range []string{"replicas=-1", "log.format=xml", "image.pullPolicy=Sometimes", "watchNamespaces={Team_A}",
 		"engineImages.registri=mirror.example.com", "engineImages.registry=mirror.example.com/a b",
-		"engineImages.overrides.postgres=registry.example.com/postgres:17.6", "engineImages.overrides.postgres:17=registry.example.com/postgres:17.6\\,latest"} {
+		"engineImages.overrides.postgres=registry.example.com/postgres:17.6", "engineImages.overrides.postgres:17=registry.example.com/postgres:17.6\\,latest",
+		"metrics.secure=yes", "metrics.port=0", "metrics.certSecret=Not_A_Name"} {
 		out, err := helm(t, "template", "rel", chart, "--set", set)
 		assert.Error(t, err, "--set %s accepted", set)
 		assert.Contains(t, out, "values don't meet the specifications of the schema", "--set %s", set)
@@ -282,4 +290,129 @@ func TestChartMatchesConfig(t *testing.T) {
 	crd := render(t, "--set", "crds.keep=false")["CustomResourceDefinition /databases.database.dbkeeper.io"]
 	require.NotNil(t, crd)
 	assert.Equal(t, want, crd.Object, "the chart's CRD differs from config/crd: run make manifests")
+}
+
+// containerPorts returns the manager container's ports by name.
+func containerPorts(t *testing.T, objs map[string]*unstructured.Unstructured) map[string]float64 {
+	t.Helper()
+	containers, _, _ := unstructured.NestedSlice(objs["Deployment ops/rel-dbkeeper"].Object, "spec", "template", "spec", "containers")
+	ports := map[string]float64{}
+	for _, p := range containers[0].(map[string]any)["ports"].([]any) {
+		p := p.(map[string]any)
+		ports[p["name"].(string)] = p["containerPort"].(float64)
+	}
+	return ports
+}
+
+// servicePorts returns the metrics Service's ports as name=port->target.
+func servicePorts(t *testing.T, objs map[string]*unstructured.Unstructured) []string {
+	t.Helper()
+	svc := objs["Service ops/rel-dbkeeper-metrics"]
+	require.NotNil(t, svc)
+	list, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	var out []string
+	for _, p := range list {
+		p := p.(map[string]any)
+		out = append(out, fmt.Sprintf("%v=%v->%v", p["name"], p["port"], p["targetPort"]))
+	}
+	return out
+}
+
+// TestTemplateSecureMetrics: by default /metrics is HTTPS on 8443 behind
+// the authentication and authorization filter, with the two cluster-scoped
+// reviews granted by a ClusterRole of their own (in a namespaced install
+// too) and a metrics-reader ClusterRole for scrapers; the ServiceMonitor
+// scrapes over HTTPS with a token. metrics.secure=false is plain HTTP on
+// 8080 with none of it.
+func TestTemplateSecureMetrics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs helm; skipped under -short")
+	}
+	root, _, _ := paths(t)
+	authRules := []any{
+		map[string]any{"apiGroups": []any{"authentication.k8s.io"}, "resources": []any{"tokenreviews"}, "verbs": []any{"create"}},
+		map[string]any{"apiGroups": []any{"authorization.k8s.io"}, "resources": []any{"subjectaccessreviews"}, "verbs": []any{"create"}},
+	}
+	readerRules := []any{map[string]any{"nonResourceURLs": []any{"/metrics"}, "verbs": []any{"get"}}}
+
+	for name, values := range map[string][]string{
+		"cluster-wide": {"--set", "metrics.serviceMonitor.enabled=true", "--set", "networkPolicy.enabled=true"},
+		"namespaced":   {"-f", filepath.Join(root, "test", "helm", "testdata", "namespaced.values.yaml"), "--set", "metrics.serviceMonitor.enabled=true", "--set", "networkPolicy.enabled=true"},
+	} {
+		t.Run("secure "+name, func(t *testing.T) {
+			objs := render(t, values...)
+			args := managerArgs(t, objs)
+			assert.Contains(t, args, "--metrics-secure")
+			assert.Contains(t, args, "--metrics-bind-address=:8443")
+			for _, a := range args {
+				assert.False(t, strings.HasPrefix(a, "--metrics-cert-dir"), "no certSecret, yet %s", a)
+			}
+			assert.Equal(t, map[string]float64{"https": 8443, "health": 8081}, containerPorts(t, objs))
+			assert.Equal(t, []string{"https=8443->https"}, servicePorts(t, objs))
+
+			assert.Equal(t, authRules, rulesOf(t, objs["ClusterRole /rel-dbkeeper-ops-metrics-auth"]))
+			binding := objs["ClusterRoleBinding /rel-dbkeeper-ops-metrics-auth"]
+			require.NotNil(t, binding)
+			subjects, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
+			assert.Equal(t, []any{map[string]any{"kind": "ServiceAccount", "name": "rel-dbkeeper", "namespace": "ops"}}, subjects)
+			ref, _, _ := unstructured.NestedString(binding.Object, "roleRef", "name")
+			assert.Equal(t, "rel-dbkeeper-ops-metrics-auth", ref)
+			reader := objs["ClusterRole /rel-dbkeeper-ops-metrics-reader"]
+			require.NotNil(t, reader)
+			assert.Equal(t, readerRules, reader.Object["rules"])
+
+			sm := objs["ServiceMonitor ops/rel-dbkeeper"]
+			require.NotNil(t, sm)
+			endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+			require.Len(t, endpoints, 1)
+			ep := endpoints[0].(map[string]any)
+			assert.Equal(t, "https", ep["port"])
+			assert.Equal(t, "https", ep["scheme"])
+			assert.Equal(t, "/var/run/secrets/kubernetes.io/serviceaccount/token", ep["bearerTokenFile"])
+			assert.Equal(t, map[string]any{"insecureSkipVerify": true}, ep["tlsConfig"])
+
+			np := objs["NetworkPolicy ops/rel-dbkeeper"]
+			require.NotNil(t, np)
+			ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+			assert.Equal(t, "https", ingress[0].(map[string]any)["ports"].([]any)[0].(map[string]any)["port"])
+		})
+	}
+
+	t.Run("plain", func(t *testing.T) {
+		objs := render(t, "--set", "metrics.secure=false", "--set", "metrics.serviceMonitor.enabled=true", "--set", "networkPolicy.enabled=true")
+		args := managerArgs(t, objs)
+		assert.Contains(t, args, "--metrics-bind-address=:8080")
+		assert.NotContains(t, args, "--metrics-secure")
+		assert.Equal(t, map[string]float64{"metrics": 8080, "health": 8081}, containerPorts(t, objs))
+		assert.Equal(t, []string{"metrics=8080->metrics"}, servicePorts(t, objs))
+		assert.Nil(t, objs["ClusterRole /rel-dbkeeper-ops-metrics-auth"])
+		assert.Nil(t, objs["ClusterRoleBinding /rel-dbkeeper-ops-metrics-auth"])
+		assert.Nil(t, objs["ClusterRole /rel-dbkeeper-ops-metrics-reader"])
+		endpoints, _, _ := unstructured.NestedSlice(objs["ServiceMonitor ops/rel-dbkeeper"].Object, "spec", "endpoints")
+		ep := endpoints[0].(map[string]any)
+		assert.Equal(t, "metrics", ep["port"])
+		assert.NotContains(t, ep, "scheme")
+		assert.NotContains(t, ep, "bearerTokenFile")
+	})
+
+	t.Run("mounted certificate", func(t *testing.T) {
+		objs := render(t, "--set", "metrics.certSecret=dbkeeper-metrics-tls", "--set", "metrics.port=9443",
+			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.tlsConfig.serverName=rel-dbkeeper-metrics.ops.svc")
+		args := managerArgs(t, objs)
+		assert.Contains(t, args, "--metrics-cert-dir=/etc/dbkeeper/metrics-certs")
+		assert.Contains(t, args, "--metrics-bind-address=:9443")
+		assert.Equal(t, []string{"https=9443->https"}, servicePorts(t, objs))
+		pod, _, _ := unstructured.NestedMap(objs["Deployment ops/rel-dbkeeper"].Object, "spec", "template", "spec")
+		secret, _, _ := unstructured.NestedString(pod["volumes"].([]any)[0].(map[string]any), "secret", "secretName")
+		assert.Equal(t, "dbkeeper-metrics-tls", secret)
+		mount := pod["containers"].([]any)[0].(map[string]any)["volumeMounts"].([]any)[0].(map[string]any)
+		assert.Equal(t, "/etc/dbkeeper/metrics-certs", mount["mountPath"])
+		endpoints, _, _ := unstructured.NestedSlice(objs["ServiceMonitor ops/rel-dbkeeper"].Object, "spec", "endpoints")
+		assert.Equal(t, map[string]any{"serverName": "rel-dbkeeper-metrics.ops.svc"}, endpoints[0].(map[string]any)["tlsConfig"])
+
+		_, chart, _ := paths(t)
+		out, err := helm(t, "template", "rel", chart, "--set", "metrics.secure=false", "--set", "metrics.certSecret=dbkeeper-metrics-tls")
+		require.Error(t, err, "a certificate for plain metrics was accepted")
+		assert.Contains(t, out, "metrics.certSecret needs metrics.secure: true")
+	})
 }

@@ -81,3 +81,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The port of /metrics: metrics.port, else 8443 when secure and 8080 when not. */}}
+{{- define "dbkeeper.metricsPort" -}}
+{{- if .Values.metrics.port -}}
+{{- .Values.metrics.port -}}
+{{- else if .Values.metrics.secure -}}
+8443
+{{- else -}}
+8080
+{{- end -}}
+{{- end -}}
+
+{{/* The name of the metrics port, of the container and of the Service: https when secure. */}}
+{{- define "dbkeeper.metricsPortName" -}}
+{{- if .Values.metrics.secure -}}https{{- else -}}metrics{{- end -}}
+{{- end -}}
