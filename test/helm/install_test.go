@@ -2,6 +2,10 @@ package helm
 
 import (
 	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -37,14 +42,89 @@ const (
 // pod would, with every 403 counted.
 func serviceAccountConfig(t *testing.T, c *cluster.Cluster, namespace, name string, forbidden *framework.Recorder) *rest.Config {
 	t.Helper()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
-	require.NoError(t, c.Client.SubResource("token").Create(context.Background(), sa, tr))
-	require.NotEmpty(t, tr.Status.Token)
 	cfg := rest.AnonymousClientConfig(c.Config)
-	cfg.BearerToken = tr.Status.Token
+	cfg.BearerToken = serviceAccountToken(t, c.Client, namespace, name)
 	cfg.WrapTransport = framework.RecordForbidden(forbidden)
 	return cfg
+}
+
+// serviceAccountToken is a token of the ServiceAccount from the
+// TokenRequest API.
+func serviceAccountToken(t *testing.T, admin client.Client, namespace, name string) string {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	require.NoError(t, admin.SubResource("token").Create(context.Background(), sa, tr))
+	require.NotEmpty(t, tr.Status.Token)
+	return tr.Status.Token
+}
+
+// freeAddress is a loopback address with a port nobody listens on.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// getMetrics GETs https://addr/metrics with the bearer token (none when
+// empty), skipping verification of the self-signed certificate, and
+// returns the status code and body; 0 while nothing answers.
+func getMetrics(t *testing.T, addr, token string) (int, string) {
+	t.Helper()
+	httpClient := &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // the manager's self-signed certificate
+	}
+	req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// assertSecureMetrics checks the operator's secure /metrics at addr, which
+// runs with a release's ServiceAccount and so with the chart's metrics-auth
+// ClusterRole: no token is 401, the token of an account not bound to the
+// release's metrics-reader ClusterRole is 403, and one bound to it reads
+// the controllers' metrics.
+func assertSecureMetrics(t *testing.T, admin client.Client, addr, namespace, readerRole string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, name := range []string{"scraper", "stranger"} {
+		require.NoError(t, admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}))
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: readerRole + "-scraper"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: readerRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "scraper"}},
+	}
+	require.NoError(t, admin.Create(ctx, binding))
+	scraper := serviceAccountToken(t, admin, namespace, "scraper")
+	stranger := serviceAccountToken(t, admin, namespace, "stranger")
+
+	var code int
+	var body string
+	require.Eventually(t, func() bool { code, body = getMetrics(t, addr, ""); return code != 0 }, timeout, tick,
+		"the secure metrics endpoint did not answer: %s", body)
+	assert.Equal(t, http.StatusUnauthorized, code, "no token: %s", body)
+	code, body = getMetrics(t, addr, stranger)
+	assert.Equal(t, http.StatusForbidden, code, "a token not bound to %s: %s", readerRole, body)
+	// A new binding reaches the API server's authorizer in a moment; a
+	// denial is cached by the manager for 30s, so the wait is generous.
+	assert.Eventually(t, func() bool { code, body = getMetrics(t, addr, scraper); return code == http.StatusOK }, timeout, time.Second,
+		"a token bound to %s: %d %s", readerRole, code, body)
+	assert.Contains(t, body, "controller_runtime_reconcile_total", "the controllers' metrics")
 }
 
 func helmInstall(t *testing.T, c *cluster.Cluster, verb, release, namespace string, args ...string) {
@@ -80,7 +160,9 @@ func deleteDatabase(t *testing.T, c client.Client, db *dbv1.Database) {
 // TestInstallAndRunAsTheChartsServiceAccount installs the chart twice (a
 // cluster-wide and a namespaced release side by side), runs the operator
 // with each release's ServiceAccount token, and checks a Database converges
-// and is deleted with no request refused; then upgrades and uninstalls.
+// and is deleted with no request refused, and that its secure /metrics
+// answers only a token bound to the release's metrics-reader ClusterRole;
+// then upgrades and uninstalls.
 func TestInstallAndRunAsTheChartsServiceAccount(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a local cluster; skipped under -short")
@@ -103,10 +185,12 @@ func TestInstallAndRunAsTheChartsServiceAccount(t *testing.T) {
 	t.Run("cluster-wide", func(t *testing.T) {
 		forbidden := &framework.Recorder{}
 		cfg := serviceAccountConfig(t, c, "dbkeeper-system", "dbkeeper", forbidden)
-		op := operator.Start(t, cfg, operator.Options{})
+		metrics := freeAddress(t)
+		op := operator.Start(t, cfg, operator.Options{MetricsBindAddress: metrics, MetricsSecure: true})
 		dbtest.CreateNamespace(t, admin, "apps")
 		db := converge(t, admin, "apps", "orders")
 		deleteDatabase(t, admin, db)
+		assertSecureMetrics(t, admin, metrics, "apps", "dbkeeper-dbkeeper-system-metrics-reader")
 		op.Stop()
 		assert.Empty(t, forbidden.All(), "requests refused to the cluster-wide release's ServiceAccount")
 	})
@@ -114,9 +198,11 @@ func TestInstallAndRunAsTheChartsServiceAccount(t *testing.T) {
 	t.Run("namespaced", func(t *testing.T) {
 		forbidden := &framework.Recorder{}
 		cfg := serviceAccountConfig(t, c, "dbkeeper-team", "team-dbkeeper", forbidden)
-		op := operator.Start(t, cfg, operator.Options{Namespaces: []string{"team-x"}})
+		metrics := freeAddress(t)
+		op := operator.Start(t, cfg, operator.Options{Namespaces: []string{"team-x"}, MetricsBindAddress: metrics, MetricsSecure: true})
 		db := converge(t, admin, "team-x", "ledger")
 		deleteDatabase(t, admin, db)
+		assertSecureMetrics(t, admin, metrics, "team-x", "team-dbkeeper-dbkeeper-team-metrics-reader")
 		op.Stop()
 		assert.Empty(t, forbidden.All(), "requests refused to the namespaced release's ServiceAccount")
 
@@ -145,6 +231,7 @@ func TestInstallAndRunAsTheChartsServiceAccount(t *testing.T) {
 		args := strings.Join(d.Spec.Template.Spec.Containers[0].Args, " ")
 		assert.Contains(t, args, "--controllers=*,-backup")
 		assert.Contains(t, args, "--max-concurrent-reconciles=4")
+		assert.Contains(t, args, "--metrics-secure", "the chart's default")
 	})
 
 	t.Run("uninstall keeps the CRD and the Databases", func(t *testing.T) {

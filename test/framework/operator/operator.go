@@ -34,6 +34,12 @@ type Options struct {
 	// Engines is the image catalog (--engine-registry, --engine-images);
 	// the zero value is the built-in one.
 	Engines engine.Catalog
+	// MetricsBindAddress serves /metrics (--metrics-bind-address); empty
+	// means none.
+	MetricsBindAddress string
+	// MetricsSecure serves it over HTTPS to authorized callers only
+	// (--metrics-secure), checked with cfg's credentials.
+	MetricsSecure bool
 }
 
 // Operator is one running manager.
@@ -59,11 +65,15 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 		cfg = rest.CopyConfig(cfg)
 		cfg.Wrap(o.Faults.Wrap)
 	}
+	if o.MetricsBindAddress == "" {
+		o.MetricsBindAddress = "0"
+	}
 	writes := &WriteLog{}
 	mgr, err := manager.New(cfg, manager.Options{
 		Controllers:            set,
 		WatchNamespaces:        o.Namespaces,
-		MetricsBindAddress:     "0",
+		MetricsBindAddress:     o.MetricsBindAddress,
+		MetricsSecure:          o.MetricsSecure,
 		HealthProbeBindAddress: "0",
 		NewClient:              writes.NewClient,
 		Logger:                 logger,
