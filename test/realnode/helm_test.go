@@ -3,15 +3,26 @@ package realnode
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
@@ -19,8 +30,8 @@ import (
 
 // TestHelmInstalledOperator: the operator installed with the Helm chart runs
 // in the cluster as a pod of its locally built image, with the chart's
-// RBAC, probes and metrics Service, and brings a Database to a working
-// connection.
+// RBAC, probes and secure metrics Service, and brings a Database to a
+// working connection.
 func TestHelmInstalledOperator(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -60,9 +71,86 @@ func TestHelmInstalledOperator(t *testing.T) {
 	waitReady(t, db)
 	fillItems(t, generated(db))
 
-	// the metrics Service serves the manager's metrics to a pod
-	out, err := psql.Run(ctx, apps, nil, `exec 3<>/dev/tcp/$1/8080 && printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3 && cat <&3`,
+	// the metrics Service is reachable from a pod by its DNS name...
+	out, err := psql.Run(ctx, apps, nil, `exec 3<>/dev/tcp/$1/8443 && echo open`,
 		[]string{"dbkeeper-metrics." + system + ".svc"}, queryTimeout)
 	require.NoError(t, err)
-	assert.Contains(t, out, `controller_runtime_reconcile_total{controller="readiness"`, "the manager's metrics")
+	assert.Contains(t, out, "open", "the metrics Service from a pod")
+
+	// ...and serves HTTPS to authorized callers only. No pod of the
+	// cluster's images has a TLS client, and the API server's service proxy
+	// drops the caller's Authorization header, so the test process asks the
+	// Service's ClusterIP itself (the host routes the Service range through
+	// the node's bridge and kube-proxy, as the API server does for webhooks).
+	assertSecureMetricsService(t, system, apps, "dbkeeper-"+system+"-metrics-reader")
+}
+
+// assertSecureMetricsService checks the chart's secure metrics Service in
+// namespace: no token is 401, the token of a ServiceAccount of apps not
+// bound to the release's metrics-reader ClusterRole is 403, and one bound
+// to it reads the controllers' metrics.
+func assertSecureMetricsService(t *testing.T, namespace, apps, readerRole string) {
+	t.Helper()
+	ctx := context.Background()
+	svc := &corev1.Service{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "dbkeeper-metrics"}, svc))
+	require.Len(t, svc.Spec.Ports, 1)
+	assert.Equal(t, "https", svc.Spec.Ports[0].Name)
+	addr := net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
+
+	for _, name := range []string{"scraper", "stranger"} {
+		create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: apps, Name: name}})
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: readerRole + "-scraper"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: readerRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: apps, Name: "scraper"}},
+	}
+	create(t, binding)
+	t.Cleanup(func() { assert.NoError(t, client.IgnoreNotFound(k8s.Delete(context.Background(), binding))) })
+	token := func(name string) string {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: apps, Name: name}}
+		tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+		require.NoError(t, k8s.SubResource("token").Create(ctx, sa, tr))
+		require.NotEmpty(t, tr.Status.Token)
+		return tr.Status.Token
+	}
+	scraper, stranger := token("scraper"), token("stranger")
+
+	var code int
+	var body string
+	require.Eventually(t, func() bool { code, body = getMetrics(t, addr, ""); return code != 0 }, timeout, time.Second,
+		"the metrics Service %s did not answer: %s", addr, body)
+	assert.Equal(t, http.StatusUnauthorized, code, "no token: %s", body)
+	code, body = getMetrics(t, addr, stranger)
+	assert.Equal(t, http.StatusForbidden, code, "a token not bound to %s: %s", readerRole, body)
+	// The manager caches a denial for 30s: a binding that reached the
+	// authorizer a moment late is seen within the wait.
+	assert.Eventually(t, func() bool { code, body = getMetrics(t, addr, scraper); return code == http.StatusOK }, timeout, time.Second,
+		"a token bound to %s: %d %s", readerRole, code, body)
+	assert.Contains(t, body, `controller_runtime_reconcile_total{controller="readiness"`, "the manager's metrics")
+}
+
+// getMetrics GETs https://addr/metrics with the bearer token (none when
+// empty), skipping verification of the manager's self-signed certificate,
+// and returns the status code and body; 0 while nothing answers.
+func getMetrics(t *testing.T, addr, token string) (int, string) {
+	t.Helper()
+	httpClient := &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // self-signed
+	}
+	req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(data)
 }
