@@ -14,9 +14,12 @@ package framework
 
 import (
 	"bytes"
+	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // FreePort returns a loopback port nobody listens on now.
@@ -111,3 +114,31 @@ type RoundTripperFunc func(*http.Request) (*http.Response, error)
 
 // RoundTrip calls f.
 func (f RoundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// GetMetrics GETs https://addr/metrics with the bearer token (none when
+// empty), skipping verification of the manager's self-signed certificate,
+// and returns the status code and body; a code of 0 and the error's text
+// while nothing answers.
+func GetMetrics(addr, token string) (int, string) {
+	httpClient := &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // the manager's self-signed certificate
+	}
+	req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err.Error()
+	}
+	return resp.StatusCode, string(body)
+}

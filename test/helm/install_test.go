@@ -2,8 +2,6 @@ package helm
 
 import (
 	"context"
-	"crypto/tls"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -69,30 +67,6 @@ func freeAddress(t *testing.T) string {
 	return addr
 }
 
-// getMetrics GETs https://addr/metrics with the bearer token (none when
-// empty), skipping verification of the self-signed certificate, and
-// returns the status code and body; 0 while nothing answers.
-func getMetrics(t *testing.T, addr, token string) (int, string) {
-	t.Helper()
-	httpClient := &http.Client{
-		Timeout:   10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // the manager's self-signed certificate
-	}
-	req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(body)
-}
-
 // assertSecureMetrics checks the operator's secure /metrics at addr, which
 // runs with a release's ServiceAccount and so with the chart's metrics-auth
 // ClusterRole: no token is 401, the token of an account not bound to the
@@ -115,14 +89,14 @@ func assertSecureMetrics(t *testing.T, admin client.Client, addr, namespace, rea
 
 	var code int
 	var body string
-	require.Eventually(t, func() bool { code, body = getMetrics(t, addr, ""); return code != 0 }, timeout, tick,
+	require.Eventually(t, func() bool { code, body = framework.GetMetrics(addr, ""); return code != 0 }, timeout, tick,
 		"the secure metrics endpoint did not answer: %s", body)
 	assert.Equal(t, http.StatusUnauthorized, code, "no token: %s", body)
-	code, body = getMetrics(t, addr, stranger)
+	code, body = framework.GetMetrics(addr, stranger)
 	assert.Equal(t, http.StatusForbidden, code, "a token not bound to %s: %s", readerRole, body)
 	// A new binding reaches the API server's authorizer in a moment; a
 	// denial is cached by the manager for 30s, so the wait is generous.
-	assert.Eventually(t, func() bool { code, body = getMetrics(t, addr, scraper); return code == http.StatusOK }, timeout, time.Second,
+	assert.Eventually(t, func() bool { code, body = framework.GetMetrics(addr, scraper); return code == http.StatusOK }, timeout, time.Second,
 		"a token bound to %s: %d %s", readerRole, code, body)
 	assert.Contains(t, body, "controller_runtime_reconcile_total", "the controllers' metrics")
 }

@@ -3,9 +3,7 @@ package realnode
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"os/exec"
@@ -25,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
@@ -119,38 +118,14 @@ func assertSecureMetricsService(t *testing.T, namespace, apps, readerRole string
 
 	var code int
 	var body string
-	require.Eventually(t, func() bool { code, body = getMetrics(t, addr, ""); return code != 0 }, timeout, time.Second,
+	require.Eventually(t, func() bool { code, body = framework.GetMetrics(addr, ""); return code != 0 }, timeout, time.Second,
 		"the metrics Service %s did not answer: %s", addr, body)
 	assert.Equal(t, http.StatusUnauthorized, code, "no token: %s", body)
-	code, body = getMetrics(t, addr, stranger)
+	code, body = framework.GetMetrics(addr, stranger)
 	assert.Equal(t, http.StatusForbidden, code, "a token not bound to %s: %s", readerRole, body)
 	// The manager caches a denial for 30s: a binding that reached the
 	// authorizer a moment late is seen within the wait.
-	assert.Eventually(t, func() bool { code, body = getMetrics(t, addr, scraper); return code == http.StatusOK }, timeout, time.Second,
+	assert.Eventually(t, func() bool { code, body = framework.GetMetrics(addr, scraper); return code == http.StatusOK }, timeout, time.Second,
 		"a token bound to %s: %d %s", readerRole, code, body)
 	assert.Contains(t, body, `controller_runtime_reconcile_total{controller="readiness"`, "the manager's metrics")
-}
-
-// getMetrics GETs https://addr/metrics with the bearer token (none when
-// empty), skipping verification of the manager's self-signed certificate,
-// and returns the status code and body; 0 while nothing answers.
-func getMetrics(t *testing.T, addr, token string) (int, string) {
-	t.Helper()
-	httpClient := &http.Client{
-		Timeout:   10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // self-signed
-	}
-	req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(data)
 }
