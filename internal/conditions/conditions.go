@@ -4,6 +4,7 @@
 package conditions
 
 import (
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,4 +72,15 @@ func False(condType, reason, message string) metav1.Condition {
 // Unknown builds a condition with status Unknown.
 func Unknown(condType, reason, message string) metav1.Condition {
 	return metav1.Condition{Type: condType, Status: metav1.ConditionUnknown, Reason: reason, Message: message}
+}
+
+// Quote is text from elsewhere (the kubelet, a container's termination
+// message) fit for a condition's message: on one line, its runs of white
+// space made single spaces, at most n runes, with the cut marked.
+func Quote(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
 }

@@ -204,12 +204,9 @@ func failureDetail(job string, pods []corev1.Pod) string {
 			continue
 		}
 		lines := strings.Split(strings.TrimSpace(term.Message), "\n")
-		said := strings.TrimSpace(lines[len(lines)-1])
+		said := conditions.Quote(lines[len(lines)-1], maxDetail)
 		if said == "" {
 			return fmt.Sprintf("pod %s: container %s exited with code %d", last.Name, cs.Name, term.ExitCode)
-		}
-		if len(said) > maxDetail {
-			said = said[:maxDetail] + "..."
 		}
 		return fmt.Sprintf("pod %s: %s", last.Name, said)
 	}

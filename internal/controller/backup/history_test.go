@@ -161,7 +161,9 @@ func failedPod(name, job string, created time.Time, code int32, msg string) core
 // when it said nothing; or only the Job's reason when its pods are gone.
 func TestFailureSaysWhatThePodSaid(t *testing.T) {
 	failed := job("b-now-1", t0, batchv1.JobFailed, t0.Add(time.Minute), "BackoffLimitExceeded")
+	// as the server writes it, with two spaces after FATAL:, and as quoted
 	denied := `pg_dump: error: connection to server at "app.shop.svc" (198.19.0.7), port 5432 failed: FATAL:  password authentication failed for user "app"`
+	quoted := `pg_dump: error: connection to server at "app.shop.svc" (198.19.0.7), port 5432 failed: FATAL: password authentication failed for user "app"`
 	cases := []struct {
 		name string
 		pods []corev1.Pod
@@ -169,7 +171,7 @@ func TestFailureSaysWhatThePodSaid(t *testing.T) {
 	}{
 		{"gone", nil, "BackoffLimitExceeded: pod exited 1"},
 		{"last line", []corev1.Pod{failedPod("b-now-1-x", "b-now-1", t0, 1, "starting\n"+denied+"\n")},
-			"BackoffLimitExceeded: pod exited 1; pod b-now-1-x: " + denied},
+			"BackoffLimitExceeded: pod exited 1; pod b-now-1-x: " + quoted},
 		{"newest pod", []corev1.Pod{
 			failedPod("b-now-1-a", "b-now-1", t0, 1, "old"),
 			failedPod("b-now-1-b", "b-now-1", t0.Add(time.Second), 2, "new"),
@@ -178,7 +180,7 @@ func TestFailureSaysWhatThePodSaid(t *testing.T) {
 		{"silent", []corev1.Pod{failedPod("b-now-1-x", "b-now-1", t0, 137, "")},
 			"BackoffLimitExceeded: pod exited 1; pod b-now-1-x: container backup exited with code 137"},
 		{"long", []corev1.Pod{failedPod("b-now-1-x", "b-now-1", t0, 1, strings.Repeat("x", 1000))},
-			"BackoffLimitExceeded: pod exited 1; pod b-now-1-x: " + strings.Repeat("x", maxDetail) + "..."},
+			"BackoffLimitExceeded: pod exited 1; pod b-now-1-x: " + strings.Repeat("x", maxDetail) + "…"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

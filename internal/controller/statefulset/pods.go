@@ -206,7 +206,7 @@ func containerProblem(db *dbv1.Database, pod *corev1.Pod, st *corev1.ContainerSt
 		what += " (" + last.Reason + ")"
 	}
 	what += ", restarted " + times(st.RestartCount)
-	if m := truncate(last.Message, maxTerminationMessage); m != "" {
+	if m := conditions.Quote(last.Message, maxTerminationMessage); m != "" {
 		what += ": " + m
 	}
 	return problem{dbv1.ReasonCrashLooping, what,
@@ -329,15 +329,6 @@ func containerLimits(pod *corev1.Pod, container string) corev1.ResourceList {
 		}
 	}
 	return nil
-}
-
-// truncate shortens s, on one line, to at most n runes, marking the cut.
-func truncate(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n]) + "…"
-	}
-	return s
 }
 
 // times is a count of restarts in words.
