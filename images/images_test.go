@@ -7,10 +7,12 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,7 +51,7 @@ func TestManagerImageIsWhatTheDockerfileDescribes(t *testing.T) {
 	assert.Equal(t, []string{img.ref}, []string{fields[1]}, "the tarball's tag")
 
 	bin, ok := img.files[strings.TrimPrefix(want.entrypoint[0], "/")]
-	require.True(t, ok, "the image has no %s; files: %v", want.entrypoint[0], keys(img.files))
+	require.True(t, ok, "the image has no %s; files: %v", want.entrypoint[0], slices.Sorted(maps.Keys(img.files)))
 	f, err := elf.NewFile(bytes.NewReader(bin))
 	require.NoError(t, err, "%s is not an ELF binary", want.entrypoint[0])
 	for _, p := range f.Progs {
@@ -166,12 +168,4 @@ func stderrOf(err error) string {
 		return string(ee.Stderr)
 	}
 	return ""
-}
-
-func keys(m map[string][]byte) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
