@@ -39,7 +39,7 @@ func TestHelmInstalledOperator(t *testing.T) {
 	require.NoError(t, err)
 	repo, tag, ok := strings.Cut(local.Images["manager"], ":")
 	require.True(t, ok, "manager image ref %q has a tag", local.Images["manager"])
-	overrides, err := json.Marshal(map[string]string{"postgres:15": local.Images["postgres:15"], "postgres:17": local.Images["postgres:17"]})
+	overrides, err := json.Marshal(local.EngineImageMap())
 	require.NoError(t, err)
 
 	helm := func(args ...string) string {

@@ -62,15 +62,26 @@ func hasKey(images []image, key string) bool {
 	return false
 }
 
-// EngineImages returns the manager's --engine-images value for the
-// PostgreSQL images of the manifest ("postgres:15=<ref>,postgres:17=<ref>"),
-// empty on a fake node.
-func (c *Cluster) EngineImages() string {
-	var pairs []string
+// EngineImageMap maps the engine keys of the manifest to their images
+// ("postgres:15" -> ref): the entries of the chart's
+// engineImages.overrides, empty on a fake node.
+func (c *Cluster) EngineImageMap() map[string]string {
+	engines := map[string]string{}
 	for key, ref := range c.Images {
 		if strings.HasPrefix(key, "postgres:") {
-			pairs = append(pairs, key+"="+ref)
+			engines[key] = ref
 		}
+	}
+	return engines
+}
+
+// EngineImages returns the manager's --engine-images value for
+// EngineImageMap ("postgres:15=<ref>,postgres:17=<ref>"), empty on a fake
+// node.
+func (c *Cluster) EngineImages() string {
+	var pairs []string
+	for key, ref := range c.EngineImageMap() {
+		pairs = append(pairs, key+"="+ref)
 	}
 	sort.Strings(pairs)
 	return strings.Join(pairs, ",")
