@@ -128,9 +128,13 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if err := s.client.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return facet.Outcome{}, fmt.Errorf("listing backup Jobs: %w", err)
 	}
+	// The pods say why a running Job's container cannot start and why a
+	// failed Job failed; with every Job complete they say nothing.
 	pods := &corev1.PodList{}
-	if err := s.client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return facet.Outcome{}, fmt.Errorf("listing backup pods: %w", err)
+	if slices.ContainsFunc(list.Items, func(j batchv1.Job) bool { done, failed, _, _ := jobs.Finished(&j); return !done || failed }) {
+		if err := s.client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return facet.Outcome{}, fmt.Errorf("listing backup pods: %w", err)
+		}
 	}
 	stuck, running := podNotStarting(db, list.Items, pods.Items)
 	backups := slices.DeleteFunc(list.Items, func(j batchv1.Job) bool { return j.Name == resources.RestoreJobName(db) })
