@@ -93,8 +93,8 @@ func TestScramVerifierRefuses(t *testing.T) {
 func TestIsScramVerifier(t *testing.T) {
 	for s, want := range map[string]bool{
 		"SCRAM-SHA-256$4096:AAECAwQFBgcICQoLDA0ODw==$ONYbSJBXtKl6bP6PVqw8pm9e7EiacprLnoUQPFS80Hw=:IPOtHuGJ2HifEQg74W2XXqqCrCyQG55GbPRHa6g6n9w=": true,
-		"SCRAM-SHA-256$x:AAECAwQFBgcICQoLDA0ODw==$ONYbSJBXtKl6bP6PVqw8pm9e7EiacprLnoUQPFS80Hw=:IPOtHuGJ2HifEQg74W2XXqqCrCyQG55GbPRHa6g6n9w=": false,
-		"SCRAM-SHA-256$4096:AAECAwQFBgcICQoLDA0ODw==$ONYb:IPOtHuGJ2HifEQg74W2XXqqCrCyQG55GbPRHa6g6n9w=":                                             false,
+		"SCRAM-SHA-256$x:AAECAwQFBgcICQoLDA0ODw==$ONYbSJBXtKl6bP6PVqw8pm9e7EiacprLnoUQPFS80Hw=:IPOtHuGJ2HifEQg74W2XXqqCrCyQG55GbPRHa6g6n9w=":    false,
+		"SCRAM-SHA-256$4096:AAECAwQFBgcICQoLDA0ODw==$ONYb:IPOtHuGJ2HifEQg74W2XXqqCrCyQG55GbPRHa6g6n9w=":                                         false,
 		"md5a3556571e93b0d20722ba62be61e8c2d": false,
 		"plain password":                      false,
 		"":                                    false,
