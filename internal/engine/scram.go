@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -137,30 +138,66 @@ func saslprepMapped(r rune) bool {
 // verifier (as pg_authid.rolpassword holds one), without checking it
 // against any password.
 func IsScramVerifier(s string) bool {
+	_, ok := parseScramVerifier(s)
+	return ok
+}
+
+// ScramVerifierMatches says whether verifier (as pg_authid.rolpassword
+// holds it) is the verifier of password: it recomputes it with the
+// verifier's own salt and iteration count. It is how the operator finds
+// out, without writing anything, whether the server already has a
+// Secret's password. A password CheckPassword refuses never matches.
+func ScramVerifierMatches(verifier, password string) bool {
+	v, ok := parseScramVerifier(verifier)
+	if !ok || v.iterations > maxScramIterations {
+		return false
+	}
+	computed, err := scramVerifier(password, v.salt, v.iterations)
+	if err != nil {
+		return false
+	}
+	return hmac.Equal([]byte(computed), []byte(verifier))
+}
+
+// maxScramIterations bounds the work of ScramVerifierMatches on a verifier
+// somebody else set (PostgreSQL's scram_iterations may be raised).
+const maxScramIterations = 1 << 20
+
+type scramParams struct {
+	iterations int
+	salt       []byte
+}
+
+func parseScramVerifier(s string) (scramParams, bool) {
 	rest, ok := strings.CutPrefix(s, scramPrefix+"$")
 	if !ok {
-		return false
+		return scramParams{}, false
 	}
 	params, keys, ok := strings.Cut(rest, "$")
 	if !ok {
-		return false
+		return scramParams{}, false
 	}
 	iter, salt, ok := strings.Cut(params, ":")
-	if !ok || iter == "" || strings.Trim(iter, "0123456789") != "" {
-		return false
+	if !ok {
+		return scramParams{}, false
+	}
+	n, err := strconv.Atoi(iter)
+	if err != nil || n < 1 || strings.Trim(iter, "0123456789") != "" {
+		return scramParams{}, false
 	}
 	stored, server, ok := strings.Cut(keys, ":")
 	if !ok {
-		return false
+		return scramParams{}, false
 	}
-	for _, part := range []struct {
-		b64  string
-		size int
-	}{{salt, -1}, {stored, sha256.Size}, {server, sha256.Size}} {
-		raw, err := base64.StdEncoding.DecodeString(part.b64)
-		if err != nil || len(raw) == 0 || (part.size > 0 && len(raw) != part.size) {
-			return false
+	p := scramParams{iterations: n}
+	for i, part := range []string{salt, stored, server} {
+		raw, err := base64.StdEncoding.DecodeString(part)
+		if err != nil || len(raw) == 0 || (i > 0 && len(raw) != sha256.Size) {
+			return scramParams{}, false
+		}
+		if i == 0 {
+			p.salt = raw
 		}
 	}
-	return true
+	return p, true
 }

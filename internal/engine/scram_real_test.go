@@ -62,6 +62,8 @@ func TestScramVerifierMatchesPostgreSQL(t *testing.T) {
 		ours, err := engine.ScramVerifierWithSalt(password, salt(t, saltB64), n)
 		require.NoError(t, err)
 		assert.Equal(t, stored, ours, "password %q", password)
+		assert.True(t, engine.ScramVerifierMatches(stored, password), "the server's verifier matches %q", password)
+		assert.False(t, engine.ScramVerifierMatches(stored, password+"x"))
 	}
 }
 

@@ -102,3 +102,16 @@ func TestIsScramVerifier(t *testing.T) {
 		assert.Equal(t, want, engine.IsScramVerifier(s), s)
 	}
 }
+
+func TestScramVerifierMatches(t *testing.T) {
+	v, err := engine.ScramVerifier("the-password")
+	require.NoError(t, err)
+	assert.True(t, engine.ScramVerifierMatches(v, "the-password"))
+	assert.False(t, engine.ScramVerifierMatches(v, "the-password "))
+	assert.False(t, engine.ScramVerifierMatches(v, ""))
+	assert.False(t, engine.ScramVerifierMatches("md5a3556571e93b0d20722ba62be61e8c2d", "the-password"))
+	assert.False(t, engine.ScramVerifierMatches("", "the-password"))
+	golden := "SCRAM-SHA-256$4096:W22ZaJ0SNY7soEsUEjb6gQ==$WG5d8oPm3OtcPnkdi4Uo7BkeZkBFzpcXkuLmtbsT4qY=:wfPLwcE6nTWhTAmQ7tl2KeoiWGPlZqQxSrmfPwDl2dU="
+	assert.True(t, engine.ScramVerifierMatches(golden, "pencil"))
+	assert.False(t, engine.ScramVerifierMatches(golden, "Pencil"))
+}
