@@ -72,6 +72,9 @@ type Engine interface {
 	// RestoreRefusedExitCode. A restore sets the mark with the data, so a
 	// failed one leaves neither. It exits non-zero on any failure.
 	RestoreCommand(dir, prefix, file string) []string
+	// RoleSQL is the SQL that keeps the application's role and its
+	// password on the server (roles.go).
+	RoleSQL
 }
 
 var catalog = map[dbv1.Engine]Engine{

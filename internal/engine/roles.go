@@ -272,4 +272,4 @@ func (Postgres) StoredPassword(role string) (string, error) {
 	return "SELECT rolpassword FROM pg_catalog.pg_authid WHERE rolname = " + lit, nil
 }
 
-var _ RoleSQL = Postgres{}
+var _ Engine = Postgres{}
