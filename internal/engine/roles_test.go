@@ -100,3 +100,15 @@ func TestRoleSQLNeverHoldsThePassword(t *testing.T) {
 	_, err = pg.SetPassword("", password)
 	assert.ErrorIs(t, err, engine.ErrNameEmpty)
 }
+
+func TestLegacyRoleName(t *testing.T) {
+	pg := engine.Postgres{}
+	assert.Equal(t, "app_superuser_legacy", pg.LegacyRoleName("app"))
+	long := pg.LegacyRoleName(strings.Repeat("ä", 40))
+	assert.LessOrEqual(t, len(long), 63)
+	assert.True(t, strings.HasSuffix(long, "_superuser_legacy"))
+	_, err := engine.QuoteIdentifier(long)
+	assert.NoError(t, err)
+	_, err = pg.MigrateLegacyAppRole("postgres", "x")
+	assert.ErrorIs(t, err, engine.ErrNameIsSuper)
+}
