@@ -13,6 +13,9 @@ import (
 const (
 	ComponentDatabase    = "database"
 	ComponentCredentials = "credentials"
+	// ComponentSuperuser is the superuser Secret's (issue 17), never given
+	// to applications.
+	ComponentSuperuser = "superuser"
 	ComponentBackup      = "backup"
 )
 

@@ -82,6 +82,7 @@ func TestGolden(t *testing.T) {
 			"headless-service": resources.HeadlessService(db, eng),
 			"secret":           resources.CredentialsSecret(db, eng, "not-a-real-password"),
 			"secret-metadata":  resources.CredentialsSecretMetadata(db),
+			"superuser-secret": resources.SuperuserSecret(db, eng.Superuser(), "not-a-real-password"),
 			"cronjob":          cron,
 			"backup-pvc":       resources.BackupPVC(db),
 		}
