@@ -16,7 +16,7 @@ const (
 	// ComponentSuperuser is the superuser Secret's (issue 17), never given
 	// to applications.
 	ComponentSuperuser = "superuser"
-	ComponentBackup      = "backup"
+	ComponentBackup    = "backup"
 )
 
 // The well-known labels every child carries.
