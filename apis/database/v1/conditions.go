@@ -109,6 +109,22 @@ const (
 	// ReasonSecretInvalid: the user's Secret lacks the username or password
 	// key.
 	ReasonSecretInvalid = "SecretInvalid"
+	// ReasonPasswordRotated: the server did not have the password of the
+	// credentials Secret and dbkeeper set it (issue 17; not written yet,
+	// see docs/design/roles-and-rotation.md).
+	ReasonPasswordRotated = "Rotated"
+	// ReasonRotationPending: the server does not have the credentials
+	// Secret's password yet (it is new or changed, and dbkeeper has not
+	// reached the server); the message says why.
+	ReasonRotationPending = "RotationPending"
+	// ReasonRotationFailed: the Secret's password or username was refused
+	// (empty, a reserved name...) or the server refused the statement;
+	// nothing was changed.
+	ReasonRotationFailed = "RotationFailed"
+	// ReasonLegacySuperuser: the application's role is the server's
+	// superuser, as dbkeeper made it before issue 17; its password is kept
+	// in line, and the message says how to migrate it.
+	ReasonLegacySuperuser = "LegacySuperuser"
 )
 
 // Reasons of BackupReady.
