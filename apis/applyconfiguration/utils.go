@@ -32,6 +32,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.BootstrapSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("CredentialsSpec"):
 		return &databasev1.CredentialsSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("CredentialsStatus"):
+		return &databasev1.CredentialsStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("Database"):
 		return &databasev1.DatabaseApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("DatabaseSpec"):

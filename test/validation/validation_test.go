@@ -117,23 +117,24 @@ func assertInvalid(t *testing.T, err error, want ...string) {
 }
 
 const (
-	msgEngineEnum     = `spec.engine: Unsupported value: "mysql"`
-	msgVersionCatalog = "spec.version must be one of 14, 15, 16, 17 for engine postgres"
-	msgVersionImmut   = "spec.version is immutable"
-	msgSizePositive   = "size must be greater than zero"
-	msgSizeGrow       = "size may only grow: a volume cannot be shrunk"
-	msgClassImmut     = "storageClassName is immutable"
-	msgClassAddRemove = "storageClassName cannot be added or removed after creation"
-	msgSecretImmut    = "spec.credentials.secretName is immutable"
-	msgSecretAddRem   = "spec.credentials.secretName cannot be added or removed after creation"
-	msgCredsAddRemove = "spec.credentials cannot be added or removed after creation"
-	msgSchedule       = "schedule must be a cron expression of five fields"
-	msgMaxAge         = "maxAge must be a positive duration such as 26h"
-	msgNameLength     = "metadata.name must be at most 45 characters"
-	msgNameDNS1035    = "metadata.name must start with a lower-case letter"
-	msgReplicas       = "spec.replicas may be 0 or 1: dbkeeper runs one PostgreSQL instance per Database until streaming replication exists"
-	msgResources      = "spec.resources: the cpu and memory requests must be less than or equal to their limits"
-	msgAnnotationKey  = "spec.service.annotations: each key must be a qualified name"
+	msgEngineEnum      = `spec.engine: Unsupported value: "mysql"`
+	msgVersionCatalog  = "spec.version must be one of 14, 15, 16, 17 for engine postgres"
+	msgVersionImmut    = "spec.version is immutable"
+	msgSizePositive    = "size must be greater than zero"
+	msgSizeGrow        = "size may only grow: a volume cannot be shrunk"
+	msgClassImmut      = "storageClassName is immutable"
+	msgClassAddRemove  = "storageClassName cannot be added or removed after creation"
+	msgSecretImmut     = "spec.credentials.secretName is immutable"
+	msgSecretAddRem    = "spec.credentials.secretName cannot be added or removed after creation"
+	msgCredsAddRemove  = "spec.credentials cannot be added or removed after creation"
+	msgSecretSuperuser = "spec.credentials.secretName may not be <metadata.name>-superuser"
+	msgSchedule        = "schedule must be a cron expression of five fields"
+	msgMaxAge          = "maxAge must be a positive duration such as 26h"
+	msgNameLength      = "metadata.name must be at most 45 characters"
+	msgNameDNS1035     = "metadata.name must start with a lower-case letter"
+	msgReplicas        = "spec.replicas may be 0 or 1: dbkeeper runs one PostgreSQL instance per Database until streaming replication exists"
+	msgResources       = "spec.resources: the cpu and memory requests must be less than or equal to their limits"
+	msgAnnotationKey   = "spec.service.annotations: each key must be a qualified name"
 )
 
 // TestCreateRefused creates Databases that break a create-time rule and
@@ -375,6 +376,12 @@ func TestCreateRefused(t *testing.T) {
 			dbName: "db.prod",
 			want:   []string{msgNameDNS1035},
 		},
+		{
+			name:   "credentials secretName is the superuser Secret",
+			dbName: "orders",
+			spec:   map[string]any{"credentials": map[string]any{"secretName": "orders-superuser"}},
+			want:   []string{msgSecretSuperuser},
+		},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -395,7 +402,7 @@ func TestUpdateRefused(t *testing.T) {
 
 	withClass := map[string]any{"storage": map[string]any{"storageClassName": "standard"}}
 	withBackupClass := map[string]any{"backup": map[string]any{"storage": map[string]any{"size": "20Gi", "storageClassName": "standard"}}}
-	withSecret := map[string]any{"credentials": map[string]any{"secretName": "db-superuser"}}
+	withSecret := map[string]any{"credentials": map[string]any{"secretName": "db-app"}}
 	withEmptyCredentials := map[string]any{"credentials": map[string]any{}}
 
 	cases := []struct {
@@ -497,7 +504,7 @@ func TestUpdateRefused(t *testing.T) {
 		{
 			name:   "credentials secretName added after creation",
 			base:   withEmptyCredentials,
-			mutate: func(db *dbv1.Database) { db.Spec.Credentials.SecretName = "db-superuser" },
+			mutate: func(db *dbv1.Database) { db.Spec.Credentials.SecretName = "db-app" },
 			want:   []string{"spec.credentials: Invalid value", msgSecretAddRem},
 		},
 		{
@@ -508,7 +515,7 @@ func TestUpdateRefused(t *testing.T) {
 		},
 		{
 			name:   "credentials added after creation",
-			mutate: func(db *dbv1.Database) { db.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "db-superuser"} },
+			mutate: func(db *dbv1.Database) { db.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "db-app"} },
 			want:   []string{"spec: Invalid value", msgCredsAddRemove},
 		},
 		{
@@ -589,7 +596,7 @@ func TestValidUpdateAccepted(t *testing.T) {
 
 	spec := map[string]any{
 		"storage":     map[string]any{"storageClassName": "standard"},
-		"credentials": map[string]any{"secretName": "db-superuser"},
+		"credentials": map[string]any{"secretName": "db-app"},
 	}
 	require.NoError(t, k8s.Create(ctx, rawDatabase(ns, "grow", spec)))
 	key := client.ObjectKey{Namespace: ns, Name: "grow"}
@@ -616,7 +623,7 @@ func TestValidUpdateAccepted(t *testing.T) {
 	assert.Equal(t, int32(0), *got.Spec.Replicas)
 	assert.Equal(t, "50Gi", got.Spec.Backup.Storage.Size.String())
 	assert.Equal(t, "standard", ptr.Deref(got.Spec.Storage.StorageClassName, ""))
-	assert.Equal(t, "db-superuser", got.Spec.Credentials.SecretName)
+	assert.Equal(t, "db-app", got.Spec.Credentials.SecretName)
 
 	// Scaling back to one starts the database again; so is an update that
 	// changes nothing of the immutable fields.
@@ -655,6 +662,7 @@ func TestValidCreateAccepted(t *testing.T) {
 		{name: "storage size decimal", spec: map[string]any{"storage": map[string]any{"size": "1.5Gi"}}},
 		{name: "secretName with dots", spec: map[string]any{"credentials": map[string]any{"secretName": "db.superuser-1"}}},
 		{name: "credentials without secretName", spec: map[string]any{"credentials": map[string]any{}}},
+		{name: "secretName of another Database's superuser Secret", spec: map[string]any{"credentials": map[string]any{"secretName": "other-superuser"}}},
 		{name: "service NodePort", spec: map[string]any{"service": map[string]any{"type": "NodePort"}}},
 		{name: "schedule macro", spec: map[string]any{"backup": map[string]any{"schedule": "@daily"}}},
 		{name: "schedule step", spec: map[string]any{"backup": map[string]any{"schedule": "*/15 * * * *"}}},

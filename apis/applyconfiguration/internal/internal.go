@@ -104,6 +104,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: secretName
       type:
         scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.CredentialsStatus
+  map:
+    fields:
+    - name: appliedResourceVersion
+      type:
+        scalar: string
+    - name: secret
+      type:
+        scalar: string
+    - name: superuserSecret
+      type:
+        scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Database
   map:
     fields:
@@ -183,6 +195,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - type
+    - name: credentials
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.CredentialsStatus
     - name: credentialsSecret
       type:
         scalar: string

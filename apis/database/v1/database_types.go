@@ -56,6 +56,7 @@ const (
 // +kubebuilder:printcolumn:name="Observed",type=integer,JSONPath=`.status.observedGeneration`,priority=1
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 45",message="metadata.name must be at most 45 characters: the names of the Database's children (such as <name>-backup and its Jobs) must fit in 63"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must start with a lower-case letter and contain only lower-case letters, digits and '-': it names Services, which must be DNS-1035 labels"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.credentials) || !has(self.spec.credentials.secretName) || self.spec.credentials.secretName != self.metadata.name + '-superuser'",message="spec.credentials.secretName may not be <metadata.name>-superuser: dbkeeper keeps the superuser's credentials in that Secret, which applications never get"
 type Database struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -114,8 +115,9 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.requests) || !has(self.limits) || ['cpu', 'memory'].all(k, !(k in self.requests) || !(k in self.limits) || quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)",message="spec.resources: the cpu and memory requests must be less than or equal to their limits"
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
-	// Credentials names the Secret with the superuser credentials. It is
-	// set once, at creation.
+	// Credentials names the Secret with the application's credentials: a
+	// role that owns its database and is not a superuser. It is set once,
+	// at creation.
 	// +optional
 	Credentials *CredentialsSpec `json:"credentials,omitempty"`
 
@@ -189,13 +191,16 @@ type StorageSpec struct {
 	StorageClassName *string `json:"storageClassName,omitempty"`
 }
 
-// CredentialsSpec names the Secret with the database superuser credentials.
+// CredentialsSpec names the Secret with the application's credentials.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.secretName) == has(oldSelf.secretName)",message="spec.credentials.secretName cannot be added or removed after creation: the data directory was initialised with the first credentials"
 type CredentialsSpec struct {
 	// SecretName names an existing Secret in the Database's namespace with
-	// the keys username and password. dbkeeper reads it and never modifies
-	// it. When empty, dbkeeper generates <name>-credentials once and keeps it.
+	// the keys username and password (and optionally database). dbkeeper
+	// reads it and never modifies it; it creates the role and its database
+	// and sets the role's password on the server whenever the Secret's
+	// password changes. When empty, dbkeeper generates <name>-credentials
+	// once and keeps it. It may not be <name>-superuser.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
@@ -305,8 +310,17 @@ type DatabaseStatus struct {
 	Endpoint string `json:"endpoint,omitempty"`
 
 	// CredentialsSecret names the Secret with the credentials in use.
+	//
+	// Deprecated: read credentials.secret; this field is kept for one
+	// release and then removed.
 	// +optional
 	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+
+	// Credentials says which Secrets hold the Database's credentials and
+	// which version of the application's Secret the server has applied;
+	// written by the secret controller.
+	// +optional
+	Credentials *CredentialsStatus `json:"credentials,omitempty"`
 
 	// Replicas is the number of engine pods that exist.
 	// +optional
@@ -368,6 +382,27 @@ type BackupStatus struct {
 	// dbkeeper last started a backup Job for; each token runs once.
 	// +optional
 	LastOnDemandToken string `json:"lastOnDemandToken,omitempty"`
+}
+
+// CredentialsStatus names the Secrets with a Database's credentials and the
+// version of the application's Secret whose password the server has.
+type CredentialsStatus struct {
+	// Secret names the Secret with the application's credentials (the
+	// generated <name>-credentials or spec.credentials.secretName).
+	// +optional
+	Secret string `json:"secret,omitempty"`
+
+	// SuperuserSecret names the Secret with the superuser's credentials
+	// (<name>-superuser), used only by dbkeeper and restore Jobs; never
+	// give it to an application.
+	// +optional
+	SuperuserSecret string `json:"superuserSecret,omitempty"`
+
+	// AppliedResourceVersion is the resourceVersion of the Secret named in
+	// secret whose password the server has: when it equals the Secret's
+	// metadata.resourceVersion, a rotation has reached the server.
+	// +optional
+	AppliedResourceVersion string `json:"appliedResourceVersion,omitempty"`
 }
 
 // DeletionStatus says what deleting the Database would do under the current

@@ -11,11 +11,14 @@ package v1
 // CredentialsSpecApplyConfiguration represents a declarative configuration of the CredentialsSpec type for use
 // with apply.
 //
-// CredentialsSpec names the Secret with the database superuser credentials.
+// CredentialsSpec names the Secret with the application's credentials.
 type CredentialsSpecApplyConfiguration struct {
 	// SecretName names an existing Secret in the Database's namespace with
-	// the keys username and password. dbkeeper reads it and never modifies
-	// it. When empty, dbkeeper generates <name>-credentials once and keeps it.
+	// the keys username and password (and optionally database). dbkeeper
+	// reads it and never modifies it; it creates the role and its database
+	// and sets the role's password on the server whenever the Secret's
+	// password changes. When empty, dbkeeper generates <name>-credentials
+	// once and keeps it. It may not be <name>-superuser.
 	SecretName *string `json:"secretName,omitempty"`
 }
 

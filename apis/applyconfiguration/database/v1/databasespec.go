@@ -38,8 +38,9 @@ type DatabaseSpecApplyConfiguration struct {
 	// Resources are the compute resources of the engine container. A cpu
 	// or memory request may not exceed its limit.
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
-	// Credentials names the Secret with the superuser credentials. It is
-	// set once, at creation.
+	// Credentials names the Secret with the application's credentials: a
+	// role that owns its database and is not a superuser. It is set once,
+	// at creation.
 	Credentials *CredentialsSpecApplyConfiguration `json:"credentials,omitempty"`
 	// Service shapes the client Service.
 	Service *ServiceSpecApplyConfiguration `json:"service,omitempty"`

@@ -31,7 +31,14 @@ type DatabaseStatusApplyConfiguration struct {
 	// Endpoint is the host:port clients connect to.
 	Endpoint *string `json:"endpoint,omitempty"`
 	// CredentialsSecret names the Secret with the credentials in use.
+	//
+	// Deprecated: read credentials.secret; this field is kept for one
+	// release and then removed.
 	CredentialsSecret *string `json:"credentialsSecret,omitempty"`
+	// Credentials says which Secrets hold the Database's credentials and
+	// which version of the application's Secret the server has applied;
+	// written by the secret controller.
+	Credentials *CredentialsStatusApplyConfiguration `json:"credentials,omitempty"`
 	// Replicas is the number of engine pods that exist.
 	Replicas *int32 `json:"replicas,omitempty"`
 	// ReadyReplicas is the number of engine pods that are ready.
@@ -94,6 +101,14 @@ func (b *DatabaseStatusApplyConfiguration) WithEndpoint(value string) *DatabaseS
 // If called multiple times, the CredentialsSecret field is set to the value of the last call.
 func (b *DatabaseStatusApplyConfiguration) WithCredentialsSecret(value string) *DatabaseStatusApplyConfiguration {
 	b.CredentialsSecret = &value
+	return b
+}
+
+// WithCredentials sets the Credentials field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Credentials field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithCredentials(value *CredentialsStatusApplyConfiguration) *DatabaseStatusApplyConfiguration {
+	b.Credentials = value
 	return b
 }
 
