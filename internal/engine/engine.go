@@ -18,8 +18,9 @@ import (
 const (
 	UsernameKey = "username"
 	PasswordKey = "password"
-	// DatabaseKey is optional in a user's Secret: the database to dump and
-	// restore; without it, the one named like the user.
+	// DatabaseKey is optional in a user's Secret: the application's
+	// database, which dbkeeper creates and backups dump; without it, the
+	// one named like the user (AppDatabase).
 	DatabaseKey = "database"
 )
 
@@ -41,9 +42,9 @@ type Engine interface {
 	User() int64
 	// DataMountPath is where the data volume is mounted.
 	DataMountPath() string
-	// Env is the engine container's environment, reading the credentials
-	// from the named Secret.
-	Env(secretName string) []corev1.EnvVar
+	// Env is the engine container's environment, reading the superuser's
+	// credentials (for initdb) from the named Secret.
+	Env(superuserSecret string) []corev1.EnvVar
 	// ScratchMounts are the writable directories the engine needs besides
 	// its data volume (the root filesystem is read-only).
 	ScratchMounts() []string
@@ -58,6 +59,10 @@ type Engine interface {
 	// BackupEnv is the environment of the backup container, which connects
 	// to host over the network with the credentials of the named Secret.
 	BackupEnv(host, secretName string) []corev1.EnvVar
+	// RestoreEnv is the environment of the restore container, which
+	// connects to host as the superuser of superuserSecret and restores
+	// as the application's role of appSecret, into its database.
+	RestoreEnv(host, superuserSecret, appSecret string) []corev1.EnvVar
 	// BackupCommand is the backup container's command. It dumps the
 	// database into dir, keeps the newest retention dumps and exits non-zero
 	// on any failure, leaving no partial dump behind.
@@ -108,6 +113,15 @@ func ImageFor(e Engine, db *dbv1.Database) (string, error) {
 		return db.Spec.Image, nil
 	}
 	return e.Image(db.Spec.Version)
+}
+
+// AppDatabase is the application's database a credentials Secret's data
+// names: its database key, else its username.
+func AppDatabase(data map[string][]byte) string {
+	if d := string(data[DatabaseKey]); d != "" {
+		return d
+	}
+	return string(data[UsernameKey])
 }
 
 // optionalSecretEnv is secretEnv for a key the Secret may lack.

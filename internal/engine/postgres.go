@@ -56,20 +56,25 @@ func (Postgres) User() int64 { return 999 }
 // DataMountPath implements Engine.
 func (Postgres) DataMountPath() string { return postgresDataDir }
 
-// Env implements Engine. PGDATA is a subdirectory of the mount, because
-// initdb refuses a directory that holds a filesystem's lost+found.
-// POSTGRES_DB is the Secret's optional database key, the database that the
-// image's entrypoint creates on the first start and that backups dump;
-// without the key the variable is unset and the entrypoint creates the
-// database named like POSTGRES_USER, which backups then dump.
-func (Postgres) Env(secretName string) []corev1.EnvVar {
+// Env implements Engine: the superuser's Secret gives POSTGRES_USER and
+// POSTGRES_PASSWORD, which only initdb reads, on the first start. There is
+// no POSTGRES_DB: the entrypoint then creates nothing beyond initdb's
+// postgres database, and dbkeeper creates the application's role and
+// database once the server answers (docs/design/roles-and-rotation.md,
+// D3). PGDATA is a subdirectory of the mount, because initdb refuses a
+// directory that holds a filesystem's lost+found.
+func (Postgres) Env(superuserSecret string) []corev1.EnvVar {
 	return []corev1.EnvVar{
-		secretEnv("POSTGRES_USER", secretName, UsernameKey),
-		secretEnv("POSTGRES_PASSWORD", secretName, PasswordKey),
-		optionalSecretEnv("POSTGRES_DB", secretName, DatabaseKey),
+		secretEnv("POSTGRES_USER", superuserSecret, UsernameKey),
+		secretEnv("POSTGRES_PASSWORD", superuserSecret, PasswordKey),
 		{Name: "PGDATA", Value: postgresDataDir + "/pgdata"},
 	}
 }
+
+// LegacyEnvPrefix is the prefix of the environment variables the image's
+// entrypoint reads only on the first start (initdb), which an existing
+// StatefulSet keeps as they were (resources.PinLegacyEnv).
+const LegacyEnvPrefix = "POSTGRES_"
 
 // ScratchMounts implements Engine: the socket directory and /tmp.
 func (Postgres) ScratchMounts() []string { return []string{"/var/run/postgresql", "/tmp"} }
@@ -123,6 +128,22 @@ func (Postgres) BackupEnv(host, secretName string) []corev1.EnvVar {
 		secretEnv("PGUSER", secretName, UsernameKey),
 		secretEnv("PGPASSWORD", secretName, PasswordKey),
 		optionalSecretEnv("PGDATABASE", secretName, DatabaseKey),
+		{Name: "PGCONNECT_TIMEOUT", Value: "10"},
+	}
+}
+
+// RestoreEnv implements Engine: the superuser's login, the application's
+// database (the credentials Secret's optional database key; the script
+// falls back to the role's name) and role (DBKEEPER_APP_ROLE), which
+// postgresRestoreScript restores as.
+func (Postgres) RestoreEnv(host, superuserSecret, appSecret string) []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: "PGHOST", Value: host},
+		{Name: "PGPORT", Value: strconv.Itoa(postgresPort)},
+		secretEnv("PGUSER", superuserSecret, UsernameKey),
+		secretEnv("PGPASSWORD", superuserSecret, PasswordKey),
+		optionalSecretEnv("PGDATABASE", appSecret, DatabaseKey),
+		secretEnv("DBKEEPER_APP_ROLE", appSecret, UsernameKey),
 		{Name: "PGCONNECT_TIMEOUT", Value: "10"},
 	}
 }

@@ -337,20 +337,15 @@ func TestBackupWithAUserSecret(t *testing.T) {
 			for k, v := range data {
 				secret.Data[k] = []byte(v)
 			}
-			// What the engine's container creates on its first start: the
-			// user, and POSTGRES_DB's database, the user's name by default.
-			env := map[string]string{}
+			// What dbkeeper creates once the server answers (the engine's
+			// env no longer names it): the user, and the Secret's database,
+			// the user's name by default.
+			env := map[string]string{"POSTGRES_USER": data["username"], "POSTGRES_PASSWORD": data["password"]}
 			for _, e := range eng.Env(secret.Name) {
-				if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
-					if v, ok := data[ref.SecretKeyRef.Key]; ok {
-						env[e.Name] = v
-					} else {
-						require.True(t, ptr.Deref(ref.SecretKeyRef.Optional, false), "the engine requires key %s", ref.SecretKeyRef.Key)
-					}
-				}
+				assert.NotEqual(t, "POSTGRES_DB", e.Name, "the entrypoint must not create the application's database")
 			}
-			created := cmp.Or(env["POSTGRES_DB"], env["POSTGRES_USER"])
-			assert.Equal(t, cmp.Or(data["database"], data["username"]), created, "the engine's database")
+			created := engine.AppDatabase(secret.Data)
+			assert.Equal(t, cmp.Or(data["database"], data["username"]), created, "the application's database")
 			srv.SQL(t, "postgres", fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", env["POSTGRES_USER"], env["POSTGRES_PASSWORD"]))
 			srv.SQL(t, "postgres", fmt.Sprintf("CREATE DATABASE %s OWNER %s", created, env["POSTGRES_USER"]))
 			srv.SQL(t, created, fmt.Sprintf("SET ROLE %s; CREATE TABLE items AS SELECT g AS id FROM generate_series(1, 42) g", env["POSTGRES_USER"]))

@@ -119,7 +119,7 @@ func backupJobSpec(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobSpecAppl
 	pod, err := dumpPodTemplate(db, eng, dumpRun{
 		container: backupContainer,
 		command:   eng.BackupCommand(BackupMountPath, db.Name, db.Spec.Backup.Retention),
-		host:      ClientServiceHost(db),
+		env:       eng.BackupEnv(ClientServiceHost(db), CredentialsSecretName(db)),
 		claim:     BackupName(db),
 	})
 	if err != nil {

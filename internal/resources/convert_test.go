@@ -65,7 +65,7 @@ func TestBuildersRenderWhatTheEngineDeclares(t *testing.T) {
 			pod := sts.Spec.Template.Spec
 			require.NotEmpty(t, pod.Containers)
 			c := pod.Containers[0]
-			assert.Equal(t, eng.Env(secret), c.Env, "engine env")
+			assert.Equal(t, eng.Env(resources.SuperuserSecretName(db)), c.Env, "engine env")
 			assert.Equal(t, eng.StartupProbe(), c.StartupProbe, "startup probe")
 			assert.Equal(t, eng.ReadinessProbe(), c.ReadinessProbe, "readiness probe")
 			assert.Equal(t, eng.LivenessProbe(), c.LivenessProbe, "liveness probe")
@@ -88,11 +88,11 @@ func TestBuildersRenderWhatTheEngineDeclares(t *testing.T) {
 			}
 			for kind, pod := range jobs {
 				require.Len(t, pod.Containers, 1, kind)
-				host := host
+				want := eng.BackupEnv(host, secret)
 				if kind == "restore" {
-					host = resources.RestorePodHost(db)
+					want = eng.RestoreEnv(resources.RestorePodHost(db), resources.SuperuserSecretName(db), secret)
 				}
-				assert.Equal(t, eng.BackupEnv(host, secret), pod.Containers[0].Env, "%s env", kind)
+				assert.Equal(t, want, pod.Containers[0].Env, "%s env", kind)
 				assertMounts(t, pod, nil, pod.Containers[0], resources.BackupMountPath, "/tmp")
 			}
 		})

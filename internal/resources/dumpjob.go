@@ -16,8 +16,8 @@ type dumpRun struct {
 	container string
 	// command dumps into, or restores from, BackupMountPath.
 	command []string
-	// host is the server the command connects to.
-	host string
+	// env is the container's environment: the server and the login.
+	env []corev1.EnvVar
 	// claim is the backup PVC mounted at BackupMountPath.
 	claim string
 	// readOnly mounts the backup volume read-only (a restore).
@@ -45,7 +45,7 @@ func dumpPodTemplate(db *dbv1.Database, eng engine.Engine, run dumpRun) (*corev1
 		WithName(run.container).
 		WithImage(image).
 		WithCommand(run.command...).
-		WithEnv(envApply(eng.BackupEnv(run.host, CredentialsSecretName(db)))...).
+		WithEnv(envApply(run.env)...).
 		WithSecurityContext(restrictedContainer(eng.User())).
 		WithVolumeMounts(mount).
 		// a failed dump's last log lines become its termination message,

@@ -155,7 +155,9 @@ func TestCredentialsSecretName(t *testing.T) {
 	assert.Equal(t, "billing-owner", resources.CredentialsSecretName(samples["custom"]))
 }
 
-func TestStatefulSetUsesCredentialsSecret(t *testing.T) {
+// TestStatefulSetUsesSuperuserSecret: the engine pod reads only the
+// superuser's Secret (initdb's POSTGRES_USER), never the application's.
+func TestStatefulSetUsesSuperuserSecret(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	for name, db := range samples {
@@ -169,7 +171,7 @@ func TestStatefulSetUsesCredentialsSecret(t *testing.T) {
 		}
 		assert.NotEmpty(t, refs, name)
 		for _, r := range refs {
-			assert.Equal(t, resources.CredentialsSecretName(db), r, name)
+			assert.Equal(t, resources.SuperuserSecretName(db), r, name)
 		}
 	}
 }

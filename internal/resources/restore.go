@@ -27,8 +27,9 @@ func RestorePodHost(db *dbv1.Database) string {
 
 // RestoreJob restores spec.bootstrap.fromBackup into the new Database: it
 // mounts the source Database's backup volume read-only, waits for the
-// server (on its pod, see RestorePodHost) and restores the dump with the
-// new Database's credentials, only into a database that holds no data yet
+// server (on its pod, see RestorePodHost) and restores the dump as the
+// superuser (<name>-superuser) with SET ROLE to the application's role, so
+// the application owns what it restores, only into a database that holds no data yet
 // (see engine.Engine.RestoreCommand). It retries a few times, as a failed
 // restore leaves the database as it was; a refusal
 // (engine.RestoreRefusedExitCode) fails the Job at once through its pod
@@ -47,7 +48,7 @@ func RestoreJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobApplyConfig
 	pod, err := dumpPodTemplate(db, eng, dumpRun{
 		container: restoreContainer,
 		command:   eng.RestoreCommand(BackupMountPath, from.Database, file),
-		host:      RestorePodHost(db),
+		env:       eng.RestoreEnv(RestorePodHost(db), SuperuserSecretName(db), CredentialsSecretName(db)),
 		claim:     BackupName(source),
 		readOnly:  true,
 	})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -77,4 +78,58 @@ func TestEnginePodUnderLoad(t *testing.T) {
 			assert.GreaterOrEqual(t, window, time.Hour, "crash recovery of a large database is restarted after %s", window)
 		})
 	}
+}
+
+// TestPinLegacyEnv: a StatefulSet made before issue 17 (POSTGRES_* read the
+// application's credentials Secret, with POSTGRES_DB) keeps exactly its
+// environment, so the upgrade restarts no pod; a new StatefulSet, or one
+// already reading the superuser Secret, gets the desired environment.
+func TestPinLegacyEnv(t *testing.T) {
+	eng, err := engine.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	db := sample("orders", nil)
+	creds := resources.CredentialsSecretName(db)
+	old := []corev1.EnvVar{
+		secretRef("POSTGRES_USER", creds, "username", false),
+		secretRef("POSTGRES_PASSWORD", creds, "password", false),
+		secretRef("POSTGRES_DB", creds, "database", true),
+		{Name: "PGDATA", Value: "/var/lib/postgresql/data/pgdata"},
+	}
+	engineEnv := func(t *testing.T, sts *appsv1.StatefulSet) []corev1.EnvVar {
+		require.Len(t, sts.Spec.Template.Spec.Containers, 1)
+		return sts.Spec.Template.Spec.Containers[0].Env
+	}
+
+	desired, err := resources.StatefulSet(db, eng)
+	require.NoError(t, err)
+	live := decode[appsv1.StatefulSet](t, desired)
+	live.Spec.Template.Spec.Containers[0].Env = old
+	resources.PinLegacyEnv(desired, live)
+	assert.Equal(t, old, engineEnv(t, decode[appsv1.StatefulSet](t, desired)), "a legacy StatefulSet keeps its env")
+
+	desired, err = resources.StatefulSet(db, eng)
+	require.NoError(t, err)
+	current := decode[appsv1.StatefulSet](t, desired)
+	resources.PinLegacyEnv(desired, current)
+	got := engineEnv(t, decode[appsv1.StatefulSet](t, desired))
+	assert.Equal(t, eng.Env(resources.SuperuserSecretName(db)), got, "a current StatefulSet keeps the desired env")
+	for _, e := range got {
+		assert.NotEqual(t, "POSTGRES_DB", e.Name)
+		if e.ValueFrom != nil {
+			assert.Equal(t, "orders-superuser", e.ValueFrom.SecretKeyRef.Name, e.Name)
+		}
+	}
+
+	desired, err = resources.StatefulSet(db, eng)
+	require.NoError(t, err)
+	resources.PinLegacyEnv(desired, nil)
+	assert.Equal(t, eng.Env(resources.SuperuserSecretName(db)), engineEnv(t, decode[appsv1.StatefulSet](t, desired)), "no StatefulSet yet")
+}
+
+func secretRef(name, secret, key string, optional bool) corev1.EnvVar {
+	ref := &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}
+	if optional {
+		ref.Optional = ptr.To(true)
+	}
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: ref}}
 }

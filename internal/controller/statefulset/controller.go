@@ -110,6 +110,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		return facet.Outcome{}, fmt.Errorf("getting StatefulSet: %w", err)
 	}
 	resources.PinClaimTemplate(desired, live)
+	resources.PinLegacyEnv(desired, live)
 	changed, err := s.writer.Apply(ctx, live, desired)
 	if err != nil {
 		return facet.Outcome{}, fmt.Errorf("applying StatefulSet: %w", err)
