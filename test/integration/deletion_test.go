@@ -100,6 +100,9 @@ func TestDeletionPolicies(t *testing.T) {
 			copied.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: db.Name + "-copy", Labels: data.Labels}
 			require.NoError(t, admin.Create(ctx, copied))
 			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resources.GeneratedSecretName(db)}}
+			// The superuser Secret follows the credentials Secret's row.
+			superuser := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resources.SuperuserSecretName(db)}}
+			require.False(t, gone(t, superuser), "the secret controller made no superuser Secret")
 			backup := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: resources.BackupName(db)}}
 
 			// status.deletion announces what deletion will do.
@@ -109,6 +112,7 @@ func TestDeletionPolicies(t *testing.T) {
 			for what, keep := range map[string]bool{
 				"PersistentVolumeClaim/" + data.Name:   tc.keepData,
 				"Secret/" + secret.Name:                tc.keepSecret,
+				"Secret/" + superuser.Name:             tc.keepSecret,
 				"PersistentVolumeClaim/" + backup.Name: tc.keepBack,
 			} {
 				list := preview.Deletes
@@ -126,7 +130,7 @@ func TestDeletionPolicies(t *testing.T) {
 			for _, c := range []struct {
 				obj  client.Object
 				keep bool
-			}{{data, tc.keepData}, {secret, tc.keepSecret}, {backup, tc.keepBack}, {copied, true}} {
+			}{{data, tc.keepData}, {secret, tc.keepSecret}, {superuser, tc.keepSecret}, {backup, tc.keepBack}, {copied, true}} {
 				if !c.keep {
 					assert.True(t, gone(t, c.obj), "%T %s kept, policy %s deletes it", c.obj, c.obj.GetName(), tc.policy)
 					continue

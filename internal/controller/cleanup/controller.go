@@ -244,6 +244,7 @@ func (r *reconciler) preview(ctx context.Context, db *dbv1.Database) (*dbv1ac.Da
 	} else {
 		add(p.deleteSecret, "Secret/"+resources.GeneratedSecretName(db))
 	}
+	add(p.deleteSecret, "Secret/"+resources.SuperuserSecretName(db))
 	add(p.deleteBackup, "PersistentVolumeClaim/"+resources.BackupName(db))
 	return dbv1ac.DatabaseStatus().WithDeletion(d), nil
 }
@@ -270,7 +271,7 @@ func (p plan) String() string {
 		}
 		return "keep"
 	}
-	return fmt.Sprintf("%s the data PVCs, %s the generated credentials Secret, %s the backup PVC",
+	return fmt.Sprintf("%s the data PVCs, %s the generated credentials and superuser Secrets, %s the backup PVC",
 		word(p.deleteData), word(p.deleteSecret), word(p.deleteBackup))
 }
 
@@ -303,12 +304,20 @@ func (r *reconciler) carryOut(ctx context.Context, db *dbv1.Database, p plan) (s
 	if err := r.deleteOrKeepNamed(ctx, db, &corev1.PersistentVolumeClaim{}, resources.BackupName(db), p.deleteBackup); err != nil {
 		return "", err
 	}
-	if resources.UserSecret(db) {
-		return "", nil // the user's Secret is never touched
+	// The superuser Secret follows the credentials Secret's row of the
+	// policy, also beside a user's Secret: kept data needs its superuser.
+	secrets := []string{resources.SuperuserSecretName(db)}
+	if !resources.UserSecret(db) { // the user's Secret is never touched
+		secrets = append(secrets, resources.GeneratedSecretName(db))
 	}
-	secret := &metav1.PartialObjectMetadata{}
-	secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	return "", r.deleteOrKeepNamed(ctx, db, secret, resources.GeneratedSecretName(db), p.deleteSecret)
+	for _, name := range secrets {
+		secret := &metav1.PartialObjectMetadata{}
+		secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		if err := r.deleteOrKeepNamed(ctx, db, secret, name, p.deleteSecret); err != nil {
+			return "", err
+		}
+	}
+	return "", nil
 }
 
 // deleteWorkload deletes what runs on the volumes a policy deletes: the

@@ -47,6 +47,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 			pvc(meta("data-orders-0-copy", resources.ComponentDatabase)), // not an ordinal
 			pvc(meta("orders-backup", resources.ComponentBackup, ref)),   // an earlier version's owner reference
 			&corev1.Secret{ObjectMeta: meta("orders-credentials", resources.ComponentCredentials, ref)},
+			&corev1.Secret{ObjectMeta: meta("orders-superuser", resources.ComponentSuperuser)},
 			&appsv1.StatefulSet{ObjectMeta: meta("orders", resources.ComponentDatabase, foreign)},
 		}
 	}
@@ -72,6 +73,8 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 			assert.Equal(t, want, exists(c, pvc(metav1.ObjectMeta{Namespace: "shop", Name: name})), "PVC %s exists", name)
 		}
 		assert.False(t, exists(c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-credentials"}}))
+		assert.False(t, exists(c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-superuser"}}),
+			"the superuser Secret outlived a policy that deletes the credentials Secret")
 		assert.True(t, exists(c, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}),
 			"deleted a StatefulSet another Database owns")
 	})
@@ -86,6 +89,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 			pvc(metav1.ObjectMeta{Namespace: "shop", Name: "data-orders-0"}),
 			pvc(metav1.ObjectMeta{Namespace: "shop", Name: "orders-backup"}),
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-credentials"}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-superuser"}},
 		} {
 			if assert.True(t, exists(c, obj), "%T %s deleted", obj, obj.GetName()) {
 				assert.Empty(t, obj.GetOwnerReferences(), "%T %s kept with an owner reference", obj, obj.GetName())
@@ -109,9 +113,9 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 // TestPlanFor: what each deletion policy deletes and keeps.
 func TestPlanFor(t *testing.T) {
 	for policy, want := range map[dbv1.DeletionPolicy]string{
-		dbv1.DeletionPolicyDelete:  "delete the data PVCs, delete the generated credentials Secret, keep the backup PVC",
-		dbv1.DeletionPolicyRetain:  "keep the data PVCs, keep the generated credentials Secret, keep the backup PVC",
-		dbv1.DeletionPolicyWipeOut: "delete the data PVCs, delete the generated credentials Secret, delete the backup PVC",
+		dbv1.DeletionPolicyDelete:  "delete the data PVCs, delete the generated credentials and superuser Secrets, keep the backup PVC",
+		dbv1.DeletionPolicyRetain:  "keep the data PVCs, keep the generated credentials and superuser Secrets, keep the backup PVC",
+		dbv1.DeletionPolicyWipeOut: "delete the data PVCs, delete the generated credentials and superuser Secrets, delete the backup PVC",
 	} {
 		assert.Equal(t, want, planFor(policy).String(), "policy %s", policy)
 	}
@@ -158,7 +162,7 @@ func TestReconcile(t *testing.T) {
 		got := reconcile(t, dbv1.DeletionPolicyWipeOut, false)
 		assert.Contains(t, got.Finalizers, dbv1.Finalizer)
 		require.NotNil(t, got.Status.Deletion)
-		assert.Equal(t, []string{"PersistentVolumeClaim/data-orders-0", "Secret/orders-credentials", "PersistentVolumeClaim/orders-backup"},
+		assert.Equal(t, []string{"PersistentVolumeClaim/data-orders-0", "Secret/orders-credentials", "Secret/orders-superuser", "PersistentVolumeClaim/orders-backup"},
 			got.Status.Deletion.Deletes)
 		assert.Empty(t, got.Status.Deletion.Keeps)
 	})
