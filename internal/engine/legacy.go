@@ -28,6 +28,42 @@ type LegacyRoles interface {
 	// It does nothing when role is not the bootstrap superuser. Sessions
 	// opened before keep their superuser session until they reconnect.
 	MigrateLegacyAppRole(role, legacy string) (string, error)
+	// EnsureSuperuser, run as the bootstrap superuser (the application's
+	// role of a legacy Database), makes role a superuser that can log in,
+	// creating it without a password if it is missing (D6 step 1); the
+	// password is SetPassword's.
+	EnsureSuperuser(role string) (string, error)
+}
+
+// postgresEnsureSuperuser is the body of EnsureSuperuser's DO block;
+// {{role}} is a literal.
+const postgresEnsureSuperuser = `DECLARE
+  r name := {{role}};
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+    EXECUTE pg_catalog.format('CREATE ROLE %I SUPERUSER LOGIN', r);
+    RAISE NOTICE 'dbkeeper: created superuser role %', r;
+  ELSIF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r AND NOT (rolsuper AND rolcanlogin)) THEN
+    EXECUTE pg_catalog.format('ALTER ROLE %I SUPERUSER LOGIN', r);
+    RAISE NOTICE 'dbkeeper: made role % a superuser that can log in', r;
+  END IF;
+END`
+
+// EnsureSuperuser implements LegacyRoles with a DO block, quoted as a
+// literal so that no name can end it.
+func (Postgres) EnsureSuperuser(role string) (string, error) {
+	lit, err := QuoteLiteral(role)
+	if err != nil {
+		return "", err
+	}
+	if err := checkIdentifier(role); err != nil {
+		return "", fmt.Errorf("role name: %w", err)
+	}
+	body, err := QuoteLiteral(strings.Replace(postgresEnsureSuperuser, "{{role}}", lit, 1))
+	if err != nil {
+		return "", err
+	}
+	return "DO " + body, nil
 }
 
 // BootstrapSuperuser implements LegacyRoles.

@@ -98,3 +98,39 @@ func TestMigrateLegacyAppRole(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.NotContains(t, out, "dbkeeper:", "the migrated role needs no repair")
 }
+
+// TestEnsureSuperuser: D6 step 1, run as the bootstrap superuser, makes a
+// second superuser that logs in with the password SetPassword gives it,
+// repairs one that lost SUPERUSER, and is a no-op when it is in line.
+func TestEnsureSuperuser(t *testing.T) {
+	srv := startServer(t)
+	pg := engine.Postgres{}
+	ensure, err := pg.EnsureSuperuser("ops")
+	require.NoError(t, err)
+	set, err := pg.SetPassword("ops", "ops-pw")
+	require.NoError(t, err)
+	out, err := asSuperuser(srv, ensure)
+	require.NoError(t, err, out)
+	out, err = asSuperuser(srv, set)
+	require.NoError(t, err, out)
+	out, err = login(srv, "ops", "ops-pw", "postgres", "SELECT rolsuper AND rolcanlogin FROM pg_roles WHERE rolname = current_user")
+	require.NoError(t, err, out)
+	assert.Equal(t, "t", out, "ops is a superuser that logs in")
+
+	out, err = asSuperuser(srv, "ALTER ROLE ops NOSUPERUSER; "+ensure)
+	require.NoError(t, err, out)
+	out, err = asSuperuser(srv, "SELECT rolsuper FROM pg_roles WHERE rolname = 'ops'")
+	require.NoError(t, err, out)
+	assert.Equal(t, "t", out, "SUPERUSER given back")
+
+	xmin, err := asSuperuser(srv, "SELECT xmin FROM pg_authid WHERE rolname = 'ops'")
+	require.NoError(t, err)
+	out, err = asSuperuser(srv, ensure)
+	require.NoError(t, err, out)
+	again, err := asSuperuser(srv, "SELECT xmin FROM pg_authid WHERE rolname = 'ops'")
+	require.NoError(t, err)
+	assert.Equal(t, xmin, again, "a second run wrote the role's row")
+
+	_, err = pg.EnsureSuperuser(`x"; DROP ROLE postgres; --`)
+	require.NoError(t, err, "a hostile name is quoted, not refused")
+}

@@ -150,3 +150,27 @@ func scrub(err error, password string) error {
 func quoteValue(v string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
 }
+
+// AuthFailed reports whether err is the server refusing the login: a wrong
+// password, a role that does not exist or cannot log in (SQLSTATE 28P01,
+// 28000).
+func AuthFailed(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == "28P01" || pg.Code == "28000")
+}
+
+// Refused reports whether err is the server refusing a statement, which
+// retrying will not change, rather than trouble reaching it: a server
+// error outside the classes of connection exceptions (08), insufficient
+// resources (53) and operator intervention (57, a shutdown).
+func Refused(err error) bool {
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || len(pg.Code) < 2 {
+		return false
+	}
+	switch pg.Code[:2] {
+	case "08", "53", "57":
+		return false
+	}
+	return true
+}

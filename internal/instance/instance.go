@@ -1,0 +1,136 @@
+// Package instance connects the manager to a Database's first instance
+// (pod <name>-0) as a login, usually its superuser from <name>-superuser:
+// what the secret controller needs to keep roles and passwords in line and
+// what other controllers need to run SQL such as SELECT pg_reload_conf()
+// (docs/design/roles-and-rotation.md, D2). It knows nothing of what the
+// caller runs.
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/apply"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
+)
+
+// ErrNotReady is the error of Connect when the instance's pod does not
+// exist, is not Ready, or has no IP yet: retry later.
+var ErrNotReady = errors.New("not ready")
+
+// Login is who to connect as. It never appears in an error.
+type Login struct {
+	User     string
+	Password string
+}
+
+// Conn is one session with an instance.
+type Conn interface {
+	// Exec runs one statement and returns its NOTICEs.
+	Exec(ctx context.Context, sql string) ([]string, error)
+	// QueryValue runs a query of at most one row and column.
+	QueryValue(ctx context.Context, sql string) (value *string, ok bool, err error)
+	// Close ends the session.
+	Close(ctx context.Context) error
+}
+
+// Connector connects to a Database's first instance.
+type Connector interface {
+	// Connect opens a session with instance 0 of db as login, in database
+	// (the engine's maintenance database when empty). An instance that
+	// cannot be reached yet is an error wrapping ErrNotReady.
+	Connect(ctx context.Context, db *dbv1.Database, login Login, database string) (Conn, error)
+}
+
+// SSLMode is the libpq sslmode of every connection: prefer until the
+// instances have certificates the manager verifies (issue 17 item 3).
+const SSLMode = "prefer"
+
+// maintenanceDatabase is the database a session opens when the caller
+// names none: initdb's, which always exists.
+const maintenanceDatabase = "postgres"
+
+// Pods is the Connector of a running manager: it reads pod <name>-0 from
+// Pods (the manager's cache, which holds dbkeeper's labelled pods) and
+// connects to its IP with sqlconn.
+type Pods struct {
+	Pods client.Reader
+}
+
+// Connect implements Connector.
+func (p Pods) Connect(ctx context.Context, db *dbv1.Database, login Login, database string) (Conn, error) {
+	eng, err := engine.For(db.Spec.Engine)
+	if err != nil {
+		return nil, err
+	}
+	name := resources.StatefulSetName(db) + "-0"
+	pod, err := apply.Live(ctx, p.Pods, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("getting pod %s: %w", name, err)
+	}
+	switch {
+	case pod == nil:
+		return nil, fmt.Errorf("pod %s does not exist: %w", name, ErrNotReady)
+	case !pod.DeletionTimestamp.IsZero():
+		return nil, fmt.Errorf("pod %s is terminating: %w", name, ErrNotReady)
+	case !podReady(pod):
+		return nil, fmt.Errorf("pod %s is %w", name, ErrNotReady)
+	case pod.Status.PodIP == "":
+		return nil, fmt.Errorf("pod %s has no IP: %w", name, ErrNotReady)
+	}
+	if database == "" {
+		database = maintenanceDatabase
+	}
+	c, err := sqlconn.Connect(ctx, sqlconn.Target{
+		Host: pod.Status.PodIP, Port: eng.Port(),
+		User: login.User, Password: login.Password, Database: database,
+		SSLMode: SSLMode,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", name, err)
+	}
+	return c, nil
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// SuperuserLogin reads the superuser's login of db from <name>-superuser
+// with reader, which must read from the API server (the manager's cache
+// never holds Secret data). A missing Secret or key is an error naming
+// them.
+func SuperuserLogin(ctx context.Context, reader client.Reader, db *dbv1.Database) (Login, error) {
+	name := resources.SuperuserSecretName(db)
+	sec := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
+		return Login{}, fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	login := Login{User: string(sec.Data[engine.UsernameKey]), Password: string(sec.Data[engine.PasswordKey])}
+	if login.User == "" || login.Password == "" {
+		return Login{}, fmt.Errorf("Secret %s lacks the key %s or %s", name, engine.UsernameKey, engine.PasswordKey)
+	}
+	return login, nil
+}
+
+// ConnectAsSuperuser opens a session with instance 0 of db as its
+// superuser (SuperuserLogin with reader), in database.
+func ConnectAsSuperuser(ctx context.Context, c Connector, reader client.Reader, db *dbv1.Database, database string) (Conn, error) {
+	login, err := SuperuserLogin(ctx, reader, db)
+	if err != nil {
+		return nil, err
+	}
+	return c.Connect(ctx, db, login, database)
+}
