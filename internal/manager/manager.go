@@ -31,6 +31,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/controller"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -83,6 +84,10 @@ type Options struct {
 	// Either is capped with logging.Capped, so no verbosity flag can make
 	// client-go log a Secret's body.
 	Logger logr.Logger
+	// Instances connects to the Databases' servers; nil means
+	// instance.Pods, to the pods' IPs. Tests without PostgreSQL (envtest,
+	// kwok) pass a stand-in.
+	Instances instance.Connector
 	// SkipNameValidation lets several managers with the same controllers run
 	// in one process, as the integration tests do.
 	SkipNameValidation bool
@@ -139,7 +144,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding ready check: %w", err)
 	}
-	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines}); err != nil {
+	instances := o.Instances
+	if instances == nil {
+		instances = instance.Pods{Pods: mgr.GetClient()}
+	}
+	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines, Instances: instances}); err != nil {
 		return nil, err
 	}
 	return mgr, nil

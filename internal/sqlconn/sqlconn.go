@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,18 +161,23 @@ func AuthFailed(err error) bool {
 	return errors.As(err, &pg) && (pg.Code == "28P01" || pg.Code == "28000")
 }
 
-// Refused reports whether err is the server refusing a statement, which
-// retrying will not change, rather than trouble reaching it: a server
-// error outside the classes of connection exceptions (08), insufficient
-// resources (53) and operator intervention (57, a shutdown).
-func Refused(err error) bool {
+// Unreachable reports whether err is trouble reaching the server, which
+// a later attempt may not have, rather than the server refusing a
+// statement or a value refused before anything was sent: a network error,
+// a timeout, a dropped connection, or a server error of the classes
+// connection exception (08), insufficient resources (53) and operator
+// intervention (57: shutting down, starting up).
+func Unreachable(err error) bool {
 	var pg *pgconn.PgError
-	if !errors.As(err, &pg) || len(pg.Code) < 2 {
+	if errors.As(err, &pg) {
+		switch pg.Code[:min(2, len(pg.Code))] {
+		case "08", "53", "57":
+			return true
+		}
 		return false
 	}
-	switch pg.Code[:2] {
-	case "08", "53", "57":
-		return false
-	}
-	return true
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &netErr) || errors.As(err, &connectErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -110,8 +110,8 @@ const (
 	// key.
 	ReasonSecretInvalid = "SecretInvalid"
 	// ReasonPasswordRotated: the server did not have the password of the
-	// credentials Secret and dbkeeper set it (issue 17; not written yet,
-	// see docs/design/roles-and-rotation.md).
+	// credentials Secret and dbkeeper set it; the message names the
+	// Secret's resourceVersion.
 	ReasonPasswordRotated = "Rotated"
 	// ReasonRotationPending: the server does not have the credentials
 	// Secret's password yet (it is new or changed, and dbkeeper has not
@@ -187,3 +187,10 @@ const Finalizer = "database.dbkeeper.io/cleanup"
 // the backup controller run one backup Job from the CronJob's template, once
 // per token: `kubectl annotate db orders database.dbkeeper.io/backup-now=$(date +%s) --overwrite`.
 const AnnotationBackupNow = "database.dbkeeper.io/backup-now"
+
+// AnnotationDemoteAppRole, set to "true" on a Database created before
+// dbkeeper separated the application's role from the superuser (its
+// CredentialsReady reads LegacySuperuser), makes the secret controller turn
+// the application's role into an ordinary owner of its database, keeping
+// its password: `kubectl annotate db orders database.dbkeeper.io/demote-app-role=true`.
+const AnnotationDemoteAppRole = "database.dbkeeper.io/demote-app-role"

@@ -27,6 +27,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -44,6 +45,9 @@ type Options struct {
 	// Engines is the image catalog the controllers that build pods run
 	// engines from; the zero Catalog is the built-in one.
 	Engines engine.Catalog
+	// Instances connects to the Databases' servers (instance 0) for the
+	// controllers that run SQL in them.
+	Instances instance.Connector
 }
 
 // FieldOwner is the field manager of the named controller.

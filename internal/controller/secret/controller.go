@@ -1,7 +1,11 @@
 // Package secret is the controller of a Database's credentials. It generates
 // the <name>-credentials Secret once and never regenerates it, or checks the
-// user's Secret named in spec.credentials.secretName and never modifies it.
-// It owns the CredentialsReady condition and status.credentialsSecret.
+// user's Secret named in spec.credentials.secretName and never modifies it;
+// it generates <name>-superuser once; and it keeps the server in line with
+// the application's Secret: the role, its database, and its password, set
+// whenever the Secret's password changes (docs/design/roles-and-rotation.md).
+// It owns the CredentialsReady condition, status.credentials and the
+// deprecated status.credentialsSecret.
 package secret
 
 import (
@@ -22,8 +26,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
@@ -32,6 +38,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -49,6 +56,7 @@ const retryMissing = 30 * time.Second
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // ReasonSecretKeysRestored is the reason of the Event of a generated
@@ -71,7 +79,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionCredentialsReady
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
-	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), mgr.GetAPIReader(), w), o)
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), mgr.GetAPIReader(), w, o.Instances), o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -79,6 +87,13 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		// may keep it): find its Database by the instance label. Metadata
 		// only: the cache never holds a password.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentCredentials)), builder.OnlyMetadata).
+		// The superuser Secret likewise (a second handler on the same
+		// metadata informer).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentSuperuser)), builder.OnlyMetadata).
+		// Instance 0 turning Ready (or getting a new IP) is when a pending
+		// password can reach the server.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentDatabase)),
+			builder.WithPredicates(podReachabilityChanged())).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }
@@ -102,13 +117,19 @@ type syncer struct {
 	// writer applies the Secret's metadata and records the Events of the
 	// repairs on the Database. An Event names keys, never a value.
 	writer *facet.Writer
+	// instances connects to the Databases' servers.
+	instances instance.Connector
+	// pending maps a Database whose server could not be reached to the
+	// delay before the next attempt.
+	pending sync.Map
 }
 
 // newSyncer is the secret syncer that reads metadata from and creates and
 // patches with c, reads Secrets data with reader, which must read from the
-// API server, and applies and records Events with w.
-func newSyncer(c client.Client, reader client.Reader, w *facet.Writer) *syncer {
-	return &syncer{client: c, reader: reader, writer: w}
+// API server, applies and records Events with w, and reaches the servers
+// through instances.
+func newSyncer(c client.Client, reader client.Reader, w *facet.Writer, instances instance.Connector) *syncer {
+	return &syncer{client: c, reader: reader, writer: w, instances: instances}
 }
 
 // restoreData puts back the keys of a generated Secret derived from its
@@ -129,7 +150,7 @@ func (s *syncer) restoreData(ctx context.Context, db *dbv1.Database, cachedVersi
 	if err := s.reader.Get(ctx, key, sec); err != nil {
 		return nil, fmt.Errorf("getting Secret %s: %w", key.Name, err)
 	}
-	if len(sec.Data[engine.PasswordKey]) == 0 {
+	if _, ok := sec.Data[engine.PasswordKey]; !ok {
 		return &facet.Outcome{Condition: conditions.False(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretInvalid, fmt.Sprintf(
 			"Secret %s lost its %s key: dbkeeper never generates a second password, since the database keeps the first; put it back",
 			key.Name, engine.PasswordKey))}, nil
@@ -155,10 +176,22 @@ func (s *syncer) restoreData(ctx context.Context, db *dbv1.Database, cachedVersi
 }
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
+	var out facet.Outcome
+	var err error
 	if resources.UserSecret(db) {
-		return s.checkUserSecret(ctx, db)
+		out, err = s.checkUserSecret(ctx, db)
+	} else {
+		out, err = s.ensureGenerated(ctx, db)
 	}
-	return s.ensureGenerated(ctx, db)
+	if err != nil || out.Condition.Status != metav1.ConditionTrue {
+		out.Status = credentialsStatus(db, appliedVersion(db, resources.CredentialsSecretName(db)))
+		return out, err
+	}
+	eng, err := engine.For(db.Spec.Engine)
+	if err != nil {
+		return facet.Outcome{}, reconcile.TerminalError(err)
+	}
+	return s.serverStep(ctx, db, eng, out.Condition)
 }
 
 func (s *syncer) checkUserSecret(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
@@ -283,18 +316,39 @@ func (s *syncer) adoptForeign(ctx context.Context, db *dbv1.Database) (facet.Out
 }
 
 func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
-	if db.Status.CredentialsSecret == "" {
+	if db.Status.CredentialsSecret == "" && db.Status.Credentials == nil {
 		return nil
 	}
-	return dbv1ac.DatabaseStatus().WithCredentialsSecret(db.Status.CredentialsSecret)
+	st := dbv1ac.DatabaseStatus()
+	if db.Status.CredentialsSecret != "" {
+		st.WithCredentialsSecret(db.Status.CredentialsSecret)
+	}
+	if c := db.Status.Credentials; c != nil {
+		ac := dbv1ac.CredentialsStatus()
+		if c.Secret != "" {
+			ac.WithSecret(c.Secret)
+		}
+		if c.SuperuserSecret != "" {
+			ac.WithSuperuserSecret(c.SuperuserSecret)
+		}
+		if c.AppliedResourceVersion != "" {
+			ac.WithAppliedResourceVersion(c.AppliedResourceVersion)
+		}
+		st.WithCredentials(ac)
+	}
+	return st
 }
 
+// missingKeys lists the keys a credentials Secret lacks: a username, and a
+// password key (an empty password is refused later, as a rotation the
+// server does not take, RotationFailed).
 func missingKeys(data map[string][]byte) []string {
 	var missing []string
-	for _, k := range []string{engine.UsernameKey, engine.PasswordKey} {
-		if len(data[k]) == 0 {
-			missing = append(missing, k)
-		}
+	if len(data[engine.UsernameKey]) == 0 {
+		missing = append(missing, engine.UsernameKey)
+	}
+	if _, ok := data[engine.PasswordKey]; !ok {
+		missing = append(missing, engine.PasswordKey)
 	}
 	return missing
 }
@@ -307,4 +361,29 @@ func NewPassword() (string, error) {
 		return "", fmt.Errorf("reading random bytes for a password: %w", err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// podReachabilityChanged passes pod events that can make a pending
+// password reachable: a new pod, its Ready condition or its IP changed.
+func podReachabilityChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
+			newPod, ok2 := e.ObjectNew.(*corev1.Pod)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return oldPod.Status.PodIP != newPod.Status.PodIP || podReady(oldPod) != podReady(newPod)
+		},
+		DeleteFunc: func(event.DeleteEvent) bool { return false },
+	}
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

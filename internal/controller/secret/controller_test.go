@@ -16,6 +16,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/instance/instancetest"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -25,7 +26,7 @@ func TestSyncGenerates(t *testing.T) {
 	ctx := context.Background()
 	db := facettest.Database()
 	c := facettest.Client(t, db)
-	s := newSyncer(c, c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
+	s := newSyncer(c, c, facet.WriterFor(c, &events.FakeRecorder{}, Name), instancetest.New())
 	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.GeneratedSecretName(db)}
 
 	out, err := s.Sync(ctx, db)
@@ -68,7 +69,7 @@ func TestSyncChecksTheUsersSecret(t *testing.T) {
 				objs = append(objs, tc.secret)
 			}
 			c := facettest.Client(t, objs...)
-			out, err := newSyncer(c, c, facet.WriterFor(c, &events.FakeRecorder{}, Name)).Sync(context.Background(), db)
+			out, err := newSyncer(c, c, facet.WriterFor(c, &events.FakeRecorder{}, Name), instancetest.New()).Sync(context.Background(), db)
 			require.NoError(t, err)
 			assert.Equal(t, tc.status, out.Condition.Status)
 			assert.Equal(t, tc.reason, out.Condition.Reason, out.Condition.Message)
@@ -89,11 +90,12 @@ func TestSyncRestoresKeys(t *testing.T) {
 	db := facettest.Database()
 	c := facettest.Client(t, db)
 	rec := events.NewFakeRecorder(10)
-	s := newSyncer(c, c, facet.WriterFor(c, rec, Name))
+	s := newSyncer(c, c, facet.WriterFor(c, rec, Name), instancetest.New())
 	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.GeneratedSecretName(db)}
 
 	_, err := s.Sync(ctx, db)
 	require.NoError(t, err)
+	drain(rec) // the role and database created on the new server
 	sec := &corev1.Secret{}
 	require.NoError(t, c.Get(ctx, key, sec))
 	want := maps.Clone(sec.Data)
@@ -121,4 +123,17 @@ func TestSyncRestoresKeys(t *testing.T) {
 	_, err = s.Sync(ctx, db)
 	require.NoError(t, err)
 	assert.Empty(t, rec.Events, "an Event without a repair")
+}
+
+// drain empties the recorder's Events and returns them.
+func drain(rec *events.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
 }

@@ -18,6 +18,8 @@ import (
 
 	"github.com/dbkeeper/dbkeeper/internal/controller"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
+	"github.com/dbkeeper/dbkeeper/internal/instance/instancetest"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 )
 
@@ -40,13 +42,20 @@ type Options struct {
 	// MetricsSecure serves it over HTTPS to authorized callers only
 	// (--metrics-secure), checked with cfg's credentials.
 	MetricsSecure bool
+	// RealInstances connects to the Databases' real servers (the pods'
+	// IPs), as the manager does; without it (envtest and kwok run no
+	// PostgreSQL) the operator talks to in-memory servers, Operator.Servers.
+	RealInstances bool
 }
 
 // Operator is one running manager.
 type Operator struct {
 	// Writes holds every write the manager's client sent.
 	Writes *WriteLog
-	stop   func()
+	// Servers are the in-memory servers the operator reaches, unless
+	// Options.RealInstances.
+	Servers *instancetest.Servers
+	stop    func()
 }
 
 // Start runs the manager against cfg until Stop is called or the test ends.
@@ -69,7 +78,14 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 		o.MetricsBindAddress = "0"
 	}
 	writes := &WriteLog{}
+	var servers *instancetest.Servers
+	var instances instance.Connector
+	if !o.RealInstances {
+		servers = instancetest.New()
+		instances = servers
+	}
 	mgr, err := manager.New(cfg, manager.Options{
+		Instances:              instances,
 		Controllers:            set,
 		WatchNamespaces:        o.Namespaces,
 		MetricsBindAddress:     o.MetricsBindAddress,
@@ -85,7 +101,7 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	var once sync.Once
-	op := &Operator{Writes: writes}
+	op := &Operator{Writes: writes, Servers: servers}
 	op.stop = func() {
 		once.Do(func() {
 			cancel()

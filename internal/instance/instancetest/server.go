@@ -1,0 +1,246 @@
+// Package instancetest is an in-memory stand-in for the PostgreSQL servers
+// of Databases, for the tests that run no server (unit tests, envtest,
+// kwok): it understands the statements of engine.Postgres's RoleSQL and
+// LegacyRoles well enough to log in with SCRAM verifiers, keep roles,
+// their passwords and databases, and tell which role is the bootstrap
+// superuser. Its first login to a Database's server plays initdb: that
+// login becomes the bootstrap superuser.
+package instancetest
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"k8s.io/apimachinery/pkg/types"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
+)
+
+// Servers is an instance.Connector to in-memory servers, one per Database.
+type Servers struct {
+	mu      sync.Mutex
+	servers map[types.NamespacedName]*server
+	// down holds the Databases whose instance is not ready.
+	down map[types.NamespacedName]bool
+}
+
+type role struct {
+	verifier  string
+	superuser bool
+}
+
+type server struct {
+	bootstrap string
+	roles     map[string]*role
+	databases map[string]string // name → owner
+	sets      int
+}
+
+// New returns Servers with no server yet.
+func New() *Servers {
+	return &Servers{servers: map[types.NamespacedName]*server{}, down: map[types.NamespacedName]bool{}}
+}
+
+var _ instance.Connector = (*Servers)(nil)
+
+// Connect implements instance.Connector.
+func (s *Servers) Connect(_ context.Context, db *dbv1.Database, login instance.Login, _ string) (instance.Conn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := types.NamespacedName{Namespace: db.Namespace, Name: db.Name}
+	if s.down[key] {
+		return nil, fmt.Errorf("pod %s-0 is %w", db.Name, instance.ErrNotReady)
+	}
+	srv := s.servers[key]
+	if srv == nil {
+		// initdb, with the first login as the bootstrap superuser.
+		v, err := engine.ScramVerifier(login.Password)
+		if err != nil {
+			return nil, err
+		}
+		srv = &server{bootstrap: login.User, roles: map[string]*role{login.User: {verifier: v, superuser: true}},
+			databases: map[string]string{"postgres": login.User}}
+		s.servers[key] = srv
+	}
+	r := srv.roles[login.User]
+	if r == nil || r.verifier == "" || !engine.ScramVerifierMatches(r.verifier, login.Password) {
+		return nil, &pgconn.PgError{Severity: "FATAL", Code: "28P01", Message: fmt.Sprintf("password authentication failed for user %q", login.User)}
+	}
+	return &conn{s: s, srv: srv, user: login.User}, nil
+}
+
+// Legacy makes the server of db one that the image made before issue 17:
+// role, with password, is the bootstrap superuser and owns database.
+func (s *Servers) Legacy(db *dbv1.Database, roleName, password, database string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, err := engine.ScramVerifier(password)
+	if err != nil {
+		panic(err)
+	}
+	s.servers[types.NamespacedName{Namespace: db.Namespace, Name: db.Name}] = &server{bootstrap: roleName,
+		roles: map[string]*role{roleName: {verifier: v, superuser: true}}, databases: map[string]string{"postgres": roleName, database: roleName}}
+}
+
+// SetReady makes the instance of db reachable or not.
+func (s *Servers) SetReady(db *dbv1.Database, ready bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down[types.NamespacedName{Namespace: db.Namespace, Name: db.Name}] = !ready
+}
+
+// CanLogin says whether the server of db lets user in with password.
+func (s *Servers) CanLogin(db *dbv1.Database, user, password string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	srv := s.servers[types.NamespacedName{Namespace: db.Namespace, Name: db.Name}]
+	if srv == nil || srv.roles[user] == nil {
+		return false
+	}
+	return engine.ScramVerifierMatches(srv.roles[user].verifier, password)
+}
+
+// Verifier is the stored verifier of user on the server of db ("" when
+// none): tests look for it where it must not be.
+func (s *Servers) Verifier(db *dbv1.Database, user string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	srv := s.servers[types.NamespacedName{Namespace: db.Namespace, Name: db.Name}]
+	if srv == nil || srv.roles[user] == nil {
+		return ""
+	}
+	return srv.roles[user].verifier
+}
+
+// Superuser says whether user is a superuser on the server of db, and
+// whether it is the bootstrap one.
+func (s *Servers) Superuser(db *dbv1.Database, user string) (super, bootstrap bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	srv := s.servers[types.NamespacedName{Namespace: db.Namespace, Name: db.Name}]
+	if srv == nil || srv.roles[user] == nil {
+		return false, false
+	}
+	return srv.roles[user].superuser, srv.bootstrap == user
+}
+
+// PasswordSets counts the ALTER ROLE … PASSWORD statements the server of
+// db ran.
+func (s *Servers) PasswordSets(db *dbv1.Database) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if srv := s.servers[types.NamespacedName{Namespace: db.Namespace, Name: db.Name}]; srv != nil {
+		return srv.sets
+	}
+	return 0
+}
+
+type conn struct {
+	s    *Servers
+	srv  *server
+	user string
+}
+
+var (
+	storedRE   = regexp.MustCompile(`^SELECT rolpassword FROM pg_catalog\.pg_authid WHERE rolname = '(.*)'$`)
+	dbExistsRE = regexp.MustCompile(`^SELECT 1 FROM pg_catalog\.pg_database WHERE datname = '(.*)'$`)
+	setRE      = regexp.MustCompile(`^ALTER ROLE "(.*)" PASSWORD '(.*)'$`)
+	createDBRE = regexp.MustCompile(`^CREATE DATABASE "(.*)" OWNER "(.*)"$`)
+	ownerRE    = regexp.MustCompile(`^ALTER DATABASE "(.*)" OWNER TO "(.*)"$`)
+	doRoleRE   = regexp.MustCompile(`r name := ''(.*?)'';`)
+	doLegacyRE = regexp.MustCompile(`legacy name := ''(.*?)'';`)
+)
+
+func (c *conn) Close(context.Context) error { return nil }
+
+func (c *conn) QueryValue(_ context.Context, sql string) (*string, bool, error) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if sql == (engine.Postgres{}).BootstrapSuperuser() {
+		return &c.srv.bootstrap, true, nil
+	}
+	if m := storedRE.FindStringSubmatch(sql); m != nil {
+		r := c.srv.roles[m[1]]
+		if r == nil {
+			return nil, false, nil
+		}
+		if r.verifier == "" {
+			return nil, true, nil
+		}
+		v := r.verifier
+		return &v, true, nil
+	}
+	if m := dbExistsRE.FindStringSubmatch(sql); m != nil {
+		if _, ok := c.srv.databases[m[1]]; ok {
+			one := "1"
+			return &one, true, nil
+		}
+		return nil, false, nil
+	}
+	return nil, false, &pgconn.PgError{Severity: "ERROR", Code: "0A000", Message: "instancetest: query not understood"}
+}
+
+func (c *conn) Exec(_ context.Context, sql string) ([]string, error) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	srv := c.srv
+	switch {
+	case setRE.MatchString(sql):
+		m := setRE.FindStringSubmatch(sql)
+		r := srv.roles[m[1]]
+		if r == nil {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "42704", Message: fmt.Sprintf("role %q does not exist", m[1])}
+		}
+		r.verifier = m[2]
+		srv.sets++
+		return nil, nil
+	case createDBRE.MatchString(sql):
+		m := createDBRE.FindStringSubmatch(sql)
+		srv.databases[m[1]] = m[2]
+		return nil, nil
+	case ownerRE.MatchString(sql):
+		m := ownerRE.FindStringSubmatch(sql)
+		srv.databases[m[1]] = m[2]
+		return nil, nil
+	case strings.HasPrefix(sql, "DO ") && strings.Contains(sql, "legacy name :="):
+		r, legacy := doRoleRE.FindStringSubmatch(sql)[1], doLegacyRE.FindStringSubmatch(sql)[1]
+		if srv.bootstrap != r {
+			return nil, nil
+		}
+		old := srv.roles[r]
+		srv.roles[legacy] = &role{superuser: true}
+		srv.roles[r] = &role{verifier: old.verifier}
+		srv.bootstrap = legacy
+		return nil, nil
+	case strings.HasPrefix(sql, "DO ") && strings.Contains(sql, "SUPERUSER LOGIN"):
+		r := doRoleRE.FindStringSubmatch(sql)[1]
+		if srv.roles[r] == nil {
+			srv.roles[r] = &role{superuser: true}
+			return []string{"dbkeeper: created superuser role " + r}, nil
+		}
+		srv.roles[r].superuser = true
+		return nil, nil
+	case strings.HasPrefix(sql, "DO ") && strings.Contains(sql, "bootstrap superuser of this server"):
+		r := doRoleRE.FindStringSubmatch(sql)[1]
+		if srv.bootstrap == r {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "55000", Message: fmt.Sprintf("role %s is the bootstrap superuser of this server", r)}
+		}
+		var notices []string
+		if srv.roles[r] == nil {
+			srv.roles[r] = &role{}
+			notices = append(notices, "dbkeeper: created role "+r)
+		}
+		if srv.roles[r].superuser {
+			srv.roles[r].superuser = false
+			notices = append(notices, "dbkeeper: took SUPERUSER, CREATEDB, CREATEROLE, REPLICATION and BYPASSRLS from role "+r)
+		}
+		return notices, nil
+	}
+	return nil, &pgconn.PgError{Severity: "ERROR", Code: "0A000", Message: "instancetest: statement not understood"}
+}
