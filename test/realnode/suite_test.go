@@ -78,6 +78,9 @@ func startOperator(t *testing.T, namespace string) *operator.Operator {
 		Namespaces: []string{namespace},
 		Engines:    images,
 		Logger:     operator.FileLogger(t, 40),
+		// Real PostgreSQL on the node: the operator reaches the pods'
+		// IPs on the host's bridge.
+		RealInstances: true,
 	})
 }
 
