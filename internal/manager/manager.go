@@ -148,7 +148,15 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if instances == nil {
 		instances = instance.Pods{Pods: mgr.GetClient()}
 	}
-	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines, Instances: instances}); err != nil {
+	secrets, err := cache.New(cfg, SecretMetadataCacheOptions(mgr, o.WatchNamespaces))
+	if err != nil {
+		return nil, fmt.Errorf("creating the Secret metadata cache: %w", err)
+	}
+	if err := mgr.Add(secrets); err != nil {
+		return nil, fmt.Errorf("adding the Secret metadata cache: %w", err)
+	}
+	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines,
+		Instances: instances, SecretMetadata: secrets}); err != nil {
 		return nil, err
 	}
 	return mgr, nil
@@ -203,6 +211,37 @@ func CacheOptions(namespaces []string, syncPeriod time.Duration) cache.Options {
 	}
 	if syncPeriod > 0 {
 		o.SyncPeriod = &syncPeriod
+	}
+	if len(namespaces) > 0 {
+		o.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			o.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return o
+}
+
+// SecretMetadataCacheOptions configure the second cache of the manager:
+// the metadata of every Secret in the watched namespaces, without the label
+// selector of the main cache, for the watch of the users' Secrets (named
+// in spec.credentials.secretName, which dbkeeper never labels since it
+// never writes them). A second cache rather than dropping the selector in
+// the main one (cache.Options.ByObject is per GroupVersionKind, so the
+// typed and the metadata Secret share one selector): the main cache keeps
+// telling dbkeeper's own Secrets from foreign ones under a generated name,
+// and every other reader keeps its label-selected view. It holds metadata
+// only, never data, and starts an informer only when a watch asks for it
+// (with the secret controller disabled it watches nothing); it runs with
+// the controllers, on the leader.
+func SecretMetadataCacheOptions(mgr ctrl.Manager, namespaces []string) cache.Options {
+	secretMeta := &metav1.PartialObjectMetadata{}
+	secretMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	o := cache.Options{
+		HTTPClient:       mgr.GetHTTPClient(),
+		Scheme:           mgr.GetScheme(),
+		Mapper:           mgr.GetRESTMapper(),
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject:         map[client.Object]cache.ByObject{secretMeta: {}},
 	}
 	if len(namespaces) > 0 {
 		o.DefaultNamespaces = map[string]cache.Config{}

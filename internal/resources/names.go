@@ -50,7 +50,11 @@ func ClientServiceHost(db *dbv1.Database) string {
 func HeadlessServiceName(db *dbv1.Database) string { return db.Name + "-headless" }
 
 // GeneratedSecretName is the name of the Secret dbkeeper generates.
-func GeneratedSecretName(db *dbv1.Database) string { return db.Name + "-credentials" }
+func GeneratedSecretName(db *dbv1.Database) string { return db.Name + GeneratedSecretSuffix }
+
+// GeneratedSecretSuffix ends the name of every generated credentials
+// Secret.
+const GeneratedSecretSuffix = "-credentials"
 
 // CredentialsSecretName is the Secret the Database uses: the user's, when
 // spec.credentials.secretName names one, else the generated one.

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -48,6 +49,10 @@ type Options struct {
 	// Instances connects to the Databases' servers (instance 0) for the
 	// controllers that run SQL in them.
 	Instances instance.Connector
+	// SecretMetadata is a cache of the metadata of every Secret in the
+	// watched namespaces, labelled or not (manager.SecretMetadataCacheOptions),
+	// for the watch of the users' Secrets; nil where no such watch runs.
+	SecretMetadata cache.Cache
 }
 
 // FieldOwner is the field manager of the named controller.

@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -49,9 +49,9 @@ const Name = "secret"
 // bits), encoded as unpadded URL-safe base64.
 const PasswordBytes = 32
 
-// retryMissing is how often a Database whose user Secret is missing or
-// incomplete looks again; that Secret is not watched.
-const retryMissing = 30 * time.Second
+// IndexSecretName is the field index of Databases by the user's Secret
+// they name in spec.credentials.secretName.
+const IndexSecretName = "spec.credentials.secretName"
 
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
@@ -80,7 +80,21 @@ func (Controller) ConditionType() string { return dbv1.ConditionCredentialsReady
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), mgr.GetAPIReader(), w, o.Instances), o)
-	return ctrl.NewControllerManagedBy(mgr).
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &dbv1.Database{}, IndexSecretName, secretNameOf); err != nil {
+		return fmt.Errorf("indexing Databases by %s: %w", IndexSecretName, err)
+	}
+	b := ctrl.NewControllerManagedBy(mgr)
+	if o.SecretMetadata != nil {
+		// Every Secret's metadata, from the second cache (the main one
+		// holds only dbkeeper's labelled Secrets): a user's Secret changes,
+		// appears or goes, and the Databases naming it are reconciled at
+		// once; so is a Database whose generated name a foreign Secret took.
+		secretMeta := &metav1.PartialObjectMetadata{}
+		secretMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		b = b.WatchesRawSource(source.Kind(o.SecretMetadata, client.Object(secretMeta),
+			handler.EnqueueRequestsFromMapFunc(databasesNaming(mgr.GetClient()))))
+	}
+	return b.
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
 		// The generated Secret has no owner reference (a deletion policy
@@ -203,14 +217,12 @@ func (s *syncer) checkUserSecret(ctx context.Context, db *dbv1.Database) (facet.
 	}
 	if sec == nil {
 		return facet.Outcome{
-			Condition:    conditions.False(t, dbv1.ReasonSecretNotFound, fmt.Sprintf("Secret %s named in spec.credentials.secretName does not exist: create it with the keys %s and %s", name, engine.UsernameKey, engine.PasswordKey)),
-			RequeueAfter: retryMissing,
+			Condition: conditions.False(t, dbv1.ReasonSecretNotFound, fmt.Sprintf("Secret %s named in spec.credentials.secretName does not exist: create it with the keys %s and %s", name, engine.UsernameKey, engine.PasswordKey)),
 		}, nil
 	}
 	if missing := missingKeys(sec.Data); len(missing) > 0 {
 		return facet.Outcome{
-			Condition:    conditions.False(t, dbv1.ReasonSecretInvalid, fmt.Sprintf("Secret %s lacks the key(s) %s: add them (dbkeeper never modifies this Secret)", name, strings.Join(missing, ", "))),
-			RequeueAfter: retryMissing,
+			Condition: conditions.False(t, dbv1.ReasonSecretInvalid, fmt.Sprintf("Secret %s lacks the key(s) %s: add them (dbkeeper never modifies this Secret)", name, strings.Join(missing, ", "))),
 		}, nil
 	}
 	return facet.Outcome{
@@ -299,7 +311,6 @@ func (s *syncer) adoptForeign(ctx context.Context, db *dbv1.Database) (facet.Out
 			Condition: conditions.False(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretInvalid, fmt.Sprintf(
 				"Secret %s already exists, is not dbkeeper's and lacks the key(s) %s: add them, delete the Secret, or name another in spec.credentials.secretName",
 				name, strings.Join(missing, ", "))),
-			RequeueAfter: retryMissing,
 		}, nil
 	}
 	log.FromContext(ctx).Info("Adopting existing credentials Secret", "Secret", klog.KObj(sec))
@@ -386,4 +397,35 @@ func podReady(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// secretNameOf is the IndexSecretName index function.
+func secretNameOf(obj client.Object) []string {
+	db, ok := obj.(*dbv1.Database)
+	if !ok || !resources.UserSecret(db) {
+		return nil
+	}
+	return []string{db.Spec.Credentials.SecretName}
+}
+
+// databasesNaming maps a Secret to the Databases of its namespace whose
+// spec.credentials.secretName names it, read through the field index of
+// the cache c, and to the Database whose generated Secret would have its
+// name.
+func databasesNaming(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		dbs := &dbv1.DatabaseList{}
+		if err := c.List(ctx, dbs, client.InNamespace(obj.GetNamespace()), client.MatchingFields{IndexSecretName: obj.GetName()}); err != nil {
+			log.FromContext(ctx).Error(err, "Listing the Databases that name a Secret", "Secret", klog.KObj(obj))
+			return nil
+		}
+		var reqs []reconcile.Request
+		for i := range dbs.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&dbs.Items[i])})
+		}
+		if name, ok := strings.CutSuffix(obj.GetName(), resources.GeneratedSecretSuffix); ok && name != "" {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}})
+		}
+		return reqs
+	}
 }
