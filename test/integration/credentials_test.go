@@ -85,8 +85,8 @@ func TestPasswordIsNeverRegenerated(t *testing.T) {
 }
 
 // TestUserSecret names a Secret the user manages: missing, then without a
-// password, then complete; dbkeeper reports each state and never modifies
-// the Secret.
+// password, then complete; dbkeeper reports each state as soon as the
+// Secret changes (it is watched, not polled) and never modifies it.
 func TestUserSecret(t *testing.T) {
 	ns := newNamespace(t)
 	startOperator(t, ns, "*")
@@ -110,16 +110,13 @@ func TestUserSecret(t *testing.T) {
 		Data:       map[string][]byte{"username": []byte("owner")},
 	}
 	require.NoError(t, admin.Create(ctx, sec))
-	// The user's Secret is not watched (only dbkeeper's are cached); an
-	// annotation makes the operator look again at once.
-	annotate(t, db, "example.com/poke", "1")
+	// The user's Secret is watched (metadata only): no poke, no poll.
 	cond = waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionFalse, dbv1.ReasonSecretInvalid)
 	assert.Contains(t, cond.Message, "password")
 
 	patch := client.MergeFrom(sec.DeepCopy())
 	sec.Data["password"] = []byte("chosen-by-the-user")
 	require.NoError(t, admin.Patch(ctx, sec, patch))
-	annotate(t, db, "example.com/poke", "2")
 	waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionTrue, dbv1.ReasonSecretProvided)
 	markStatefulSetReady(t, db)
 	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
@@ -131,6 +128,75 @@ func TestUserSecret(t *testing.T) {
 	assert.Equal(t, "byo-login", getDatabase(t, db).Status.CredentialsSecret)
 	assert.True(t, apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "byo-credentials"}, &corev1.Secret{})),
 		"a Secret was generated although the user named one")
+}
+
+// TestRotationLeavesNoTrace rotates the generated password and a user's
+// Secret's, waits until the (in-memory) servers have them, and searches the
+// operator's logs, the Events, the Databases and their annotations for the
+// new passwords, their base64 and the parts of their SCRAM verifiers
+// (StoredKey, ServerKey), and for the superuser's password.
+func TestRotationLeavesNoTrace(t *testing.T) {
+	ns := newNamespace(t)
+	op := startOperator(t, ns, "*")
+	ctx := context.Background()
+	user := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mine"},
+		Data: map[string][]byte{"username": []byte("shop"), "password": []byte("first-password-of-the-user")}}
+	require.NoError(t, admin.Create(ctx, user))
+	generated := convergeReady(t, newDatabase(ns, "gen"))
+	provided := convergeReady(t, newDatabase(ns, "mine-db", func(db *dbv1.Database) {
+		db.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: user.Name}
+	}))
+
+	var forbidden []string
+	for _, tc := range []struct {
+		db       *dbv1.Database
+		secret   string
+		role     string
+		password string
+	}{
+		{generated, resources.GeneratedSecretName(generated), "app", "rotated-generated-password-1"},
+		{provided, user.Name, "shop", "rotated-user-password-2"},
+	} {
+		sec := &corev1.Secret{}
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.secret}, sec))
+		old := string(sec.Data["password"])
+		sec.Data["password"] = []byte(tc.password)
+		require.NoError(t, admin.Update(ctx, sec))
+		cond := waitCondition(t, tc.db, dbv1.ConditionCredentialsReady, metav1.ConditionTrue, dbv1.ReasonPasswordRotated)
+		t.Logf("CredentialsReady of %s: %s", tc.db.Name, cond.Message)
+		assert.True(t, op.Servers.CanLogin(tc.db, tc.role, tc.password), "the server of %s lacks the new password", tc.db.Name)
+		assert.False(t, op.Servers.CanLogin(tc.db, tc.role, old), "the server of %s still takes the old password", tc.db.Name)
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.secret}, sec))
+		assert.Equal(t, sec.ResourceVersion, getDatabase(t, tc.db).Status.Credentials.AppliedResourceVersion)
+
+		verifier := op.Servers.Verifier(tc.db, tc.role)
+		require.True(t, strings.HasPrefix(verifier, "SCRAM-SHA-256$"), "not a verifier")
+		keys := strings.Split(verifier[strings.Index(verifier, "$")+1:], ":")
+		require.Len(t, keys, 2, "StoredKey:ServerKey")
+		forbidden = append(forbidden, tc.password, base64.StdEncoding.EncodeToString([]byte(tc.password)),
+			base64.RawURLEncoding.EncodeToString([]byte(tc.password)), verifier, keys[0], keys[1],
+			password(t, ns, resources.SuperuserSecretName(tc.db)))
+	}
+
+	events := &eventsv1.EventList{}
+	require.NoError(t, admin.List(ctx, events, client.InNamespace(ns)))
+	require.NotEmpty(t, events.Items)
+	var notes []string
+	for _, e := range events.Items {
+		notes = append(notes, e.Note)
+	}
+	assert.Contains(t, strings.Join(notes, "\n"), "Set the password of role shop from Secret mine", "no Event of the rotation")
+	var dbs []string
+	for _, db := range []*dbv1.Database{generated, provided} {
+		raw, err := json.Marshal(getDatabase(t, db))
+		require.NoError(t, err)
+		dbs = append(dbs, string(raw))
+	}
+	for i, secret := range forbidden {
+		assert.Empty(t, linesContaining(logs.String(), secret), "secret %d in the operator's logs", i)
+		assert.Empty(t, linesContaining(strings.Join(notes, "\n"), secret), "secret %d in an Event", i)
+		assert.Empty(t, linesContaining(strings.Join(dbs, "\n"), secret), "secret %d in a Database (status, annotations)", i)
+	}
 }
 
 // linesContaining returns the lines of text that contain secret, with the
