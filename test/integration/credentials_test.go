@@ -171,7 +171,7 @@ func TestRotationLeavesNoTrace(t *testing.T) {
 
 		verifier := op.Servers.Verifier(tc.db, tc.role)
 		require.True(t, strings.HasPrefix(verifier, "SCRAM-SHA-256$"), "not a verifier")
-		keys := strings.Split(verifier[strings.Index(verifier, "$")+1:], ":")
+		keys := strings.Split(verifier[strings.LastIndex(verifier, "$")+1:], ":")
 		require.Len(t, keys, 2, "StoredKey:ServerKey")
 		forbidden = append(forbidden, tc.password, base64.StdEncoding.EncodeToString([]byte(tc.password)),
 			base64.RawURLEncoding.EncodeToString([]byte(tc.password)), verifier, keys[0], keys[1],

@@ -87,7 +87,7 @@ func (f *serverFixture) assertNoSecret(t *testing.T, password, verifier string, 
 	if verifier != "" {
 		forbidden = append(forbidden, verifier)
 		// StoredKey and ServerKey, the parts after the '$'.
-		forbidden = append(forbidden, strings.Split(verifier[strings.Index(verifier, "$")+1:], ":")...)
+		forbidden = append(forbidden, strings.Split(verifier[strings.LastIndex(verifier, "$")+1:], ":")...)
 	}
 	for _, text := range texts {
 		for _, s := range forbidden {
