@@ -43,7 +43,7 @@ type Conn struct {
 // error) in a new pod, waits for it to end, and returns its output. An error
 // carries the output of a failed psql, e.g. the server's refusal.
 func (c Client) Query(ctx context.Context, conn Conn, sql string, timeout time.Duration) (string, error) {
-	env, target := conn.env()
+	env, target := conn.Env()
 	script := `exec psql ` + target + ` --no-psqlrc --no-password --tuples-only --no-align --set=ON_ERROR_STOP=1 --command="$1" 2>&1`
 	return c.Run(ctx, conn.Namespace, env, script, []string{sql}, timeout)
 }
@@ -82,9 +82,9 @@ func (c Client) Run(ctx context.Context, namespace string, env []corev1.EnvVar, 
 	return out, nil
 }
 
-// env is the environment of a psql that connects to conn, and psql's
-// connection argument.
-func (conn Conn) env() ([]corev1.EnvVar, string) {
+// Env is the environment of a psql that connects to conn, and psql's
+// connection argument (to put before its options in a script).
+func (conn Conn) Env() ([]corev1.EnvVar, string) {
 	secretEnv := func(name, key string, optional bool) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: conn.Secret}, Key: key, Optional: ptr.To(optional),
