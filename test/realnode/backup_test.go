@@ -91,12 +91,11 @@ func TestUserSecretEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	startOperator(t, ns)
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app-login"},
-		StringData: map[string]string{"username": "app", "password": "s3cret-of-the-app"},
-	}
+	login := map[string]string{"username": "app", "password": "s3cret-of-the-app"}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app-login"}, StringData: login}
 	create(t, secret)
-	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app-login-old"}, StringData: secret.StringData})
+	// The old login, for the check that the server refuses it after.
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app-login-old"}, StringData: login})
 	db := newDatabase(ns, "app", "17", func(d *dbv1.Database) {
 		d.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: secret.Name}
 	})
