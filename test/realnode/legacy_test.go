@@ -1,0 +1,118 @@
+package realnode
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/secret"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+)
+
+// TestLegacyDatabaseUpgrade: a Database as dbkeeper made it before issue
+// 17 (its StatefulSet's POSTGRES_USER and POSTGRES_PASSWORD from the
+// credentials Secret, so initdb made the application's role the bootstrap
+// superuser), made here by hand, is taken over by this operator without a
+// restart of its pod: the superuser Secret and role appear,
+// CredentialsReady says LegacySuperuser, the application keeps working as
+// before. The annotation then demotes the application's role to an
+// ordinary owner, with the same password, its rows and tables intact.
+func TestLegacyDatabaseUpgrade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := newNamespace(t)
+	db := newDatabase(ns, "old", "17")
+	create(t, db)
+	eng, err := images.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	password, err := secret.NewPassword()
+	require.NoError(t, err)
+	creds := resources.CredentialsSecret(db, eng, password)
+	create(t, creds)
+
+	// The StatefulSet of the previous operator: today's, with the old env.
+	desired, err := resources.StatefulSet(db, eng)
+	require.NoError(t, err)
+	raw, err := json.Marshal(desired)
+	require.NoError(t, err)
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, json.Unmarshal(raw, sts))
+	ref := func(name, key string, optional bool) corev1.EnvVar {
+		sel := &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: creds.Name}, Key: key}
+		if optional {
+			sel.Optional = ptr.To(true)
+		}
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: sel}}
+	}
+	old := []corev1.EnvVar{ref("POSTGRES_USER", "username", false), ref("POSTGRES_PASSWORD", "password", false),
+		ref("POSTGRES_DB", "database", true), {Name: "PGDATA", Value: eng.DataMountPath() + "/pgdata"}}
+	sts.Spec.Template.Spec.Containers[0].Env = old
+	create(t, sts)
+	pod := &corev1.Pod{}
+	require.Eventually(t, func() bool {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: db.Name + "-0"}, pod); err != nil {
+			return false
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	}, timeout, time.Second, "the pod of the old StatefulSet never became Ready")
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(sts), sts))
+	generation, revision := sts.Generation, sts.Status.UpdateRevision
+
+	t.Log("the new operator takes over")
+	startOperator(t, ns)
+	cond := waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionTrue, dbv1.ReasonLegacySuperuser)
+	t.Logf("CredentialsReady: %s", cond.Message)
+	waitReady(t, db)
+	conn := generated(db)
+	assert.Equal(t, "app|t", queryEventually(t, conn, "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user"),
+		"the legacy application's role is still the superuser, untouched")
+	fillItems(t, conn)
+	assert.Equal(t, "postgres", secretValue(t, ns, resources.SuperuserSecretName(db), "username"))
+
+	after := &corev1.Pod{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(pod), after))
+	assert.Equal(t, pod.UID, after.UID, "the pod was replaced")
+	require.NotEmpty(t, after.Status.ContainerStatuses)
+	assert.Zero(t, after.Status.ContainerStatuses[0].RestartCount, "the engine restarted")
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(sts), sts))
+	assert.Equal(t, generation, sts.Generation, "the StatefulSet's spec changed")
+	assert.Equal(t, revision, sts.Status.UpdateRevision, "a new pod template revision")
+	assert.Equal(t, old, sts.Spec.Template.Spec.Containers[0].Env, "the initdb env changed")
+
+	t.Log("the user asks for the demotion")
+	dbtest.Patch(t, k8s, db, func(d *dbv1.Database) {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[dbv1.AnnotationDemoteAppRole] = "true"
+	})
+	cond = waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionTrue, dbv1.ReasonSecretGenerated)
+	t.Logf("CredentialsReady: %s", cond.Message)
+	assert.Equal(t, "app|f", queryEventually(t, conn, "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user"),
+		"the same password logs in, as an ordinary role")
+	assert.Equal(t, rows, countItems(t, conn), "the rows")
+	assert.Equal(t, "app|app", query(t, conn, "SELECT tableowner, pg_get_userbyid(datdba) FROM pg_tables, pg_database "+
+		"WHERE tablename = 'items' AND datname = current_database()"), "the application owns its table and database")
+	query(t, conn, "INSERT INTO items VALUES (1000, 'after the demotion'); ALTER TABLE items ADD COLUMN extra int")
+	out, err := psql.Query(ctx, conn, "CREATE TEMP TABLE shell (line text); COPY shell FROM PROGRAM 'id'", queryTimeout)
+	assert.ErrorContains(t, err, "failed", "COPY FROM PROGRAM ran after the demotion: %s", out)
+	assert.Contains(t, out, "permission denied")
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(pod), after))
+	assert.Equal(t, pod.UID, after.UID, "the pod was replaced by the demotion")
+}
