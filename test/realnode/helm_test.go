@@ -52,7 +52,9 @@ func TestHelmInstalledOperator(t *testing.T) {
 	}
 	helm("install", "dbkeeper", filepath.Join(root, "config", "charts", "dbkeeper"), "--namespace="+system,
 		"--wait", "--timeout=3m",
-		"--set=image.repository="+repo, "--set=image.tag="+tag, "--set=image.pullPolicy=Never",
+		// --set-string: a content tag of only digits (420744954915) is
+		// otherwise a number, which the chart's schema refuses.
+		"--set=image.repository="+repo, "--set-string=image.tag="+tag, "--set=image.pullPolicy=Never",
 		"--set-json=engineImages.overrides="+string(overrides),
 		"--set=watchNamespaces={"+apps+"}",
 		"--set=crds.enabled=false") // the cluster installed the CRD
