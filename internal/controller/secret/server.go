@@ -102,7 +102,11 @@ func (s *syncer) serverStep(ctx context.Context, db *dbv1.Database, eng engine.E
 	target := roles.App{Role: role, Database: engine.AppDatabase(app.Data), Password: password}
 	res, err := roles.Apply(ctx, conn, eng, target)
 	demoted := false
-	if err == nil && res.Legacy && db.Annotations[dbv1.AnnotationDemoteAppRole] == "true" {
+	// A role whose name no application's role may have (postgres, from a
+	// user's Secret before issue 17) is not demoted: it would be refused
+	// right after.
+	nameErr := eng.CheckAppRole(role)
+	if err == nil && res.Legacy && nameErr == nil && db.Annotations[dbv1.AnnotationDemoteAppRole] == "true" {
 		if err = s.demote(ctx, db, eng, super.login, target); err == nil {
 			demoted = true
 			res, err = roles.Apply(ctx, conn, eng, target)
@@ -134,6 +138,11 @@ func (s *syncer) serverStep(ctx context.Context, db *dbv1.Database, eng engine.E
 			"role %s is the database's superuser (the Database was created before dbkeeper separated the application's role); "+
 				"its password follows Secret %s (resourceVersion %s); annotate %s=true to make it an ordinary owner of its database (see README)",
 			role, appName, version, dbv1.AnnotationDemoteAppRole))
+		if nameErr != nil {
+			out.Condition.Message = fmt.Sprintf("role %s is the database's superuser (the Database was created before dbkeeper separated the application's role); "+
+				"its password follows Secret %s (resourceVersion %s); it cannot be demoted in place (%v): move the application to a Secret with another username",
+				role, appName, version, nameErr)
+		}
 		if current == nil || current.Reason != dbv1.ReasonLegacySuperuser {
 			s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonLegacySuperuser, "CheckRole", "%s", out.Condition.Message)
 		}

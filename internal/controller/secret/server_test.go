@@ -227,3 +227,26 @@ func TestServerStepLegacy(t *testing.T) {
 	assert.Contains(t, strings.Join(drain(f.rec), "\n"), "Normal "+ReasonAppRoleDemoted)
 	f.assertNoSecret(t, "rotated-legacy-password", f.servers.Verifier(db, "shop"))
 }
+
+// TestServerStepLegacyNamedPostgres: a legacy Database whose application's
+// role is itself named postgres gets the superuser dbkeeper, and is not
+// demoted by the annotation (an application's role may not be named
+// postgres), which the condition says.
+func TestServerStepLegacyNamedPostgres(t *testing.T) {
+	db := facettest.Database()
+	db.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "mine"}
+	db.Annotations = map[string]string{dbv1.AnnotationDemoteAppRole: "true"}
+	user := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: "mine"},
+		Data: map[string][]byte{engine.UsernameKey: []byte("postgres"), engine.PasswordKey: []byte("legacy-password")}}
+	f := newServerFixture(t, db, user)
+	f.servers.Legacy(db, "postgres", "legacy-password", "postgres")
+
+	cond, db := f.sync(t)
+	assert.Equal(t, dbv1.ReasonLegacySuperuser, cond.Reason, cond.Message)
+	assert.Contains(t, cond.Message, "cannot be demoted in place")
+	assert.Equal(t, resources.LegacySuperuserName, string(f.secret(t, resources.SuperuserSecretName(db)).Data[engine.UsernameKey]))
+	isSuper, bootstrap := f.servers.Superuser(db, "postgres")
+	assert.True(t, isSuper && bootstrap, "the role was demoted")
+	isSuper, _ = f.servers.Superuser(db, resources.LegacySuperuserName)
+	assert.True(t, isSuper, "no superuser dbkeeper")
+}
