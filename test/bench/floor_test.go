@@ -62,7 +62,8 @@ func childrenOf(db *dbv1.Database) ([]client.Object, error) {
 	}
 	secret := resources.CredentialsSecret(db, eng, randomPassword())
 	secret.OwnerReferences = nil
-	return append(objs, secret), nil
+	super := resources.SuperuserSecret(db, eng.Superuser(), randomPassword())
+	return append(objs, secret, super), nil
 }
 
 // toUnstructured turns an apply configuration into the object it

@@ -18,13 +18,14 @@ import (
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
-// designWrites is the fewest writes a Database can converge with: six
-// children (StatefulSet, two Services, Secret, backup PVC, CronJob), the
+// designWrites is the fewest writes a Database can converge with: seven
+// children (StatefulSet, two Services, the credentials and superuser
+// Secrets, backup PVC, CronJob), the
 // finalizer, one status apply per facet (statefulset, service, secret,
 // backup, and cleanup's status.deletion preview) and the Ready condition.
 // A real convergence reports more: StatefulSetReady moves through the
 // rollout's steps and Ready follows each of them.
-const designWrites = 6 + 1 + 5 + 1
+const designWrites = 7 + 1 + 5 + 1
 
 // facetConditions must all be current (observedGeneration = generation)
 // for a Database to count as converged.
