@@ -68,8 +68,9 @@ func TestDatabaseGoesReady(t *testing.T) {
 			refs[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
 		}
 	}
-	assert.Equal(t, "shop-credentials/password", refs["POSTGRES_PASSWORD"])
-	assert.Equal(t, "shop-credentials/username", refs["POSTGRES_USER"])
+	// initdb's superuser comes from the superuser Secret; the
+	// application's Secret is not the engine pod's.
+	assert.Equal(t, map[string]string{"POSTGRES_PASSWORD": "shop-superuser/password", "POSTGRES_USER": "shop-superuser/username"}, refs)
 
 	pvc := &corev1.PersistentVolumeClaim{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data-shop-0"}, pvc))
