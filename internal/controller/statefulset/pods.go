@@ -276,12 +276,18 @@ func runnableImage(db *dbv1.Database) string {
 }
 
 // configFix says what to fix when the kubelet cannot build the container:
-// a Secret or a key missing means the credentials Secret.
+// a Secret or a key missing means the superuser Secret, which the engine
+// pod reads, or, in a StatefulSet made before issue 17, the credentials
+// Secret.
 func configFix(db *dbv1.Database, kubeletMessage string) string {
 	if !strings.Contains(strings.ToLower(kubeletMessage), "secret") {
 		return "the kubelet's message says what the pod lacks"
 	}
 	keys := fmt.Sprintf("keys %q and %q", engine.UsernameKey, engine.PasswordKey)
+	if super := resources.SuperuserSecretName(db); strings.Contains(kubeletMessage, super) {
+		return fmt.Sprintf("the superuser Secret %s, which dbkeeper generates once the credentials Secret is in order (see the CredentialsReady condition), "+
+			"must exist and hold the %s", super, keys)
+	}
 	if resources.UserSecret(db) {
 		return fmt.Sprintf("fix spec.credentials.secretName: Secret %s must exist in namespace %s and hold the %s",
 			db.Spec.Credentials.SecretName, db.Namespace, keys)

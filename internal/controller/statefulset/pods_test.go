@@ -106,6 +106,10 @@ func TestDiagnose(t *testing.T) {
 			dbv1.ReasonContainerConfigError, []string{
 				"pod orders-0: container engine cannot be created: CreateContainerConfigError: couldn't find key password in Secret shop/orders-credentials; ",
 				`the generated Secret orders-credentials must hold the keys "username" and "password"`, "spec.credentials.secretName"}},
+		{"superuser Secret missing", userSecret,
+			[]corev1.Pod{enginePod(waiting("CreateContainerConfigError", `secret "orders-superuser" not found`))},
+			dbv1.ReasonContainerConfigError, []string{
+				`CreateContainerConfigError: secret "orders-superuser" not found; the superuser Secret orders-superuser, which dbkeeper generates once the credentials Secret is in order (see the CredentialsReady condition)`}},
 		{"user Secret missing", userSecret,
 			[]corev1.Pod{enginePod(waiting("CreateContainerConfigError", `secret "orders-admin" not found`))},
 			dbv1.ReasonContainerConfigError, []string{
