@@ -136,6 +136,10 @@ type syncer struct {
 	// pending maps a Database whose server could not be reached to the
 	// delay before the next attempt.
 	pending sync.Map
+	// rotated maps a Database to the last rotation this controller made
+	// (a rotation), so that Rotated stays while nothing changes even when
+	// the cached Database lags the status that said so.
+	rotated sync.Map
 }
 
 // newSyncer is the secret syncer that reads metadata from and creates and

@@ -149,15 +149,35 @@ func (s *syncer) serverStep(ctx context.Context, db *dbv1.Database, eng engine.E
 	case res.PasswordSet && !created:
 		out.Condition = conditions.True(t, dbv1.ReasonPasswordRotated, fmt.Sprintf(
 			"set the password of role %s from Secret %s (resourceVersion %s)", role, appName, version))
+		s.rotated.Store(key, rotation{version: version, message: out.Condition.Message})
 	case !res.Changed() && current != nil && current.Reason == dbv1.ReasonPasswordRotated && previous == version:
 		// Rotated stays until the next change (no timestamps).
 		out.Condition = conditions.True(t, dbv1.ReasonPasswordRotated, current.Message)
+	case !res.Changed() && s.rotatedAt(key, version) != "":
+		// The same, when the Database read here predates the status that
+		// said Rotated (the cache lags this controller's own write).
+		out.Condition = conditions.True(t, dbv1.ReasonPasswordRotated, s.rotatedAt(key, version))
 	default:
 		out.Condition = settled
 		out.Condition.Message = fmt.Sprintf("%s; role %s has its password (resourceVersion %s) and owns database %s",
 			settled.Message, role, version, target.Database)
 	}
 	return out, nil
+}
+
+// rotation is the last password this controller set on a Database's
+// server: the Secret's resourceVersion and the condition's message.
+type rotation struct {
+	version, message string
+}
+
+// rotatedAt is the message of the rotation this controller made to the
+// server of key at the Secret's version, or "" when it made none.
+func (s *syncer) rotatedAt(key client.ObjectKey, version string) string {
+	if v, ok := s.rotated.Load(key); ok && v.(rotation).version == version {
+		return v.(rotation).message
+	}
+	return ""
 }
 
 // report logs and records as Events what Apply changed; names only.

@@ -122,6 +122,7 @@ func TestServerStepGeneratedRotation(t *testing.T) {
 	assert.False(t, isSuper, "the application's role is a superuser")
 	superPassword := string(super.Data[engine.PasswordKey])
 
+	stale := db.DeepCopy() // the Database as the cache may still hold it after the rotation
 	f.setPassword(t, app.Name, "new-password-of-the-app")
 	cond, db = f.sync(t)
 	// The uri key, derived from the password, was brought in line first.
@@ -137,6 +138,10 @@ func TestServerStepGeneratedRotation(t *testing.T) {
 	f.assertNoSecret(t, old, "")
 	f.assertNoSecret(t, superPassword, f.servers.Verifier(db, "postgres"))
 
+	out, err := f.s.Sync(context.Background(), stale)
+	require.NoError(t, err)
+	assert.Equal(t, dbv1.ReasonPasswordRotated, out.Condition.Reason, "a reconcile of a lagging cached Database took Rotated back")
+	assert.Equal(t, cond.Message, out.Condition.Message)
 	cond, _ = f.sync(t)
 	assert.Equal(t, dbv1.ReasonPasswordRotated, cond.Reason, "a no-op resync changed the reason")
 	assert.Equal(t, sets, f.servers.PasswordSets(db), "a converged server was written")
