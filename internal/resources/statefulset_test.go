@@ -23,11 +23,11 @@ func TestOneInstanceAtMost(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	for asked, want := range map[int32]int32{0: 0, 1: 1, 3: 1, 9: 1} {
-		sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Replicas = ptr.To(asked) }), eng)
+		sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Replicas = ptr.To(asked) }), eng, resources.TLSOff)
 		require.NoError(t, err)
 		assert.Equal(t, want, *sts.Spec.Replicas, "spec.replicas %d", asked)
 	}
-	sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Replicas = nil }), eng)
+	sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Replicas = nil }), eng, resources.TLSOff)
 	require.NoError(t, err)
 	assert.Equal(t, int32(1), *sts.Spec.Replicas, "the default")
 }
@@ -57,7 +57,7 @@ func TestEnginePodUnderLoad(t *testing.T) {
 		"cpu limit only": {corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
-			sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Resources = tc.resources }), eng)
+			sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Resources = tc.resources }), eng, resources.TLSOff)
 			require.NoError(t, err)
 			pod := sts.Spec.Template.Spec
 			assert.Equal(t, ptr.To(false), pod.AutomountServiceAccountToken)

@@ -49,6 +49,7 @@ const retryMissing = 30 * time.Second
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // ReasonSecretKeysRestored is the reason of the Event of a generated
@@ -79,6 +80,9 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		// may keep it): find its Database by the instance label. Metadata
 		// only: the cache never holds a password.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentCredentials)), builder.OnlyMetadata).
+		// The server's TLS Secret: its ca.crt is copied into the generated
+		// Secret.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentTLS)), builder.OnlyMetadata).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }
@@ -118,7 +122,12 @@ func newSyncer(c client.Client, reader client.Reader, w *facet.Writer) *syncer {
 // data is right.
 func (s *syncer) restoreData(ctx context.Context, db *dbv1.Database, cachedVersion string) (*facet.Outcome, error) {
 	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.GeneratedSecretName(db)}
-	if v, ok := s.checked.Load(key); ok && v == cachedVersion {
+	tlsVersion, err := s.tlsVersion(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	version := cachedVersion + "/" + tlsVersion
+	if v, ok := s.checked.Load(key); ok && v == version {
 		return nil, nil
 	}
 	eng, err := engine.For(db.Spec.Engine)
@@ -134,7 +143,11 @@ func (s *syncer) restoreData(ctx context.Context, db *dbv1.Database, cachedVersi
 			"Secret %s lost its %s key: dbkeeper never generates a second password, since the database keeps the first; put it back",
 			key.Name, engine.PasswordKey))}, nil
 	}
-	if drift := resources.CredentialsDrift(db, eng, sec.Data); len(drift) > 0 {
+	tls, err := s.clientTLS(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	if drift := resources.CredentialsDrift(db, eng, sec.Data, tls); len(drift) > 0 {
 		patch := client.MergeFrom(sec.DeepCopy())
 		keys := make([]string, 0, len(drift))
 		for k, v := range drift {
@@ -150,7 +163,7 @@ func (s *syncer) restoreData(ctx context.Context, db *dbv1.Database, cachedVersi
 		s.writer.Eventf(db, sec, corev1.EventTypeNormal, ReasonSecretKeysRestored, "RestoreKeys",
 			"Restored keys %s of Secret %s changed by somebody else", strings.Join(keys, ", "), key.Name)
 	}
-	s.checked.Store(key, sec.ResourceVersion)
+	s.checked.Store(key, sec.ResourceVersion+"/"+tlsVersion)
 	return nil, nil
 }
 
@@ -239,7 +252,11 @@ func (s *syncer) create(ctx context.Context, db *dbv1.Database) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	sec := resources.CredentialsSecret(db, eng, password)
+	tls, err := s.clientTLS(ctx, db)
+	if err != nil {
+		return false, err
+	}
+	sec := resources.CredentialsSecret(db, eng, password, tls)
 	log.FromContext(ctx).Info("Generating credentials Secret", "Secret", klog.KObj(sec))
 	err = s.client.Create(ctx, sec, client.FieldOwner(facet.FieldOwner(Name)))
 	if apierrors.IsAlreadyExists(err) {
@@ -248,8 +265,53 @@ func (s *syncer) create(ctx context.Context, db *dbv1.Database) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("creating Secret %s: %w", sec.Name, err)
 	}
-	s.checked.Store(client.ObjectKeyFromObject(sec), sec.ResourceVersion)
+	// Not remembered as checked: the next reconcile compares it with the
+	// TLS Secret's version, which may have arrived meanwhile.
 	return true, nil
+}
+
+// tlsVersion identifies what the generated Secret's TLS keys derive from:
+// whether the server uses TLS and the resourceVersion of its TLS Secret in
+// the metadata cache ("-" when there is none), so that its data is read
+// again only when one of them changed.
+func (s *syncer) tlsVersion(ctx context.Context, db *dbv1.Database) (string, error) {
+	state, err := facet.TLSState(ctx, s.client, db)
+	if err != nil {
+		return "", err
+	}
+	if !state.On() {
+		return string(state), nil
+	}
+	partial := &metav1.PartialObjectMetadata{}
+	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: resources.TLSSecretName(db)}, partial)
+	if err != nil {
+		return "", fmt.Errorf("getting Secret %s: %w", resources.TLSSecretName(db), err)
+	}
+	if live == nil {
+		return string(state) + "/-", nil
+	}
+	return string(state) + "/" + live.ResourceVersion, nil
+}
+
+// clientTLS is what the generated Secret says of the server's TLS: on or
+// off, and the ca.crt of the server's TLS Secret (read from the API
+// server; nil while that Secret does not exist).
+func (s *syncer) clientTLS(ctx context.Context, db *dbv1.Database) (resources.ClientTLS, error) {
+	state, err := facet.TLSState(ctx, s.client, db)
+	if err != nil || !state.On() {
+		return resources.ClientTLS{}, err
+	}
+	name := resources.TLSSecretName(db)
+	sec, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
+	if err != nil {
+		return resources.ClientTLS{}, fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	tls := resources.ClientTLS{On: resources.TLSOn}
+	if sec != nil {
+		tls.CA = sec.Data[resources.CACertKey]
+	}
+	return tls, nil
 }
 
 // adoptForeign takes over a pre-existing Secret of the generated name when it
