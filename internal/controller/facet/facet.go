@@ -44,6 +44,14 @@ type Options struct {
 	// Engines is the image catalog the controllers that build pods run
 	// engines from; the zero Catalog is the built-in one.
 	Engines engine.Catalog
+	// TLSCertDuration is the lifetime of the server certificates the tls
+	// controller issues (renewed at two thirds of it); zero is 90 days.
+	TLSCertDuration time.Duration
+	// SkipTLSServerProbe stops the tls controller from connecting to the
+	// engine pods to learn which certificate they serve (and so from
+	// reloading them after a renewal): for fake nodes, whose pods have
+	// addresses nothing answers on.
+	SkipTLSServerProbe bool
 }
 
 // FieldOwner is the field manager of the named controller.
