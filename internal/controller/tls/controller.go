@@ -323,7 +323,7 @@ func (s *syncer) observeServer(ctx context.Context, db *dbv1.Database, eng engin
 		"served", pki.Serial(served), "secret", pki.Serial(cert))
 	msg := fmt.Sprintf("server %s serves certificate %s; Secret %s holds %s, and dbkeeper asked the server to reload its configuration (no restart) to load it",
 		pod.Name, pki.Serial(served), secret, pki.Serial(cert))
-	if err := s.reloader.Reload(ctx, db, pod.Status.PodIP, ca); err != nil {
+	if err := s.reloader.Reload(ctx, db, pod.Status.PodIP, eng.Port(), ca); err != nil {
 		msg = fmt.Sprintf("server %s serves certificate %s; Secret %s holds %s, and reloading the server's configuration failed: %s",
 			pod.Name, pki.Serial(served), secret, pki.Serial(cert), conditions.Quote(err.Error(), 200))
 	} else {

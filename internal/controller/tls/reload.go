@@ -21,10 +21,10 @@ import (
 // without a restart (PostgreSQL: SELECT pg_reload_conf(), which needs the
 // superuser).
 type Reloader interface {
-	// Reload asks the server of db at podIP to reload its configuration.
-	// ca verifies the server's certificate (for the pod's host name under
-	// the headless Service).
-	Reload(ctx context.Context, db *dbv1.Database, podIP string, ca []byte) error
+	// Reload asks the server of db at host:port (pod 0's IP and the
+	// engine's port) to reload its configuration. ca verifies the server's
+	// certificate (for the pod's host name under the headless Service).
+	Reload(ctx context.Context, db *dbv1.Database, host string, port int32, ca []byte) error
 }
 
 // SuperuserReloader reloads as the superuser through internal/sqlconn,
@@ -38,7 +38,7 @@ type SuperuserReloader struct {
 }
 
 // Reload implements Reloader.
-func (r SuperuserReloader) Reload(ctx context.Context, db *dbv1.Database, podIP string, ca []byte) error {
+func (r SuperuserReloader) Reload(ctx context.Context, db *dbv1.Database, host string, port int32, ca []byte) error {
 	user, password, err := r.login(ctx, db)
 	if err != nil {
 		return err
@@ -48,7 +48,7 @@ func (r SuperuserReloader) Reload(ctx context.Context, db *dbv1.Database, podIP 
 		return errors.New("the TLS Secret's ca.crt holds no certificate")
 	}
 	conn, err := sqlconn.Connect(ctx, sqlconn.Target{
-		Host: podIP, Port: engine.Postgres{}.Port(), User: user, Password: password, Database: "postgres",
+		Host: host, Port: port, User: user, Password: password, Database: "postgres",
 		TLS: &tls.Config{RootCAs: roots, ServerName: resources.RestorePodHost(db), MinVersion: tls.VersionTLS12},
 	})
 	if err != nil {
