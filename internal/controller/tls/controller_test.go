@@ -72,7 +72,7 @@ func (f *fixture) sync(t *testing.T, db *dbv1.Database) facet.Outcome {
 func readyPod(db *dbv1.Database) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: db.Name + "-0", Labels: resources.PodSelectorLabels(db)},
-		Status: corev1.PodStatus{PodIP: "198.18.0.20", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		Status:     corev1.PodStatus{PodIP: "198.18.0.20", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 }
 
