@@ -164,9 +164,11 @@ func assertNothingSecret(t *testing.T, db *dbv1.Database) {
 		sec := &corev1.Secret{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec))
 		for _, key := range []string{"password", "tls.key", "ca.key"} {
-			if v := string(sec.Data[key]); v != "" {
-				secrets = append(secrets, v, strings.Split(strings.TrimSpace(v), "\n")[1]) // and the key's first base64 line
+			v := string(sec.Data[key])
+			if lines := strings.Split(strings.TrimSpace(v), "\n"); len(lines) > 1 {
+				v = lines[1] // a PEM key's first base64 line
 			}
+			secrets = append(secrets, v)
 		}
 	}
 	require.NotEmpty(t, secrets)
