@@ -1,9 +1,13 @@
 package resources_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -88,4 +92,20 @@ func TestCredentialsDriftTLS(t *testing.T) {
 	early := resources.CredentialsSecret(db, eng, "pw", resources.ClientTLS{On: resources.TLSOn}).Data
 	assert.NotContains(t, early, resources.CAKey)
 	assert.Contains(t, string(early[resources.URIKey]), "sslmode=verify-full")
+}
+
+func TestCertificateGolden(t *testing.T) {
+	assert.Nil(t, resources.Certificate(sample("orders", nil)), "no Certificate without an issuerRef")
+	db := sample("orders", func(db *dbv1.Database) {
+		db.Spec.TLS = &dbv1.TLSSpec{IssuerRef: &dbv1.IssuerReference{Name: "team-ca", Kind: "ClusterIssuer"}}
+	})
+	got, err := yaml.Marshal(resources.Certificate(db))
+	require.NoError(t, err)
+	golden := filepath.Join("testdata", "issuer-certificate.golden.yaml")
+	if *update {
+		require.NoError(t, os.WriteFile(golden, got, 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	require.NoError(t, err, "run go test ./internal/resources -update to create it")
+	assert.Equal(t, string(want), string(got))
 }

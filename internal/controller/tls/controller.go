@@ -105,7 +105,10 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
-		Owns(&corev1.Secret{}, builder.OnlyMetadata).
+		// The TLS Secrets by label: dbkeeper's carry an owner reference,
+		// cert-manager's only the labels of the Certificate's
+		// secretTemplate.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentTLS)), builder.OnlyMetadata).
 		Owns(&corev1.ConfigMap{}).
 		// A pod that became ready or moved serves whatever its files hold
 		// now: look at it.
@@ -166,7 +169,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		return facet.Outcome{}, err
 	}
 	if db.Spec.TLS != nil && db.Spec.TLS.IssuerRef != nil {
-		return s.syncCertManager(ctx, db)
+		return s.syncCertManager(ctx, db, eng)
 	}
 	pair, ca, cert, err := s.ensureCertificate(ctx, db)
 	if err != nil {
