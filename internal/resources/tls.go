@@ -1,6 +1,8 @@
 package resources
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -40,6 +42,18 @@ const (
 	// the pod's fsGroup, which PostgreSQL accepts for a root-owned key.
 	tlsFileMode = 0o640
 )
+
+// AnnotationCASHA256 is the annotation of dbkeeper's CA and certificate
+// Secrets holding the SHA-256 (hex) of their ca.crt: public, and in the
+// metadata-only cache, so the controllers learn which CA a Secret holds
+// without reading its data.
+const AnnotationCASHA256 = "tls.dbkeeper.io/ca-sha256"
+
+// CASHA256 is the value of AnnotationCASHA256 for the PEM CA certificate.
+func CASHA256(caPEM []byte) string {
+	sum := sha256.Sum256(caPEM)
+	return hex.EncodeToString(sum[:])
+}
 
 // ServerTLS says whether a Database's server requires TLS on TCP
 // connections; the builders of the pods that run or reach the server take
@@ -137,6 +151,7 @@ func CASecret(db *dbv1.Database, certPEM, keyPEM []byte) *corev1.Secret {
 			Name:            CASecretName(db),
 			Namespace:       db.Namespace,
 			Labels:          Labels(db, ComponentTLS),
+			Annotations:     map[string]string{AnnotationCASHA256: CASHA256(certPEM)},
 			OwnerReferences: []metav1.OwnerReference{ownerReferenceOf(db)},
 		},
 		Type: corev1.SecretTypeOpaque,
@@ -149,6 +164,7 @@ func CASecret(db *dbv1.Database, certPEM, keyPEM []byte) *corev1.Secret {
 func TLSSecret(db *dbv1.Database, certPEM, keyPEM, caPEM []byte) *corev1ac.SecretApplyConfiguration {
 	return corev1ac.Secret(TLSSecretName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentTLS)).
+		WithAnnotations(map[string]string{AnnotationCASHA256: CASHA256(caPEM)}).
 		WithOwnerReferences(OwnerReference(db)).
 		WithType(corev1.SecretTypeTLS).
 		WithData(map[string][]byte{

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -138,6 +139,9 @@ type syncer struct {
 	// pki.DefaultLifetime.
 	lifetime time.Duration
 	now      func() time.Time
+	// verified maps each Database to its certificate Secret as last
+	// verified (a verified).
+	verified sync.Map
 	// prober learns what the server serves; nil with
 	// --tls-server-probe=false.
 	prober   Prober
@@ -171,11 +175,11 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if db.Spec.TLS != nil && db.Spec.TLS.IssuerRef != nil {
 		return s.syncCertManager(ctx, db, eng)
 	}
-	pair, ca, cert, err := s.ensureCertificate(ctx, db)
+	ca, cert, err := s.ensureCertificate(ctx, db)
 	if err != nil {
 		return facet.Outcome{}, err
 	}
-	return s.observeServer(ctx, db, eng, pair, ca, cert)
+	return s.observeServer(ctx, db, eng, ca, cert)
 }
 
 // applyHBA keeps the ConfigMap of the authentication rules.
@@ -193,52 +197,117 @@ func (s *syncer) applyHBA(ctx context.Context, db *dbv1.Database, eng engine.Eng
 
 // ensureCertificate makes the CA once and issues the server certificate
 // when there is none, when it is not the CA's or not for the Database's
-// names, or when its renewal time has come; it returns the Secret's pair,
-// the CA certificate and the parsed server certificate.
-func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database) (pki.KeyPair, []byte, *x509.Certificate, error) {
+// names, or when its renewal time has come; it returns the CA certificate
+// and the server certificate. A certificate Secret verified before, whose
+// and whose CA Secret's resourceVersions (in the metadata cache) have not
+// changed since, is not read again: a converged Database costs no Secret
+// read, and a restarted manager reads each certificate Secret once.
+func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database) ([]byte, *x509.Certificate, error) {
+	now := s.now()
+	name := resources.TLSSecretName(db)
+	key := client.ObjectKeyFromObject(db)
+	caMeta, err := s.metadata(ctx, db, resources.CASecretName(db))
+	if err != nil {
+		return nil, nil, err
+	}
+	tlsMeta, err := s.metadata(ctx, db, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	version := ""
+	if caMeta != nil && tlsMeta != nil {
+		version = caMeta.ResourceVersion + "/" + tlsMeta.ResourceVersion
+		if v, ok := s.verified.Load(key); ok {
+			if v := v.(verified); v.version == version && now.Before(pki.RenewalTime(v.cert)) {
+				return v.ca, v.cert, nil
+			}
+		}
+	}
+	why := "there is none"
+	if tlsMeta != nil {
+		live, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
+		if err != nil {
+			return nil, nil, fmt.Errorf("getting Secret %s: %w", name, err)
+		}
+		if live != nil {
+			pair := pki.KeyPair{Cert: live.Data[corev1.TLSCertKey], Key: live.Data[corev1.TLSPrivateKeyKey]}
+			ca := live.Data[resources.CACertKey]
+			cert, err := pki.CheckServer(pair, ca, resources.ServerDNSNames(db), now)
+			sameCA, caErr := s.isCA(ctx, db, caMeta, ca)
+			switch {
+			case caErr != nil:
+				return nil, nil, caErr
+			case err != nil:
+				why = err.Error()
+			case !sameCA:
+				why = "its ca.crt is not the CA's"
+			case !now.Before(pki.RenewalTime(cert)):
+				why = "its renewal time has come"
+			default:
+				if version != "" && version == caMeta.ResourceVersion+"/"+live.ResourceVersion {
+					s.verified.Store(key, verified{version: version, cert: cert, ca: ca})
+				}
+				return ca, cert, nil
+			}
+		}
+	}
 	ca, err := s.ensureCA(ctx, db)
 	if err != nil {
-		return pki.KeyPair{}, nil, nil, err
-	}
-	name := resources.TLSSecretName(db)
-	live, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
-	if err != nil {
-		return pki.KeyPair{}, nil, nil, fmt.Errorf("getting Secret %s: %w", name, err)
-	}
-	now := s.now()
-	why := "there is none"
-	if live != nil {
-		pair := pki.KeyPair{Cert: live.Data[corev1.TLSCertKey], Key: live.Data[corev1.TLSPrivateKeyKey]}
-		cert, err := pki.CheckServer(pair, ca.Cert, resources.ServerDNSNames(db), now)
-		switch {
-		case err != nil:
-			why = err.Error()
-		case !bytes.Equal(live.Data[resources.CACertKey], ca.Cert):
-			why = "its ca.crt is not the CA's"
-		case !now.Before(pki.RenewalTime(cert)):
-			why = "its renewal time has come"
-		default:
-			return pair, ca.Cert, cert, nil
-		}
+		return nil, nil, err
 	}
 	pair, err := pki.IssueServer(ca, resources.ServerDNSNames(db), now, s.certLifetime())
 	if err != nil {
-		return pki.KeyPair{}, nil, nil, fmt.Errorf("issuing the server certificate: %w", err)
+		return nil, nil, fmt.Errorf("issuing the server certificate: %w", err)
 	}
 	cert, err := pki.ParseCertificate(pair.Cert)
 	if err != nil {
-		return pki.KeyPair{}, nil, nil, fmt.Errorf("reading the certificate just issued: %w", err)
+		return nil, nil, fmt.Errorf("reading the certificate just issued: %w", err)
 	}
 	log.FromContext(ctx).Info("Issuing server certificate", "Secret", klog.KRef(db.Namespace, name),
 		"serial", pki.Serial(cert), "notAfter", cert.NotAfter.UTC().Format(time.RFC3339), "why", why)
 	// Applied without a live object, so it is always sent: the new key
 	// must reach the Secret.
 	if _, err := s.writer.Apply(ctx, nil, resources.TLSSecret(db, pair.Cert, pair.Key, ca.Cert)); err != nil {
-		return pki.KeyPair{}, nil, nil, fmt.Errorf("applying Secret %s: %w", name, err)
+		return nil, nil, fmt.Errorf("applying Secret %s: %w", name, err)
 	}
 	s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonCertificateIssued, "IssueCertificate",
 		"Issued server certificate %s into Secret %s (%s)", pki.Serial(cert), name, why)
-	return pair, ca.Cert, cert, nil
+	return ca.Cert, cert, nil
+}
+
+// isCA reports whether caPEM is the certificate of the Database's CA: by
+// the CA Secret's AnnotationCASHA256 in the cache, or, when the cache does
+// not have it (yet), by reading the CA Secret.
+func (s *syncer) isCA(ctx context.Context, db *dbv1.Database, caMeta *metav1.PartialObjectMetadata, caPEM []byte) (bool, error) {
+	if caMeta != nil && caMeta.Annotations[resources.AnnotationCASHA256] != "" {
+		return caMeta.Annotations[resources.AnnotationCASHA256] == resources.CASHA256(caPEM), nil
+	}
+	name := resources.CASecretName(db)
+	live, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
+	if err != nil {
+		return false, fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	return live != nil && bytes.Equal(live.Data[resources.CACertKey], caPEM), nil
+}
+
+// verified is a certificate Secret as last verified: the resourceVersions
+// of the CA and certificate Secrets, and the public certificates (never a
+// key).
+type verified struct {
+	version string
+	cert    *x509.Certificate
+	ca      []byte
+}
+
+// metadata is the named Secret's metadata from the cache, or nil.
+func (s *syncer) metadata(ctx context.Context, db *dbv1.Database, name string) (*metav1.PartialObjectMetadata, error) {
+	partial := &metav1.PartialObjectMetadata{}
+	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, partial)
+	if err != nil {
+		return nil, fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	return live, nil
 }
 
 // ensureCA reads the CA Secret, creating it once when it does not exist.
@@ -283,7 +352,7 @@ func (s *syncer) certLifetime() time.Duration {
 
 // observeServer compares the certificate the server serves with the
 // Secret's, asks the server to reload when they differ, and says so.
-func (s *syncer) observeServer(ctx context.Context, db *dbv1.Database, eng engine.Engine, pair pki.KeyPair, ca []byte, cert *x509.Certificate) (facet.Outcome, error) {
+func (s *syncer) observeServer(ctx context.Context, db *dbv1.Database, eng engine.Engine, ca []byte, cert *x509.Certificate) (facet.Outcome, error) {
 	t := dbv1.ConditionTLSReady
 	now := s.now()
 	status := statusOf(db, cert)
