@@ -42,10 +42,16 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.DatabaseStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("DeletionStatus"):
 		return &databasev1.DeletionStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("IssuerReference"):
+		return &databasev1.IssuerReferenceApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ServiceSpec"):
 		return &databasev1.ServiceSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("StorageSpec"):
 		return &databasev1.StorageSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("TLSSpec"):
+		return &databasev1.TLSSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("TLSStatus"):
+		return &databasev1.TLSStatusApplyConfiguration{}
 
 	}
 	return nil

@@ -58,12 +58,17 @@ spec:
     - name: PGURI
       valueFrom: {secretKeyRef: {name: orders-credentials, key: uri}}
     - {name: PGCONNECT_TIMEOUT, value: "10"}
+    # the uri says sslmode=verify-full: libpq verifies the server with the
+    # Secret's ca.crt
+    - {name: PGSSLROOTCERT, value: /etc/orders-ca/ca.crt}
+    volumeMounts:
+    - {name: ca, mountPath: /etc/orders-ca, readOnly: true}
     command:
     - psql
     - $(PGURI)
     - --no-psqlrc
     - --set=ON_ERROR_STOP=1
-    - --command=select version()
+    - --command=select version(), (select ssl from pg_stat_ssl where pid = pg_backend_pid()) as tls
     - --command=create table if not exists visits (id serial primary key, at timestamptz not null default now())
     - --command=insert into visits default values
     - --command=select count(*) as visits, max(at) as last_visit from visits
@@ -71,6 +76,9 @@ spec:
       allowPrivilegeEscalation: false
       readOnlyRootFilesystem: true
       capabilities: {drop: [ALL]}
+  volumes:
+  - name: ca
+    secret: {secretName: orders-credentials, items: [{key: ca.crt, path: ca.crt}]}
 `, image)
 	fmt.Println("\ndemo: a client pod runs psql through the Service orders.default.svc with the Secret's uri")
 	start := time.Now()

@@ -48,6 +48,10 @@ func run(args []string) error {
 	fs.Var(&engineImages, "engine-images",
 		"Comma-separated <engine>:<version>=<image> entries (postgres:17=registry.example.com/postgres:17.6) that replace the image of one "+
 			"engine version, winning over --engine-registry; may be repeated. A Database's spec.image still wins over both.")
+	fs.DurationVar(&o.TLSCertDuration, "tls-cert-duration", 90*24*time.Hour,
+		"Lifetime of the server certificates dbkeeper issues from a Database's own CA; each is renewed at two thirds of it and the server reloads it without a restart.")
+	tlsServerProbe := fs.Bool("tls-server-probe", true,
+		"Connect to each engine pod to learn which certificate it serves, and reload it after a renewal; false for nodes whose pods cannot be reached (a renewed certificate is then loaded only when the server restarts).")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 2, "Databases each controller reconciles at once.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Address of the /metrics endpoint; 0 disables it.")
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", false,
@@ -81,6 +85,10 @@ func run(args []string) error {
 	o.Controllers = set
 	if o.Engines, err = engine.NewCatalog(engineRegistry, engineImages.String()); err != nil {
 		return err
+	}
+	o.SkipTLSServerProbe = !*tlsServerProbe
+	if o.TLSCertDuration < time.Minute {
+		return fmt.Errorf("invalid --tls-cert-duration %s: must be at least 1m", o.TLSCertDuration)
 	}
 	if err := checkMetricsCertDir(o.MetricsSecure, o.MetricsCertDir); err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/controller/secret"
 	"github.com/dbkeeper/dbkeeper/internal/controller/service"
 	"github.com/dbkeeper/dbkeeper/internal/controller/statefulset"
+	"github.com/dbkeeper/dbkeeper/internal/controller/tls"
 )
 
 // Controller is one narrow controller of the manager: it reconciles one
@@ -35,7 +36,7 @@ type Controller interface {
 // Facets are the controllers whose conditions the Ready summary reads, in
 // the order it reads them.
 func Facets() []Controller {
-	return []Controller{statefulset.New(), service.New(), secret.New(), backup.New()}
+	return []Controller{statefulset.New(), service.New(), secret.New(), backup.New(), tls.New()}
 }
 
 // All is every controller of the manager.

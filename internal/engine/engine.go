@@ -80,6 +80,8 @@ type Engine interface {
 	// RoleSQL is the SQL that keeps the application's role and its
 	// password on the server (roles.go).
 	RoleSQL
+	// TLS is how the engine serves TLS and its clients verify it (tls.go).
+	TLS
 }
 
 var catalog = map[dbv1.Engine]Engine{

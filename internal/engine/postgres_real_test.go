@@ -41,7 +41,7 @@ type backupPod struct {
 
 func renderBackupPod(t *testing.T, db *dbv1.Database, eng engine.Engine, secret *corev1.Secret, srv *postgres.Server, dir string) backupPod {
 	t.Helper()
-	ac, err := resources.BackupCronJob(db, eng)
+	ac, err := resources.BackupCronJob(db, eng, resources.TLSOff)
 	require.NoError(t, err)
 	raw, err := json.Marshal(ac)
 	require.NoError(t, err)
@@ -146,7 +146,7 @@ func realServer(t *testing.T, retention int32) (srv *postgres.Server, eng engine
 		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
 	}
 	db.Spec.Backup.Retention = retention
-	secret = resources.CredentialsSecret(db, eng, "s3cret-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	secret = resources.CredentialsSecret(db, eng, "s3cret-"+strconv.FormatInt(time.Now().UnixNano(), 36), resources.ClientTLS{})
 	user = string(secret.Data["username"])
 	srv.SQL(t, "postgres", fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", user, secret.Data["password"]))
 	return srv, eng, db, secret, user

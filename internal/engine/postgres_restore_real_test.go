@@ -30,7 +30,7 @@ import (
 // address replaced by the local server's and the backup volume by dir.
 func renderRestorePod(t *testing.T, db *dbv1.Database, eng engine.Engine, secret *corev1.Secret, srv *postgres.Server, dir string) backupPod {
 	t.Helper()
-	ac, err := resources.RestoreJob(db, eng)
+	ac, err := resources.RestoreJob(db, eng, resources.TLSOff)
 	require.NoError(t, err)
 	raw, err := json.Marshal(ac)
 	require.NoError(t, err)

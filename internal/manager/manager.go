@@ -48,6 +48,11 @@ type Options struct {
 	// Engines is the image catalog of the engines (--engine-registry,
 	// --engine-images); the zero Catalog is the built-in one.
 	Engines engine.Catalog
+	// TLSCertDuration is the lifetime of the server certificates dbkeeper
+	// issues (--tls-cert-duration); zero is 90 days.
+	TLSCertDuration time.Duration
+	// SkipTLSServerProbe: see facet.Options (--tls-server-probe=false).
+	SkipTLSServerProbe bool
 	// MetricsBindAddress serves /metrics; "0" disables it.
 	MetricsBindAddress string
 	// MetricsSecure serves /metrics over HTTPS to authenticated and
@@ -156,7 +161,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("adding the Secret metadata cache: %w", err)
 	}
 	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines,
-		Instances: instances, SecretMetadata: secrets}); err != nil {
+		Instances: instances, SecretMetadata: secrets,
+		TLSCertDuration: o.TLSCertDuration, SkipTLSServerProbe: o.SkipTLSServerProbe}); err != nil {
 		return nil, err
 	}
 	return mgr, nil
@@ -206,6 +212,7 @@ func CacheOptions(namespaces []string, syncPeriod time.Duration) cache.Options {
 			&batchv1.Job{}:                  byLabel,
 			&corev1.Pod{}:                   byLabel,
 			&corev1.Secret{}:                byLabel,
+			&corev1.ConfigMap{}:             byLabel,
 			secretMeta:                      byLabel,
 		},
 	}

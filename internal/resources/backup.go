@@ -50,9 +50,9 @@ func BackupPVC(db *dbv1.Database) *corev1ac.PersistentVolumeClaimApplyConfigurat
 
 // BackupCronJob is the CronJob that dumps the database into the backup PVC
 // on spec.backup.schedule with the engine's own dump tool, over the network
-// through the client Service.
-func BackupCronJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.CronJobApplyConfiguration, error) {
-	job, err := backupJobSpec(db, eng)
+// through the client Service, verifying its certificate when tls is on.
+func BackupCronJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*batchv1ac.CronJobApplyConfiguration, error) {
+	job, err := backupJobSpec(db, eng, tls)
 	if err != nil {
 		return nil, err
 	}
@@ -83,8 +83,8 @@ func OnDemandBackupJobName(db *dbv1.Database, token string) string {
 // CronJob's job template, owned by the Database, with the token recorded,
 // deleted OnDemandBackupTTL seconds after it finished (the CronJob's
 // history limit does not reach it).
-func OnDemandBackupJob(db *dbv1.Database, eng engine.Engine, token string) (*batchv1ac.JobApplyConfiguration, error) {
-	job, err := backupJob(db, eng, OnDemandBackupJobName(db, token), map[string]string{dbv1.AnnotationBackupNow: token})
+func OnDemandBackupJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS, token string) (*batchv1ac.JobApplyConfiguration, error) {
+	job, err := backupJob(db, eng, tls, OnDemandBackupJobName(db, token), map[string]string{dbv1.AnnotationBackupNow: token})
 	if err != nil {
 		return nil, err
 	}
@@ -97,12 +97,12 @@ func OnDemandBackupJob(db *dbv1.Database, eng engine.Engine, token string) (*bat
 func FinalBackupJobName(db *dbv1.Database) string { return db.Name + "-final-backup" }
 
 // FinalBackupJob is the backup Job run before deletion.
-func FinalBackupJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobApplyConfiguration, error) {
-	return backupJob(db, eng, FinalBackupJobName(db), nil)
+func FinalBackupJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*batchv1ac.JobApplyConfiguration, error) {
+	return backupJob(db, eng, tls, FinalBackupJobName(db), nil)
 }
 
-func backupJob(db *dbv1.Database, eng engine.Engine, name string, annotations map[string]string) (*batchv1ac.JobApplyConfiguration, error) {
-	spec, err := backupJobSpec(db, eng)
+func backupJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS, name string, annotations map[string]string) (*batchv1ac.JobApplyConfiguration, error) {
+	spec, err := backupJobSpec(db, eng, tls)
 	if err != nil {
 		return nil, err
 	}
@@ -115,12 +115,13 @@ func backupJob(db *dbv1.Database, eng engine.Engine, name string, annotations ma
 
 // backupJobSpec is the Job of one backup: one pod, no retries (a failed
 // dump is reported, not hidden), a deadline.
-func backupJobSpec(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobSpecApplyConfiguration, error) {
+func backupJobSpec(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*batchv1ac.JobSpecApplyConfiguration, error) {
 	pod, err := dumpPodTemplate(db, eng, dumpRun{
 		container: backupContainer,
 		command:   eng.BackupCommand(BackupMountPath, db.Name, db.Spec.Backup.Retention),
 		env:       eng.BackupEnv(ClientServiceHost(db), CredentialsSecretName(db)),
 		claim:     BackupName(db),
+		tls:       tls,
 	})
 	if err != nil {
 		return nil, err

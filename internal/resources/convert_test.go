@@ -59,7 +59,7 @@ func TestBuildersRenderWhatTheEngineDeclares(t *testing.T) {
 	for name, db := range samples {
 		t.Run(name, func(t *testing.T) {
 			secret := resources.CredentialsSecretName(db)
-			ac, err := resources.StatefulSet(db, eng)
+			ac, err := resources.StatefulSet(db, eng, resources.TLSOff)
 			require.NoError(t, err)
 			sts := decode[appsv1.StatefulSet](t, ac)
 			pod := sts.Spec.Template.Spec
@@ -72,18 +72,18 @@ func TestBuildersRenderWhatTheEngineDeclares(t *testing.T) {
 			assertMounts(t, pod, sts.Spec.VolumeClaimTemplates, c, append([]string{eng.DataMountPath()}, eng.ScratchMounts()...)...)
 
 			host := resources.ClientServiceHost(db)
-			cron, err := resources.BackupCronJob(db, eng)
+			cron, err := resources.BackupCronJob(db, eng, resources.TLSOff)
 			require.NoError(t, err)
-			ondemand, err := resources.OnDemandBackupJob(db, eng, "token-1")
+			ondemand, err := resources.OnDemandBackupJob(db, eng, resources.TLSOff, "token-1")
 			require.NoError(t, err)
-			final, err := resources.FinalBackupJob(db, eng)
+			final, err := resources.FinalBackupJob(db, eng, resources.TLSOff)
 			require.NoError(t, err)
 			jobs := map[string]corev1.PodSpec{
 				"cronjob":  decode[batchv1.CronJob](t, cron).Spec.JobTemplate.Spec.Template.Spec,
 				"ondemand": decode[batchv1.Job](t, ondemand).Spec.Template.Spec,
 				"final":    decode[batchv1.Job](t, final).Spec.Template.Spec,
 			}
-			if restore, err := resources.RestoreJob(db, eng); assert.NoError(t, err) && restore != nil {
+			if restore, err := resources.RestoreJob(db, eng, resources.TLSOff); assert.NoError(t, err) && restore != nil {
 				jobs["restore"] = decode[batchv1.Job](t, restore).Spec.Template.Spec
 			}
 			for kind, pod := range jobs {

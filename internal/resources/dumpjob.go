@@ -22,6 +22,8 @@ type dumpRun struct {
 	claim string
 	// readOnly mounts the backup volume read-only (a restore).
 	readOnly bool
+	// tls makes the client verify the server's certificate.
+	tls ServerTLS
 }
 
 // dumpPodTemplate is the pod of a backup or restore Job: one container of
@@ -58,6 +60,9 @@ func dumpPodTemplate(db *dbv1.Database, eng engine.Engine, run dumpRun) (*corev1
 		WithSecurityContext(restrictedPod(eng.User())).
 		WithVolumes(corev1ac.Volume().WithName(backupVolume).WithPersistentVolumeClaim(claim))
 	addScratch(pod, container, []string{"/tmp"})
+	if run.tls {
+		addClientTLS(db, eng, pod, container)
+	}
 	pod.WithContainers(container)
 	return corev1ac.PodTemplateSpec().
 		WithLabels(Labels(db, ComponentBackup)).

@@ -47,16 +47,16 @@ func FuzzBuilders(f *testing.F) {
 			db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: bootstrapFrom, File: bootstrapFile}}
 		}
 
-		_, _ = resources.StatefulSet(db, eng)
+		_, _ = resources.StatefulSet(db, eng, resources.TLSOff)
 		_ = resources.ClientService(db, eng)
 		_ = resources.HeadlessService(db, eng)
-		_ = resources.CredentialsSecret(db, eng, token)
+		_ = resources.CredentialsSecret(db, eng, token, resources.ClientTLS{})
 		_ = resources.CredentialsSecretMetadata(db)
 		_ = resources.BackupPVC(db)
-		_, _ = resources.BackupCronJob(db, eng)
-		_, _ = resources.OnDemandBackupJob(db, eng, token)
-		_, _ = resources.FinalBackupJob(db, eng)
-		_, _ = resources.RestoreJob(db, eng)
+		_, _ = resources.BackupCronJob(db, eng, resources.TLSOff)
+		_, _ = resources.OnDemandBackupJob(db, eng, resources.TLSOff, token)
+		_, _ = resources.FinalBackupJob(db, eng, resources.TLSOff)
+		_, _ = resources.RestoreJob(db, eng, resources.TLSOff)
 		_ = resources.OnDemandBackupJobName(db, token)
 		_ = resources.Endpoint(db, eng.Port())
 	})

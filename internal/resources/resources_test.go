@@ -72,24 +72,39 @@ func TestGolden(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	for name, db := range samples {
-		sts, err := resources.StatefulSet(db, eng)
+		sts, err := resources.StatefulSet(db, eng, resources.TLSOff)
 		require.NoError(t, err)
-		cron, err := resources.BackupCronJob(db, eng)
+		cron, err := resources.BackupCronJob(db, eng, resources.TLSOff)
 		require.NoError(t, err)
 		objects := map[string]any{
 			"statefulset":      sts,
 			"service":          resources.ClientService(db, eng),
 			"headless-service": resources.HeadlessService(db, eng),
-			"secret":           resources.CredentialsSecret(db, eng, "not-a-real-password"),
+			"secret":           resources.CredentialsSecret(db, eng, "not-a-real-password", resources.ClientTLS{}),
 			"secret-metadata":  resources.CredentialsSecretMetadata(db),
 			"superuser-secret": resources.SuperuserSecret(db, eng.Superuser(), "not-a-real-password"),
 			"cronjob":          cron,
 			"backup-pvc":       resources.BackupPVC(db),
 		}
-		ondemand, err := resources.OnDemandBackupJob(db, eng, "token-1")
+		tlsSts, err := resources.StatefulSet(db, eng, resources.TLSOn)
+		require.NoError(t, err)
+		assertRestricted(t, tlsSts.Spec.Template.Spec, eng.User())
+		objects["tls-statefulset"] = tlsSts
+		tlsCron, err := resources.BackupCronJob(db, eng, resources.TLSOn)
+		require.NoError(t, err)
+		objects["tls-cronjob"] = tlsCron
+		objects["tls-secret"] = resources.CredentialsSecret(db, eng, "not-a-real-password", resources.ClientTLS{On: resources.TLSOn, CA: []byte("not-a-real-ca")})
+		objects["tls-server-secret"] = resources.TLSSecret(db, []byte("not-a-real-cert"), []byte("not-a-real-key"), []byte("not-a-real-ca"))
+		objects["tls-ca-secret"] = resources.CASecret(db, []byte("not-a-real-ca"), []byte("not-a-real-key"))
+		objects["tls-hba"] = resources.HBAConfigMap(db, eng)
+		if tlsRestore, err := resources.RestoreJob(db, eng, resources.TLSOn); tlsRestore != nil {
+			require.NoError(t, err)
+			objects["tls-restore-job"] = tlsRestore
+		}
+		ondemand, err := resources.OnDemandBackupJob(db, eng, resources.TLSOff, "token-1")
 		require.NoError(t, err)
 		objects["ondemand-job"] = ondemand
-		restore, err := resources.RestoreJob(db, eng)
+		restore, err := resources.RestoreJob(db, eng, resources.TLSOff)
 		require.NoError(t, err)
 		if restore != nil {
 			objects["restore-job"] = restore
@@ -142,10 +157,10 @@ func TestRestrictedPodSecurity(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	db := samples["default"]
-	sts, err := resources.StatefulSet(db, eng)
+	sts, err := resources.StatefulSet(db, eng, resources.TLSOff)
 	require.NoError(t, err)
 	assertRestricted(t, sts.Spec.Template.Spec, eng.User())
-	cron, err := resources.BackupCronJob(db, eng)
+	cron, err := resources.BackupCronJob(db, eng, resources.TLSOff)
 	require.NoError(t, err)
 	assertRestricted(t, cron.Spec.JobTemplate.Spec.Template.Spec, eng.User())
 }
@@ -161,7 +176,7 @@ func TestStatefulSetUsesSuperuserSecret(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	for name, db := range samples {
-		sts, err := resources.StatefulSet(db, eng)
+		sts, err := resources.StatefulSet(db, eng, resources.TLSOff)
 		require.NoError(t, err)
 		var refs []string
 		for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
@@ -179,13 +194,13 @@ func TestStatefulSetUsesSuperuserSecret(t *testing.T) {
 func TestImageOverride(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
-	sts, err := resources.StatefulSet(samples["default"], eng)
+	sts, err := resources.StatefulSet(samples["default"], eng, resources.TLSOff)
 	require.NoError(t, err)
 	assert.Equal(t, "docker.io/library/postgres:17.6", *sts.Spec.Template.Spec.Containers[0].Image)
-	sts, err = resources.StatefulSet(samples["custom"], eng)
+	sts, err = resources.StatefulSet(samples["custom"], eng, resources.TLSOff)
 	require.NoError(t, err)
 	assert.Equal(t, "registry.example.com/postgres:15.14@sha256:0123", *sts.Spec.Template.Spec.Containers[0].Image)
 
-	_, err = resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Version = "9" }), eng)
+	_, err = resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Version = "9" }), eng, resources.TLSOff)
 	assert.ErrorContains(t, err, `postgres has no image for version "9"`)
 }

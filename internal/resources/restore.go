@@ -34,8 +34,10 @@ func RestorePodHost(db *dbv1.Database) string {
 // restore leaves the database as it was; a refusal
 // (engine.RestoreRefusedExitCode) fails the Job at once through its pod
 // failure policy, and the Job's Failed condition then has the reason
-// PodFailurePolicy. It is nil when the Database has no bootstrap.
-func RestoreJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobApplyConfiguration, error) {
+// PodFailurePolicy. With tls on it verifies the server's certificate for
+// RestorePodHost (the certificate names every pod under the headless
+// Service). It is nil when the Database has no bootstrap.
+func RestoreJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*batchv1ac.JobApplyConfiguration, error) {
 	if db.Spec.Bootstrap == nil {
 		return nil, nil
 	}
@@ -51,6 +53,7 @@ func RestoreJob(db *dbv1.Database, eng engine.Engine) (*batchv1ac.JobApplyConfig
 		env:       eng.RestoreEnv(RestorePodHost(db), SuperuserSecretName(db), CredentialsSecretName(db)),
 		claim:     BackupName(source),
 		readOnly:  true,
+		tls:       tls,
 	})
 	if err != nil {
 		return nil, err

@@ -21,6 +21,11 @@ const (
 	HostKey = "host"
 	PortKey = "port"
 	URIKey  = "uri"
+	// CAKey is the CA certificate that verifies the server (ca.crt, as in
+	// the server's kubernetes.io/tls Secret), present when the server
+	// requires TLS; the uri then says sslmode=verify-full, and clients
+	// point sslrootcert (PGSSLROOTCERT) at a file with this key's value.
+	CAKey = CACertKey
 )
 
 // CredentialsSecret is the Secret dbkeeper generates, once, for a Database
@@ -28,8 +33,9 @@ const (
 // later reconcile can never overwrite the password. It carries no owner
 // reference: the password of data a deletion policy keeps must not be
 // garbage collected, whatever the deletion propagation; the cleanup
-// controller deletes it when the policy says so.
-func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string) *corev1.Secret {
+// controller deletes it when the policy says so. With tls on, the uri asks
+// for sslmode=verify-full and the CA becomes the ca.crt key.
+func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string, tls ClientTLS) *corev1.Secret {
 	host := ClientServiceHost(db)
 	port := strconv.Itoa(int(eng.Port()))
 	uri := url.URL{
@@ -38,7 +44,10 @@ func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string) *c
 		Host:   host + ":" + port,
 		Path:   "/" + GeneratedUsername,
 	}
-	return &corev1.Secret{
+	if tls.On {
+		uri.RawQuery = "sslmode=verify-full"
+	}
+	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      GeneratedSecretName(db),
 			Namespace: db.Namespace,
@@ -54,22 +63,40 @@ func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string) *c
 			URIKey:             []byte(uri.String()),
 		},
 	}
+	if tls.On && len(tls.CA) > 0 {
+		sec.Data[CAKey] = tls.CA
+	}
+	return sec
 }
 
 // CredentialsDrift returns the keys of a generated Secret's data that are
 // derived from the Database and the Secret's own password (username,
-// database, host, port, uri) and differ from what they should be, with the
-// values they should have. The password itself is never among them: it is
-// the one key dbkeeper cannot derive.
-func CredentialsDrift(db *dbv1.Database, eng engine.Engine, data map[string][]byte) map[string][]byte {
-	want := CredentialsSecret(db, eng, string(data[engine.PasswordKey])).Data
+// database, host, port, uri, ca.crt; see CredentialsSecret for tls) and
+// differ from what they should be, with the values they should have; a nil
+// value is a key to remove (ca.crt of a server without TLS). The password
+// itself is never among them: it is the one key dbkeeper cannot derive.
+func CredentialsDrift(db *dbv1.Database, eng engine.Engine, data map[string][]byte, tls ClientTLS) map[string][]byte {
+	want := CredentialsSecret(db, eng, string(data[engine.PasswordKey]), tls).Data
 	drift := map[string][]byte{}
 	for k, v := range want {
 		if k != engine.PasswordKey && string(data[k]) != string(v) {
 			drift[k] = v
 		}
 	}
+	if _, ok := want[CAKey]; !ok && data[CAKey] != nil {
+		drift[CAKey] = nil
+	}
 	return drift
+}
+
+// ClientTLS is what a generated credentials Secret tells clients about the
+// server's TLS.
+type ClientTLS struct {
+	// On says the server requires TLS (see TLSFor).
+	On ServerTLS
+	// CA is the PEM certificate of the CA that verifies the server: the
+	// ca.crt of its TLS Secret, nil until that exists.
+	CA []byte
 }
 
 // CredentialsSecretMetadata is what dbkeeper keeps applied on a generated

@@ -17,8 +17,9 @@ import (
 
 const engineContainer = "engine"
 
-// StatefulSet is the desired StatefulSet that runs the engine.
-func StatefulSet(db *dbv1.Database, eng engine.Engine) (*appsv1ac.StatefulSetApplyConfiguration, error) {
+// StatefulSet is the desired StatefulSet that runs the engine, requiring
+// TLS on TCP connections when tls is on (see TLSFor).
+func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 	image, err := engine.ImageFor(eng, db)
 	if err != nil {
 		return nil, err
@@ -47,6 +48,9 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine) (*appsv1ac.StatefulSetApp
 		WithSecurityContext(restrictedPod(eng.User()))
 	addScratch(pod, container, eng.ScratchMounts())
 	addSharedMemory(pod, container, eng.SharedMemoryPath(), db.Spec.Resources)
+	if tls {
+		addServerTLS(db, eng, pod, container)
+	}
 	pod.WithContainers(container)
 
 	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).

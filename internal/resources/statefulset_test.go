@@ -24,11 +24,11 @@ func TestOneInstanceAtMost(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	for asked, want := range map[int32]int32{0: 0, 1: 1, 3: 1, 9: 1} {
-		sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Replicas = ptr.To(asked) }), eng)
+		sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Replicas = ptr.To(asked) }), eng, resources.TLSOff)
 		require.NoError(t, err)
 		assert.Equal(t, want, *sts.Spec.Replicas, "spec.replicas %d", asked)
 	}
-	sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Replicas = nil }), eng)
+	sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Replicas = nil }), eng, resources.TLSOff)
 	require.NoError(t, err)
 	assert.Equal(t, int32(1), *sts.Spec.Replicas, "the default")
 }
@@ -58,7 +58,7 @@ func TestEnginePodUnderLoad(t *testing.T) {
 		"cpu limit only": {corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
-			sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Resources = tc.resources }), eng)
+			sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Resources = tc.resources }), eng, resources.TLSOff)
 			require.NoError(t, err)
 			pod := sts.Spec.Template.Spec
 			assert.Equal(t, ptr.To(false), pod.AutomountServiceAccountToken)
@@ -100,14 +100,14 @@ func TestPinLegacyEnv(t *testing.T) {
 		return sts.Spec.Template.Spec.Containers[0].Env
 	}
 
-	desired, err := resources.StatefulSet(db, eng)
+	desired, err := resources.StatefulSet(db, eng, resources.TLSOn)
 	require.NoError(t, err)
 	live := decode[appsv1.StatefulSet](t, desired)
 	live.Spec.Template.Spec.Containers[0].Env = old
 	resources.PinLegacyEnv(desired, live)
 	assert.Equal(t, old, engineEnv(t, decode[appsv1.StatefulSet](t, desired)), "a legacy StatefulSet keeps its env")
 
-	desired, err = resources.StatefulSet(db, eng)
+	desired, err = resources.StatefulSet(db, eng, resources.TLSOn)
 	require.NoError(t, err)
 	current := decode[appsv1.StatefulSet](t, desired)
 	resources.PinLegacyEnv(desired, current)
@@ -120,7 +120,7 @@ func TestPinLegacyEnv(t *testing.T) {
 		}
 	}
 
-	desired, err = resources.StatefulSet(db, eng)
+	desired, err = resources.StatefulSet(db, eng, resources.TLSOn)
 	require.NoError(t, err)
 	resources.PinLegacyEnv(desired, nil)
 	assert.Equal(t, eng.Env(resources.SuperuserSecretName(db)), engineEnv(t, decode[appsv1.StatefulSet](t, desired)), "no StatefulSet yet")

@@ -7,6 +7,7 @@ package sqlconn
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,10 @@ type Target struct {
 	// SSLMode is libpq's sslmode; empty means prefer (until the pods have
 	// certificates the operator verifies: issue 17 item 3).
 	SSLMode string
+	// TLS, when set, is the TLS configuration of the connection (the CA
+	// and the host name to verify, for a server reached by its pod IP):
+	// it replaces SSLMode's, and there is no plaintext fallback.
+	TLS *tls.Config
 }
 
 // Conn is one connection to a server.
@@ -75,6 +80,10 @@ func Connect(ctx context.Context, t Target) (*Conn, error) {
 	cfg, err := pgx.ParseConfig(strings.Join(kv, " "))
 	if err != nil {
 		return nil, fmt.Errorf("connection settings for %s: %w", t, scrub(err, t.Password))
+	}
+	if t.TLS != nil {
+		cfg.TLSConfig = t.TLS
+		cfg.Fallbacks = nil
 	}
 	c := &Conn{}
 	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {

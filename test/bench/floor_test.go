@@ -44,11 +44,11 @@ func childrenOf(db *dbv1.Database) ([]client.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	sts, err := resources.StatefulSet(db, eng)
+	sts, err := resources.StatefulSet(db, eng, resources.TLSOff)
 	if err != nil {
 		return nil, err
 	}
-	cron, err := resources.BackupCronJob(db, eng)
+	cron, err := resources.BackupCronJob(db, eng, resources.TLSOff)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func childrenOf(db *dbv1.Database) ([]client.Object, error) {
 		}
 		objs = append(objs, u)
 	}
-	secret := resources.CredentialsSecret(db, eng, randomPassword())
+	secret := resources.CredentialsSecret(db, eng, randomPassword(), resources.ClientTLS{})
 	secret.OwnerReferences = nil
 	super := resources.SuperuserSecret(db, eng.Superuser(), randomPassword())
 	return append(objs, secret, super), nil

@@ -16,7 +16,7 @@ import (
 
 // controllers is how many controllers the manager runs with the default
 // --controllers=*.
-const controllers = 6
+const controllers = 7
 
 // operatorProcess is the manager binary watching one namespace, with its
 // /metrics on a loopback port.
@@ -41,6 +41,8 @@ func startOperator(ctx context.Context, b *testing.B, binary, namespace string) 
 			"--metrics-bind-address="+addr,
 			"--health-probe-bind-address=0",
 			"--sync-period="+resync.String(),
+			// kwok's pods have addresses nothing answers on.
+			"--tls-server-probe=false",
 		),
 		metrics: "http://" + addr + "/metrics",
 		hc:      &http.Client{Timeout: 10 * time.Second},

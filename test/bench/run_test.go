@@ -18,20 +18,22 @@ import (
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
-// designWrites is the fewest writes a Database can converge with: seven
+// designWrites is the fewest writes a Database can converge with: ten
 // children (StatefulSet, two Services, the credentials and superuser
-// Secrets, backup PVC, CronJob), the
-// finalizer, one status apply per facet (statefulset, service, secret,
-// backup, and cleanup's status.deletion preview) and the Ready condition.
+// Secrets, backup PVC, CronJob, and
+// the tls controller's CA Secret, certificate Secret and pg_hba
+// ConfigMap), the finalizer, one status apply per facet (statefulset,
+// service, secret, backup, tls, and cleanup's status.deletion preview) and
+// the Ready condition.
 // A real convergence reports more: StatefulSetReady moves through the
 // rollout's steps and Ready follows each of them.
-const designWrites = 7 + 1 + 5 + 1
+const designWrites = 10 + 1 + 6 + 1
 
 // facetConditions must all be current (observedGeneration = generation)
 // for a Database to count as converged.
 var facetConditions = []string{
 	dbv1.ConditionStatefulSetReady, dbv1.ConditionServiceReady,
-	dbv1.ConditionCredentialsReady, dbv1.ConditionBackupReady, dbv1.ConditionReady,
+	dbv1.ConditionCredentialsReady, dbv1.ConditionBackupReady, dbv1.ConditionTLSReady, dbv1.ConditionReady,
 }
 
 // result is one size's figures.

@@ -70,7 +70,7 @@ func TestBootstrapRestoreGuards(t *testing.T) {
 	// The restore Job dbkeeper makes, its pod made to exit as the restore
 	// command does when the database already holds data.
 	taken := bootstrapped("taken")
-	desired, err := resources.RestoreJob(taken, eng)
+	desired, err := resources.RestoreJob(taken, eng, resources.TLSOff)
 	require.NoError(t, err)
 	raw, err := json.Marshal(desired)
 	require.NoError(t, err)

@@ -160,7 +160,7 @@ func TestInstallAndRunAsTheChartsServiceAccount(t *testing.T) {
 		forbidden := &framework.Recorder{}
 		cfg := serviceAccountConfig(t, c, "dbkeeper-system", "dbkeeper", forbidden)
 		metrics := freeAddress(t)
-		op := operator.Start(t, cfg, operator.Options{MetricsBindAddress: metrics, MetricsSecure: true})
+		op := operator.Start(t, cfg, operator.Options{MetricsBindAddress: metrics, MetricsSecure: true, SkipTLSServerProbe: true})
 		dbtest.CreateNamespace(t, admin, "apps")
 		db := converge(t, admin, "apps", "orders")
 		deleteDatabase(t, admin, db)
@@ -173,7 +173,7 @@ func TestInstallAndRunAsTheChartsServiceAccount(t *testing.T) {
 		forbidden := &framework.Recorder{}
 		cfg := serviceAccountConfig(t, c, "dbkeeper-team", "team-dbkeeper", forbidden)
 		metrics := freeAddress(t)
-		op := operator.Start(t, cfg, operator.Options{Namespaces: []string{"team-x"}, MetricsBindAddress: metrics, MetricsSecure: true})
+		op := operator.Start(t, cfg, operator.Options{Namespaces: []string{"team-x"}, MetricsBindAddress: metrics, MetricsSecure: true, SkipTLSServerProbe: true})
 		db := converge(t, admin, "team-x", "ledger")
 		deleteDatabase(t, admin, db)
 		assertSecureMetrics(t, admin, metrics, "team-x", "team-dbkeeper-dbkeeper-team-metrics-reader")

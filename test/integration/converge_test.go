@@ -151,7 +151,7 @@ func TestConvergedDatabaseGetsNoWrites(t *testing.T) {
 			annotated := getDatabase(t, db).ResourceVersion
 			require.EventuallyWithT(t, func(c *assert.CollectT) {
 				now := reconcileCounts(t)
-				for _, name := range []string{"statefulset", "service", "secret", "backup", "cleanup", "readiness"} {
+				for _, name := range []string{"statefulset", "service", "secret", "backup", "tls", "cleanup", "readiness"} {
 					assert.Greater(c, now[name], counts[name], "controller %s has not reconciled since the poke", name)
 				}
 			}, timeout, tick)
@@ -182,7 +182,7 @@ func TestRestartedOperatorWritesNothing(t *testing.T) {
 	annotated := getDatabase(t, db).ResourceVersion
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		now := reconcileCounts(t)
-		for _, name := range []string{"statefulset", "service", "secret", "backup", "cleanup", "readiness"} {
+		for _, name := range []string{"statefulset", "service", "secret", "backup", "tls", "cleanup", "readiness"} {
 			assert.Greater(c, now[name], counts[name], "controller %s has not reconciled since the restart", name)
 		}
 	}, timeout, tick)
@@ -204,7 +204,7 @@ func childVersions(t *testing.T, db *dbv1.Database) map[string]string {
 			out[kind.Kind+"/"+o.GetName()] = o.GetResourceVersion()
 		}
 	}
-	require.Len(t, out, 7, "children: %v", out)
+	require.Len(t, out, 10, "children: %v", out)
 	return out
 }
 

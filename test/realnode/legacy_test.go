@@ -38,11 +38,11 @@ func TestLegacyDatabaseUpgrade(t *testing.T) {
 	require.NoError(t, err)
 	password, err := secret.NewPassword()
 	require.NoError(t, err)
-	creds := resources.CredentialsSecret(db, eng, password)
+	creds := resources.CredentialsSecret(db, eng, password, resources.ClientTLS{})
 	create(t, creds)
 
 	// The StatefulSet of the previous operator: today's, with the old env.
-	desired, err := resources.StatefulSet(db, eng)
+	desired, err := resources.StatefulSet(db, eng, resources.TLSOff)
 	require.NoError(t, err)
 	raw, err := json.Marshal(desired)
 	require.NoError(t, err)

@@ -177,6 +177,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.StorageSpec
       default: {}
+    - name: tls
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.TLSSpec
     - name: version
       type:
         scalar: string
@@ -222,6 +225,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: selector
       type:
         scalar: string
+    - name: tls
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.TLSStatus
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.DeletionPolicy
   scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.DeletionStatus
@@ -247,6 +253,20 @@ var schemaYAML = typed.YAMLObject(`types:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.DeletionPolicy
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Engine
   scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.IssuerReference
+  map:
+    fields:
+    - name: group
+      type:
+        scalar: string
+      default: cert-manager.io
+    - name: kind
+      type:
+        scalar: string
+      default: Issuer
+    - name: name
+      type:
+        scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Phase
   scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.ServiceSpec
@@ -269,6 +289,35 @@ var schemaYAML = typed.YAMLObject(`types:
         namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
       default: 10Gi
     - name: storageClassName
+      type:
+        scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.TLSMode
+  scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.TLSSpec
+  map:
+    fields:
+    - name: issuerRef
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.IssuerReference
+    - name: mode
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.TLSMode
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.TLSStatus
+  map:
+    fields:
+    - name: notAfter
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: renewalTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: secretName
+      type:
+        scalar: string
+    - name: serialNumber
+      type:
+        scalar: string
+    - name: servedSerialNumber
       type:
         scalar: string
 - name: io.k8s.api.core.v1.ResourceClaim

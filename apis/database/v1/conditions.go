@@ -14,6 +14,9 @@ const (
 	ConditionCredentialsReady = "CredentialsReady"
 	// ConditionBackupReady says whether backups are scheduled and recent.
 	ConditionBackupReady = "BackupReady"
+	// ConditionTLSReady says whether the server has its certificate and
+	// serves the current one (or runs without TLS, and why).
+	ConditionTLSReady = "TLSReady"
 	// ConditionDeleting reports the progress of cleanup; it is present only
 	// while the Database is terminating.
 	ConditionDeleting = "Deleting"
@@ -155,6 +158,36 @@ const (
 	// image that cannot be pulled); the message names the Job, the pod,
 	// the kubelet's reason and its message.
 	ReasonBackupPodNotStarting = "BackupPodNotStarting"
+)
+
+// Reasons of TLSReady.
+const (
+	// ReasonTLSReady: the certificate Secret is valid and the server
+	// serves its certificate.
+	ReasonTLSReady = "Ready"
+	// ReasonTLSIssuing: the certificate is being issued (by dbkeeper or
+	// cert-manager) or the server has not loaded it yet; the message says
+	// which.
+	ReasonTLSIssuing = "Issuing"
+	// ReasonTLSReloading: the Secret holds a renewed certificate and the
+	// server still serves the previous one; dbkeeper asked it to reload its
+	// configuration (no restart) and looks again.
+	ReasonTLSReloading = "Reloading"
+	// ReasonTLSDisabled: spec.tls.mode is Disabled; connections are
+	// plaintext. The condition is True.
+	ReasonTLSDisabled = "Disabled"
+	// ReasonPlaintextKept: the Database was created before dbkeeper had
+	// TLS and spec.tls is unset, so its server keeps plaintext (no restart,
+	// clients unchanged); the message says how to turn TLS on. The
+	// condition is True.
+	ReasonPlaintextKept = "PlaintextKept"
+	// ReasonCertificateInvalid: the certificate Secret cannot be used (a
+	// key missing, not PEM, expired, or not for the Database's host
+	// names); the message says what.
+	ReasonCertificateInvalid = "CertificateInvalid"
+	// ReasonIssuerNotInstalled: spec.tls.issuerRef is set but cert-manager's
+	// Certificate kind is not installed in the cluster.
+	ReasonIssuerNotInstalled = "CertManagerNotInstalled"
 )
 
 // Reasons of Deleting.

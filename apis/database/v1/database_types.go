@@ -48,6 +48,7 @@ const (
 // +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.status.conditions[?(@.type=="ServiceReady")].status`
 // +kubebuilder:printcolumn:name="Credentials",type=string,JSONPath=`.status.conditions[?(@.type=="CredentialsReady")].status`
 // +kubebuilder:printcolumn:name="Backup",type=string,JSONPath=`.status.conditions[?(@.type=="BackupReady")].status`
+// +kubebuilder:printcolumn:name="TLS",type=string,JSONPath=`.status.conditions[?(@.type=="TLSReady")].status`
 // +kubebuilder:printcolumn:name="Last Backup",type=date,JSONPath=`.status.backup.lastSuccessfulTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`,priority=1
@@ -141,10 +142,70 @@ type DatabaseSpec struct {
 	// +optional
 	Paused bool `json:"paused,omitempty"`
 
+	// TLS says how clients connect: over TLS with a server certificate
+	// from the operator's own CA (the default for a new Database), from a
+	// cert-manager issuer (issuerRef), or in plaintext (mode Disabled). A
+	// Database created before dbkeeper had TLS keeps plaintext until this
+	// is set.
+	// +optional
+	TLS *TLSSpec `json:"tls,omitempty"`
+
 	// Bootstrap fills a new Database before it reports Ready. Immutable.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.bootstrap is immutable: it only says how the Database was first filled"
 	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
+}
+
+// TLSMode says whether the server requires TLS.
+// +kubebuilder:validation:Enum=Required;Disabled
+type TLSMode string
+
+const (
+	// TLSModeRequired: the server refuses TCP connections without TLS; the
+	// credentials Secret carries ca.crt and a uri with sslmode=verify-full.
+	TLSModeRequired TLSMode = "Required"
+	// TLSModeDisabled: no certificate, plaintext connections.
+	TLSModeDisabled TLSMode = "Disabled"
+)
+
+// TLSSpec configures the server's TLS.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.issuerRef) || !has(self.mode) || self.mode != 'Disabled'",message="spec.tls.issuerRef cannot be set with spec.tls.mode Disabled: remove one of them"
+type TLSSpec struct {
+	// Mode is Required (the server refuses TCP connections without TLS)
+	// or Disabled (plaintext). Unset means Required, except on a Database
+	// created before dbkeeper had TLS, which keeps plaintext until Mode is
+	// set (turning it on restarts the server, and its clients must then use
+	// TLS).
+	// +optional
+	Mode TLSMode `json:"mode,omitempty"`
+
+	// IssuerRef names a cert-manager issuer that issues and renews the
+	// server certificate; unset, dbkeeper issues it from a CA of the
+	// Database's own (Secret <name>-ca).
+	// +optional
+	IssuerRef *IssuerReference `json:"issuerRef,omitempty"`
+}
+
+// IssuerReference names a cert-manager Issuer or ClusterIssuer.
+type IssuerReference struct {
+	// Name is the issuer's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// Kind is Issuer (in the Database's namespace) or ClusterIssuer.
+	// +kubebuilder:default=Issuer
+	// +kubebuilder:validation:Enum=Issuer;ClusterIssuer
+	// +optional
+	Kind string `json:"kind,omitempty"`
+
+	// Group is the issuer's API group.
+	// +kubebuilder:default=cert-manager.io
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Group string `json:"group,omitempty"`
 }
 
 // BootstrapSpec says where a new Database's data comes from.
@@ -296,7 +357,7 @@ type DatabaseStatus struct {
 	Phase Phase `json:"phase,omitempty"`
 
 	// Conditions holds one condition per facet (StatefulSetReady,
-	// ServiceReady, CredentialsReady, BackupReady, Deleting) and the derived
+	// ServiceReady, CredentialsReady, BackupReady, TLSReady, Deleting) and the derived
 	// Ready condition.
 	// +optional
 	// +listType=map
@@ -343,6 +404,38 @@ type DatabaseStatus struct {
 	// the current deletion policy.
 	// +optional
 	Deletion *DeletionStatus `json:"deletion,omitempty"`
+
+	// TLS is the server certificate in use; written by the tls controller.
+	// +optional
+	TLS *TLSStatus `json:"tls,omitempty"`
+}
+
+// TLSStatus describes the server certificate: the one in its Secret and
+// the one the server serves. Nothing in it is secret.
+type TLSStatus struct {
+	// SecretName names the kubernetes.io/tls Secret with the server
+	// certificate, its key and the CA certificate (ca.crt).
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+
+	// NotAfter is when the Secret's certificate expires.
+	// +optional
+	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+
+	// RenewalTime is when the certificate is renewed (two thirds of its
+	// lifetime for the certificates dbkeeper issues).
+	// +optional
+	RenewalTime *metav1.Time `json:"renewalTime,omitempty"`
+
+	// SerialNumber is the Secret's certificate's serial number, in hex.
+	// +optional
+	SerialNumber string `json:"serialNumber,omitempty"`
+
+	// ServedSerialNumber is the serial number of the certificate the
+	// server presented when dbkeeper last looked, in hex; it differs from
+	// SerialNumber while a renewed certificate waits to be loaded.
+	// +optional
+	ServedSerialNumber string `json:"servedSerialNumber,omitempty"`
 }
 
 // BackupStatus is the truth about the last backups, read from the backup

@@ -40,6 +40,7 @@ const Name = "backup"
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Controller is the backup controller.
@@ -104,7 +105,12 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if err := s.applyPVC(ctx, db); err != nil {
 		return facet.Outcome{}, err
 	}
-	desired, err := resources.BackupCronJob(db, eng)
+	state, err := facet.TLSState(ctx, s.client, db)
+	if err != nil {
+		return facet.Outcome{}, err
+	}
+	tls := state.On()
+	desired, err := resources.BackupCronJob(db, eng, tls)
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
 	}
@@ -113,12 +119,12 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		return facet.Outcome{}, err
 	}
 
-	token, err := s.runOnDemand(ctx, db, eng)
+	token, err := s.runOnDemand(ctx, db, eng, tls)
 	if err != nil {
 		return facet.Outcome{}, err
 	}
 
-	restoring, restoredFrom, err := s.bootstrap(ctx, db, eng)
+	restoring, restoredFrom, err := s.bootstrap(ctx, db, eng, tls)
 	if err != nil {
 		return facet.Outcome{}, err
 	}
@@ -160,7 +166,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 // restoredFrom (a Database re-created without its status) the Job runs
 // again; the restore command finds its mark in the data and touches
 // nothing.
-func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.Engine) (*metav1.Condition, string, error) {
+func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.Engine, tls resources.ServerTLS) (*metav1.Condition, string, error) {
 	if db.Spec.Bootstrap == nil {
 		return nil, "", nil
 	}
@@ -170,7 +176,7 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 	from := db.Spec.Bootstrap.FromBackup
 	source := from.Database + "/" + cmp.Or(from.File, "latest")
 	name := resources.RestoreJobName(db)
-	desired, err := resources.RestoreJob(db, eng)
+	desired, err := resources.RestoreJob(db, eng, tls)
 	if err != nil {
 		return nil, "", reconcile.TerminalError(err)
 	}
@@ -192,7 +198,7 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 // unless that token already ran, and returns the token that last ran. The
 // Job's name comes from the token, so a token whose status write was lost
 // finds its Job instead of starting a second one.
-func (s *syncer) runOnDemand(ctx context.Context, db *dbv1.Database, eng engine.Engine) (string, error) {
+func (s *syncer) runOnDemand(ctx context.Context, db *dbv1.Database, eng engine.Engine, tls resources.ServerTLS) (string, error) {
 	last := ""
 	if db.Status.Backup != nil {
 		last = db.Status.Backup.LastOnDemandToken
@@ -201,7 +207,7 @@ func (s *syncer) runOnDemand(ctx context.Context, db *dbv1.Database, eng engine.
 	if token == "" || token == last {
 		return last, nil
 	}
-	job, err := resources.OnDemandBackupJob(db, eng, token)
+	job, err := resources.OnDemandBackupJob(db, eng, tls, token)
 	if err != nil {
 		return "", reconcile.TerminalError(err)
 	}

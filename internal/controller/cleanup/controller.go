@@ -180,7 +180,11 @@ func (r *reconciler) finalBackup(ctx context.Context, db *dbv1.Database) (*metav
 	if err != nil {
 		return nil, fmt.Errorf("running the final backup: %w", err)
 	}
-	desired, err := resources.FinalBackupJob(db, eng)
+	state, err := facet.TLSState(ctx, r.client, db)
+	if err != nil {
+		return nil, err
+	}
+	desired, err := resources.FinalBackupJob(db, eng, state.On())
 	if err != nil {
 		return nil, fmt.Errorf("building final backup Job %s: %w", name, err)
 	}

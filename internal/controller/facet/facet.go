@@ -53,6 +53,14 @@ type Options struct {
 	// watched namespaces, labelled or not (manager.SecretMetadataCacheOptions),
 	// for the watch of the users' Secrets; nil where no such watch runs.
 	SecretMetadata cache.Cache
+	// TLSCertDuration is the lifetime of the server certificates the tls
+	// controller issues (renewed at two thirds of it); zero is 90 days.
+	TLSCertDuration time.Duration
+	// SkipTLSServerProbe stops the tls controller from connecting to the
+	// engine pods to learn which certificate they serve (and so from
+	// reloading them after a renewal): for fake nodes, whose pods have
+	// addresses nothing answers on.
+	SkipTLSServerProbe bool
 }
 
 // FieldOwner is the field manager of the named controller.

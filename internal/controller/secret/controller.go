@@ -57,6 +57,7 @@ const IndexSecretName = "spec.credentials.secretName"
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // ReasonSecretKeysRestored is the reason of the Event of a generated
@@ -108,6 +109,9 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		// password can reach the server.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentDatabase)),
 			builder.WithPredicates(podReachabilityChanged())).
+		// The server's TLS Secret: its ca.crt is copied into the generated
+		// Secret.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentTLS)), builder.OnlyMetadata).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }
@@ -157,7 +161,12 @@ func newSyncer(c client.Client, reader client.Reader, w *facet.Writer, instances
 // data is right.
 func (s *syncer) restoreData(ctx context.Context, db *dbv1.Database, cachedVersion string) (*facet.Outcome, error) {
 	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.GeneratedSecretName(db)}
-	if v, ok := s.checked.Load(key); ok && v == cachedVersion {
+	tlsVersion, err := s.tlsVersion(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	version := cachedVersion + "/" + tlsVersion
+	if v, ok := s.checked.Load(key); ok && v == version {
 		return nil, nil
 	}
 	eng, err := engine.For(db.Spec.Engine)
@@ -173,7 +182,11 @@ func (s *syncer) restoreData(ctx context.Context, db *dbv1.Database, cachedVersi
 			"Secret %s lost its %s key: dbkeeper never generates a second password, since the database keeps the first; put it back",
 			key.Name, engine.PasswordKey))}, nil
 	}
-	if drift := resources.CredentialsDrift(db, eng, sec.Data); len(drift) > 0 {
+	tls, err := s.clientTLS(ctx, db, sec.Data)
+	if err != nil {
+		return nil, err
+	}
+	if drift := resources.CredentialsDrift(db, eng, sec.Data, tls); len(drift) > 0 {
 		patch := client.MergeFrom(sec.DeepCopy())
 		keys := make([]string, 0, len(drift))
 		for k, v := range drift {
@@ -189,7 +202,7 @@ func (s *syncer) restoreData(ctx context.Context, db *dbv1.Database, cachedVersi
 		s.writer.Eventf(db, sec, corev1.EventTypeNormal, ReasonSecretKeysRestored, "RestoreKeys",
 			"Restored keys %s of Secret %s changed by somebody else", strings.Join(keys, ", "), key.Name)
 	}
-	s.checked.Store(key, sec.ResourceVersion)
+	s.checked.Store(key, sec.ResourceVersion+"/"+tlsVersion)
 	return nil, nil
 }
 
@@ -288,7 +301,11 @@ func (s *syncer) create(ctx context.Context, db *dbv1.Database) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	sec := resources.CredentialsSecret(db, eng, password)
+	tls, err := s.clientTLS(ctx, db, nil)
+	if err != nil {
+		return false, err
+	}
+	sec := resources.CredentialsSecret(db, eng, password, tls)
 	log.FromContext(ctx).Info("Generating credentials Secret", "Secret", klog.KObj(sec))
 	err = s.client.Create(ctx, sec, client.FieldOwner(facet.FieldOwner(Name)))
 	if apierrors.IsAlreadyExists(err) {
@@ -297,8 +314,80 @@ func (s *syncer) create(ctx context.Context, db *dbv1.Database) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("creating Secret %s: %w", sec.Name, err)
 	}
-	s.checked.Store(client.ObjectKeyFromObject(sec), sec.ResourceVersion)
+	// Not remembered as checked: the next reconcile compares it with the
+	// TLS Secret's version, which may have arrived meanwhile.
 	return true, nil
+}
+
+// tlsVersion identifies what the generated Secret's TLS keys derive from:
+// whether the server uses TLS and which CA its TLS Secret holds (its
+// tls.dbkeeper.io/ca-sha256 annotation, or its resourceVersion for a
+// Secret without one, as cert-manager's), from the metadata cache, so
+// that the data is read again only when one of them changed; a renewed
+// certificate from the same CA changes nothing here.
+func (s *syncer) tlsVersion(ctx context.Context, db *dbv1.Database) (string, error) {
+	state, err := facet.TLSState(ctx, s.client, db)
+	if err != nil {
+		return "", err
+	}
+	if !state.On() {
+		return string(state), nil
+	}
+	live, err := s.tlsMetadata(ctx, db)
+	if err != nil || live == nil {
+		return string(state) + "/-", err
+	}
+	if sum := live.Annotations[resources.AnnotationCASHA256]; sum != "" {
+		return string(state) + "/" + sum, nil
+	}
+	return string(state) + "/" + live.ResourceVersion, nil
+}
+
+func (s *syncer) tlsMetadata(ctx context.Context, db *dbv1.Database) (*metav1.PartialObjectMetadata, error) {
+	partial := &metav1.PartialObjectMetadata{}
+	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: resources.TLSSecretName(db)}, partial)
+	if err != nil {
+		return nil, fmt.Errorf("getting Secret %s: %w", resources.TLSSecretName(db), err)
+	}
+	return live, nil
+}
+
+// clientTLS is what the generated Secret says of the server's TLS: on or
+// off, and the ca.crt of the server's TLS Secret (nil while that Secret
+// does not exist). have is the generated Secret's data (nil when it is
+// being created): when its ca.crt is the one the TLS Secret's annotation
+// names, the TLS Secret is not read.
+func (s *syncer) clientTLS(ctx context.Context, db *dbv1.Database, have map[string][]byte) (resources.ClientTLS, error) {
+	state, err := facet.TLSState(ctx, s.client, db)
+	if err != nil || !state.On() {
+		return resources.ClientTLS{}, err
+	}
+	tls := resources.ClientTLS{On: resources.TLSOn}
+	meta, err := s.tlsMetadata(ctx, db)
+	if err != nil {
+		return resources.ClientTLS{}, err
+	}
+	if meta == nil && len(have[resources.CAKey]) == 0 {
+		return tls, nil // no CA yet: the TLS Secret's arrival brings us back
+	}
+	sum := ""
+	if meta != nil {
+		sum = meta.Annotations[resources.AnnotationCASHA256]
+	}
+	if sum != "" && len(have[resources.CAKey]) > 0 && resources.CASHA256(have[resources.CAKey]) == sum {
+		tls.CA = have[resources.CAKey]
+		return tls, nil
+	}
+	name := resources.TLSSecretName(db)
+	sec, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
+	if err != nil {
+		return resources.ClientTLS{}, fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	if sec != nil {
+		tls.CA = sec.Data[resources.CACertKey]
+	}
+	return tls, nil
 }
 
 // adoptForeign takes over a pre-existing Secret of the generated name when it

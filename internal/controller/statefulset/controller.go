@@ -101,13 +101,13 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
 	}
-	desired, err := resources.StatefulSet(db, eng)
-	if err != nil {
-		return facet.Outcome{}, reconcile.TerminalError(err)
-	}
 	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}, &appsv1.StatefulSet{})
 	if err != nil {
 		return facet.Outcome{}, fmt.Errorf("getting StatefulSet: %w", err)
+	}
+	desired, err := resources.StatefulSet(db, eng, resources.TLSFor(db, live).On())
+	if err != nil {
+		return facet.Outcome{}, reconcile.TerminalError(err)
 	}
 	resources.PinClaimTemplate(desired, live)
 	resources.PinLegacyEnv(desired, live)

@@ -11,7 +11,9 @@ const RealNodeName = "dbkeeper-node-0"
 
 // kubeletConfig is the KubeletConfiguration of the real node. Two settings
 // are for these VMs (REAL-NODE.md): cgroup v1 (failCgroupV1: false with the
-// cgroupfs driver) and no CAP_SYS_RESOURCE (oomScoreAdj 0).
+// cgroupfs driver) and no CAP_SYS_RESOURCE (oomScoreAdj 0). syncFrequency
+// is 10 s (default 1 min) so that a renewed certificate's Secret reaches
+// the mounted files within seconds (the TLS renewal test).
 func (c *Cluster) kubeletConfig(pki string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -46,6 +48,9 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "2%%", imagefs.available: "2%%"}
 serializeImagePulls: false
 protectKernelDefaults: false
+# mounted Secrets follow their Secret on each pod sync: 10 s instead of a
+# minute, so a renewed certificate reaches the server quickly in tests
+syncFrequency: 10s
 `, c.containerdSocket(), NodeIP, pki, clusterDomain, DNSServiceIP, c.Dir)
 }
 

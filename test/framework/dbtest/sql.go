@@ -37,7 +37,14 @@ type Conn struct {
 	// password and (optional) database keys. Empty uses the Secret's uri
 	// key, as an application given only the generated Secret does.
 	Host string
+	// CASecret holds the ca.crt that verifies the server (mounted, with
+	// PGSSLROOTCERT pointing at it, when the Secret has the key); empty
+	// means Secret, as an application given the generated Secret does.
+	CASecret string
 }
+
+// caDir is where a client pod finds ca.crt.
+const caDir = "/etc/dbtest-ca"
 
 // Query runs sql (psql -c, unaligned, tuples only, stopping at the first
 // error) in a new pod, waits for it to end, and returns its output. An error
@@ -45,16 +52,33 @@ type Conn struct {
 func (c Client) Query(ctx context.Context, conn Conn, sql string, timeout time.Duration) (string, error) {
 	env, target := conn.Env()
 	script := `exec psql ` + target + ` --no-psqlrc --no-password --tuples-only --no-align --set=ON_ERROR_STOP=1 --command="$1" 2>&1`
-	return c.Run(ctx, conn.Namespace, env, script, []string{sql}, timeout)
+	return c.RunWithCA(ctx, conn.Namespace, conn.caSecret(), env, script, []string{sql}, timeout)
+}
+
+func (conn Conn) caSecret() string {
+	if conn.CASecret != "" {
+		return conn.CASecret
+	}
+	return conn.Secret
 }
 
 // Run runs a bash script with args ($1...) and env in a new pod of the
 // client image in namespace, waits for it to end, and returns its output;
 // an error carries the output of a failed script.
 func (c Client) Run(ctx context.Context, namespace string, env []corev1.EnvVar, script string, args []string, timeout time.Duration) (string, error) {
+	return c.RunWithCA(ctx, namespace, "", env, script, args, timeout)
+}
+
+// RunWithCA is Run in a pod that also has the ca.crt of Secret caSecret
+// (when it has that key) and PGSSLROOTCERT pointing at it, so that libpq
+// verifies the server as sslmode=verify-full asks.
+func (c Client) RunWithCA(ctx context.Context, namespace, caSecret string, env []corev1.EnvVar, script string, args []string, timeout time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	pod := c.pod(namespace, env, script, args)
+	if caSecret != "" {
+		withCA(pod, caSecret)
+	}
 	if err := c.Client.Create(ctx, pod); err != nil {
 		return "", fmt.Errorf("creating client pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -128,6 +152,17 @@ func (c Client) pod(namespace string, env []corev1.EnvVar, script string, args [
 			}},
 		},
 	}
+}
+
+// withCA mounts the ca.crt key of secret (optional: a user's Secret has
+// none) at caDir and points PGSSLROOTCERT at it.
+func withCA(pod *corev1.Pod, secret string) {
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: secret, Optional: ptr.To(true), Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+	}}})
+	c := &pod.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "ca", MountPath: caDir, ReadOnly: true})
+	c.Env = append(c.Env, corev1.EnvVar{Name: "PGSSLROOTCERT", Value: caDir + "/ca.crt"})
 }
 
 // describe says why a pod has not finished: its containers' waiting reasons.

@@ -46,6 +46,12 @@ type Options struct {
 	// IPs), as the manager does; without it (envtest and kwok run no
 	// PostgreSQL) the operator talks to in-memory servers, Operator.Servers.
 	RealInstances bool
+	// SkipTLSServerProbe keeps the tls controller from connecting to the
+	// engine pods (--tls-server-probe=false): for fake nodes.
+	SkipTLSServerProbe bool
+	// TLSCertDuration is the lifetime of the certificates the operator
+	// issues (--tls-cert-duration); zero is the default, 90 days.
+	TLSCertDuration time.Duration
 }
 
 // Operator is one running manager.
@@ -95,6 +101,8 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 		Logger:                 logger,
 		SkipNameValidation:     true,
 		Engines:                o.Engines,
+		SkipTLSServerProbe:     o.SkipTLSServerProbe,
+		TLSCertDuration:        o.TLSCertDuration,
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -52,8 +52,22 @@ func version(binDir string) int {
 	return v
 }
 
+// Options change how StartWith runs the server.
+type Options struct {
+	// Prepare runs before the server starts, with the server's scratch
+	// directory and the uid and gid the server runs as (to own the files
+	// it writes there), and returns more server arguments (-c name=value).
+	Prepare func(dir string, uid, gid int) []string
+}
+
 // Start starts a server for the test.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith starts a server for the test, prepared as o says.
+func StartWith(t testing.TB, o Options) *Server {
 	t.Helper()
 	bin, err := BinDir()
 	require.NoError(t, err)
@@ -65,11 +79,12 @@ func Start(t testing.TB) *Server {
 	// PostgreSQL refuses to run as root: when the tests do, the server runs
 	// as the package's postgres user.
 	var cred *syscall.Credential
+	uid, gid := os.Geteuid(), os.Getegid()
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		require.NoError(t, err, "running as root needs the postgres user of the postgresql package")
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
+		uid, _ = strconv.Atoi(u.Uid)
+		gid, _ = strconv.Atoi(u.Gid)
 		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		require.NoError(t, os.Chown(dir, uid, gid))
 	}
@@ -91,8 +106,11 @@ func Start(t testing.TB) *Server {
 	require.NoError(t, err)
 	defer logFile.Close()
 	serverLog := func() string { data, _ := os.ReadFile(logPath); return string(data) }
-	server := exec.Command(filepath.Join(bin, "postgres"), "-D", data,
-		"-c", "listen_addresses=127.0.0.1", "-p", strconv.Itoa(s.Port), "-k", dir, "-c", "fsync=off")
+	args := []string{"-D", data, "-c", "listen_addresses=127.0.0.1", "-p", strconv.Itoa(s.Port), "-k", dir, "-c", "fsync=off"}
+	if o.Prepare != nil {
+		args = append(args, o.Prepare(dir, uid, gid)...)
+	}
+	server := exec.Command(filepath.Join(bin, "postgres"), args...)
 	server.Stdout, server.Stderr = logFile, logFile
 	server.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, server.Start())

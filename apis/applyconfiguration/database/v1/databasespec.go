@@ -54,6 +54,12 @@ type DatabaseSpecApplyConfiguration struct {
 	// Paused stops dbkeeper from changing the Database's children; every
 	// facet condition then reads Paused. Deletion is still honoured.
 	Paused *bool `json:"paused,omitempty"`
+	// TLS says how clients connect: over TLS with a server certificate
+	// from the operator's own CA (the default for a new Database), from a
+	// cert-manager issuer (issuerRef), or in plaintext (mode Disabled). A
+	// Database created before dbkeeper had TLS keeps plaintext until this
+	// is set.
+	TLS *TLSSpecApplyConfiguration `json:"tls,omitempty"`
 	// Bootstrap fills a new Database before it reports Ready. Immutable.
 	Bootstrap *BootstrapSpecApplyConfiguration `json:"bootstrap,omitempty"`
 }
@@ -149,6 +155,14 @@ func (b *DatabaseSpecApplyConfiguration) WithDeletionPolicy(value databasev1.Del
 // If called multiple times, the Paused field is set to the value of the last call.
 func (b *DatabaseSpecApplyConfiguration) WithPaused(value bool) *DatabaseSpecApplyConfiguration {
 	b.Paused = &value
+	return b
+}
+
+// WithTLS sets the TLS field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TLS field is set to the value of the last call.
+func (b *DatabaseSpecApplyConfiguration) WithTLS(value *TLSSpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
+	b.TLS = value
 	return b
 }
 

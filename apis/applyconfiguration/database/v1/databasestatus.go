@@ -25,7 +25,7 @@ type DatabaseStatusApplyConfiguration struct {
 	// Phase summarises the Ready condition for humans.
 	Phase *databasev1.Phase `json:"phase,omitempty"`
 	// Conditions holds one condition per facet (StatefulSetReady,
-	// ServiceReady, CredentialsReady, BackupReady, Deleting) and the derived
+	// ServiceReady, CredentialsReady, BackupReady, TLSReady, Deleting) and the derived
 	// Ready condition.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// Endpoint is the host:port clients connect to.
@@ -51,6 +51,8 @@ type DatabaseStatusApplyConfiguration struct {
 	// Deletion says what deleting the Database would remove and keep under
 	// the current deletion policy.
 	Deletion *DeletionStatusApplyConfiguration `json:"deletion,omitempty"`
+	// TLS is the server certificate in use; written by the tls controller.
+	TLS *TLSStatusApplyConfiguration `json:"tls,omitempty"`
 }
 
 // DatabaseStatusApplyConfiguration constructs a declarative configuration of the DatabaseStatus type for use with
@@ -149,5 +151,13 @@ func (b *DatabaseStatusApplyConfiguration) WithBackup(value *BackupStatusApplyCo
 // If called multiple times, the Deletion field is set to the value of the last call.
 func (b *DatabaseStatusApplyConfiguration) WithDeletion(value *DeletionStatusApplyConfiguration) *DatabaseStatusApplyConfiguration {
 	b.Deletion = value
+	return b
+}
+
+// WithTLS sets the TLS field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TLS field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithTLS(value *TLSStatusApplyConfiguration) *DatabaseStatusApplyConfiguration {
+	b.TLS = value
 	return b
 }

@@ -1,0 +1,469 @@
+// Package tls is the controller of a Database's server certificate. It
+// issues the certificate from a CA of the Database's own (Secret
+// <name>-ca) into the kubernetes.io/tls Secret <name>-tls and renews it at
+// two thirds of its lifetime, or has cert-manager do so when
+// spec.tls.issuerRef is set; it keeps the ConfigMap of authentication
+// rules that require TLS, and after a renewal makes the server load the
+// new certificate without a restart. It owns the TLSReady condition and
+// status.tls. Whether a Database uses TLS at all is resources.TLSFor's
+// decision, which every controller that builds a pod shares.
+package tls
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/apply"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/pki"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "tls"
+
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Event reasons of the controller.
+const (
+	// ReasonCertificateIssued: dbkeeper issued (or renewed) the server
+	// certificate.
+	ReasonCertificateIssued = "CertificateIssued"
+	// ReasonServerReloaded: dbkeeper asked the server to reload its
+	// configuration, to load a renewed certificate.
+	ReasonServerReloaded = "ServerReloaded"
+)
+
+// reloadRecheck is how soon the controller looks again at a server that
+// does not serve the Secret's certificate yet: the kubelet updates mounted
+// Secrets on its sync (about a minute by default).
+const reloadRecheck = 5 * time.Second
+
+// unreachableRecheck is how soon the controller tries again a server it
+// could not reach.
+const unreachableRecheck = time.Minute
+
+// Controller is the tls controller.
+type Controller struct{}
+
+// New returns the tls controller.
+func New() Controller { return Controller{} }
+
+// Name implements controller.Controller.
+func (Controller) Name() string { return Name }
+
+// ConditionType implements controller.Controller.
+func (Controller) ConditionType() string { return dbv1.ConditionTLSReady }
+
+// SetupWithManager implements controller.Controller.
+func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
+	w := facet.NewWriter(mgr, Name)
+	s := &syncer{
+		client:   mgr.GetClient(),
+		reader:   mgr.GetAPIReader(),
+		writer:   w,
+		engines:  o.Engines,
+		lifetime: o.TLSCertDuration,
+		now:      time.Now,
+		prober:   PostgresProber{},
+		reloader: SuperuserReloader{Reader: mgr.GetAPIReader()},
+	}
+	if o.SkipTLSServerProbe {
+		s.prober = nil
+	}
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		For(&dbv1.Database{}, facet.ForDatabase()).
+		// The TLS Secrets by label: dbkeeper's carry an owner reference,
+		// cert-manager's only the labels of the Certificate's
+		// secretTemplate.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentTLS)), builder.OnlyMetadata).
+		Owns(&corev1.ConfigMap{}).
+		// A pod that became ready or moved serves whatever its files hold
+		// now: look at it.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentDatabase)),
+			builder.WithPredicates(podServingChanged())).
+		WithOptions(facet.ControllerOptions(o)).
+		Complete(r)
+}
+
+// SetupDisabled implements controller.Controller.
+func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
+	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
+}
+
+// syncer keeps the certificate, the authentication rules and what the
+// server serves.
+type syncer struct {
+	client client.Client
+	// reader reads Secrets from the API server: the cache holds only the
+	// metadata of dbkeeper's Secrets, never a key.
+	reader client.Reader
+	// writer applies the children and records Events, which never hold a
+	// key.
+	writer  *facet.Writer
+	engines engine.Catalog
+	// lifetime of the server certificates dbkeeper issues; zero is
+	// pki.DefaultLifetime.
+	lifetime time.Duration
+	now      func() time.Time
+	// verified maps each Database to its certificate Secret as last
+	// verified (a verified).
+	verified sync.Map
+	// prober learns what the server serves; nil with
+	// --tls-server-probe=false.
+	prober   Prober
+	reloader Reloader
+}
+
+func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
+	eng, err := s.engines.For(db.Spec.Engine)
+	if err != nil {
+		return facet.Outcome{}, reconcile.TerminalError(err)
+	}
+	state, err := facet.TLSState(ctx, s.client, db)
+	if err != nil {
+		return facet.Outcome{}, err
+	}
+	t := dbv1.ConditionTLSReady
+	switch state {
+	case resources.TLSDisabled:
+		return facet.Outcome{Condition: conditions.True(t, dbv1.ReasonTLSDisabled,
+			"spec.tls.mode is Disabled: the server takes plaintext connections")}, nil
+	case resources.TLSPlaintextKept:
+		return facet.Outcome{Condition: conditions.True(t, dbv1.ReasonPlaintextKept, fmt.Sprintf(
+			"this Database was created before dbkeeper had TLS, so its server keeps plaintext and its clients work unchanged; "+
+				"set spec.tls.mode: Required to turn TLS on: the server restarts once, and clients must then connect with TLS, "+
+				"verifying the server with the ca.crt of Secret %s", resources.TLSSecretName(db)))}, nil
+	}
+
+	if err := s.applyHBA(ctx, db, eng); err != nil {
+		return facet.Outcome{}, err
+	}
+	if db.Spec.TLS != nil && db.Spec.TLS.IssuerRef != nil {
+		return s.syncCertManager(ctx, db, eng)
+	}
+	ca, cert, err := s.ensureCertificate(ctx, db)
+	if err != nil {
+		return facet.Outcome{}, err
+	}
+	return s.observeServer(ctx, db, eng, ca, cert)
+}
+
+// applyHBA keeps the ConfigMap of the authentication rules.
+func (s *syncer) applyHBA(ctx context.Context, db *dbv1.Database, eng engine.Engine) error {
+	name := resources.HBAConfigMapName(db)
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.ConfigMap{})
+	if err != nil {
+		return fmt.Errorf("getting ConfigMap %s: %w", name, err)
+	}
+	if _, err := s.writer.Apply(ctx, live, resources.HBAConfigMap(db, eng)); err != nil {
+		return fmt.Errorf("applying ConfigMap %s: %w", name, err)
+	}
+	return nil
+}
+
+// ensureCertificate makes the CA once and issues the server certificate
+// when there is none, when it is not the CA's or not for the Database's
+// names, or when its renewal time has come; it returns the CA certificate
+// and the server certificate. A certificate Secret verified before, whose
+// and whose CA Secret's resourceVersions (in the metadata cache) have not
+// changed since, is not read again: a converged Database costs no Secret
+// read, and a restarted manager reads each certificate Secret once.
+func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database) ([]byte, *x509.Certificate, error) {
+	now := s.now()
+	name := resources.TLSSecretName(db)
+	key := client.ObjectKeyFromObject(db)
+	caMeta, err := s.metadata(ctx, db, resources.CASecretName(db))
+	if err != nil {
+		return nil, nil, err
+	}
+	tlsMeta, err := s.metadata(ctx, db, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	version := ""
+	if caMeta != nil && tlsMeta != nil {
+		version = caMeta.ResourceVersion + "/" + tlsMeta.ResourceVersion
+		if v, ok := s.verified.Load(key); ok {
+			if v := v.(verified); v.version == version && now.Before(pki.RenewalTime(v.cert)) {
+				return v.ca, v.cert, nil
+			}
+		}
+	}
+	why := "there is none"
+	if tlsMeta != nil {
+		live, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
+		if err != nil {
+			return nil, nil, fmt.Errorf("getting Secret %s: %w", name, err)
+		}
+		if live != nil {
+			pair := pki.KeyPair{Cert: live.Data[corev1.TLSCertKey], Key: live.Data[corev1.TLSPrivateKeyKey]}
+			ca := live.Data[resources.CACertKey]
+			cert, err := pki.CheckServer(pair, ca, resources.ServerDNSNames(db), now)
+			sameCA, caErr := s.isCA(ctx, db, caMeta, ca)
+			switch {
+			case caErr != nil:
+				return nil, nil, caErr
+			case err != nil:
+				why = err.Error()
+			case !sameCA:
+				why = "its ca.crt is not the CA's"
+			case !now.Before(pki.RenewalTime(cert)):
+				why = "its renewal time has come"
+			default:
+				if version != "" && version == caMeta.ResourceVersion+"/"+live.ResourceVersion {
+					s.verified.Store(key, verified{version: version, cert: cert, ca: ca})
+				}
+				return ca, cert, nil
+			}
+		}
+	}
+	ca, err := s.ensureCA(ctx, db)
+	if err != nil {
+		return nil, nil, err
+	}
+	pair, err := pki.IssueServer(ca, resources.ServerDNSNames(db), now, s.certLifetime())
+	if err != nil {
+		return nil, nil, fmt.Errorf("issuing the server certificate: %w", err)
+	}
+	cert, err := pki.ParseCertificate(pair.Cert)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the certificate just issued: %w", err)
+	}
+	log.FromContext(ctx).Info("Issuing server certificate", "Secret", klog.KRef(db.Namespace, name),
+		"serial", pki.Serial(cert), "notAfter", cert.NotAfter.UTC().Format(time.RFC3339), "why", why)
+	// Applied without a live object, so it is always sent: the new key
+	// must reach the Secret.
+	if _, err := s.writer.Apply(ctx, nil, resources.TLSSecret(db, pair.Cert, pair.Key, ca.Cert)); err != nil {
+		return nil, nil, fmt.Errorf("applying Secret %s: %w", name, err)
+	}
+	s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonCertificateIssued, "IssueCertificate",
+		"Issued server certificate %s into Secret %s (%s)", pki.Serial(cert), name, why)
+	return ca.Cert, cert, nil
+}
+
+// isCA reports whether caPEM is the certificate of the Database's CA: by
+// the CA Secret's AnnotationCASHA256 in the cache, or, when the cache does
+// not have it (yet), by reading the CA Secret.
+func (s *syncer) isCA(ctx context.Context, db *dbv1.Database, caMeta *metav1.PartialObjectMetadata, caPEM []byte) (bool, error) {
+	if caMeta != nil && caMeta.Annotations[resources.AnnotationCASHA256] != "" {
+		return caMeta.Annotations[resources.AnnotationCASHA256] == resources.CASHA256(caPEM), nil
+	}
+	name := resources.CASecretName(db)
+	live, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
+	if err != nil {
+		return false, fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	return live != nil && bytes.Equal(live.Data[resources.CACertKey], caPEM), nil
+}
+
+// verified is a certificate Secret as last verified: the resourceVersions
+// of the CA and certificate Secrets, and the public certificates (never a
+// key).
+type verified struct {
+	version string
+	cert    *x509.Certificate
+	ca      []byte
+}
+
+// metadata is the named Secret's metadata from the cache, or nil.
+func (s *syncer) metadata(ctx context.Context, db *dbv1.Database, name string) (*metav1.PartialObjectMetadata, error) {
+	partial := &metav1.PartialObjectMetadata{}
+	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, partial)
+	if err != nil {
+		return nil, fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	return live, nil
+}
+
+// ensureCA reads the CA Secret, creating it once when it does not exist.
+// A CA Secret somebody broke is reported, not replaced: the clients trust
+// it.
+func (s *syncer) ensureCA(ctx context.Context, db *dbv1.Database) (pki.KeyPair, error) {
+	name := resources.CASecretName(db)
+	live, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
+	if err != nil {
+		return pki.KeyPair{}, fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	if live != nil {
+		ca := pki.KeyPair{Cert: live.Data[resources.CACertKey], Key: live.Data[resources.CAKeyKey]}
+		if _, err := pki.ParseCertificate(ca.Cert); err != nil {
+			return pki.KeyPair{}, reconcile.TerminalError(fmt.Errorf("secret %s: %s: %w; delete it to get a new CA (clients must then take the new ca.crt)", name, resources.CACertKey, err))
+		}
+		return ca, nil
+	}
+	ca, err := pki.NewCA(fmt.Sprintf("%s.%s dbkeeper CA", db.Name, db.Namespace), s.now())
+	if err != nil {
+		return pki.KeyPair{}, err
+	}
+	sec := resources.CASecret(db, ca.Cert, ca.Key)
+	log.FromContext(ctx).Info("Creating CA Secret", "Secret", klog.KObj(sec))
+	err = s.client.Create(ctx, sec, client.FieldOwner(facet.FieldOwner(Name)))
+	if apierrors.IsAlreadyExists(err) {
+		// Made by a reconcile the cache had not seen: read that one.
+		return pki.KeyPair{}, fmt.Errorf("creating Secret %s: it appeared meanwhile, reading it next time: %w", name, err)
+	}
+	if err != nil {
+		return pki.KeyPair{}, fmt.Errorf("creating Secret %s: %w", name, err)
+	}
+	return ca, nil
+}
+
+func (s *syncer) certLifetime() time.Duration {
+	if s.lifetime > 0 {
+		return s.lifetime
+	}
+	return pki.DefaultLifetime
+}
+
+// observeServer compares the certificate the server serves with the
+// Secret's, asks the server to reload when they differ, and says so.
+func (s *syncer) observeServer(ctx context.Context, db *dbv1.Database, eng engine.Engine, ca []byte, cert *x509.Certificate) (facet.Outcome, error) {
+	t := dbv1.ConditionTLSReady
+	now := s.now()
+	status := statusOf(db, cert)
+	renew := max(pki.RenewalTime(cert).Sub(now), time.Second)
+	secret := resources.TLSSecretName(db)
+	pod, err := s.serverPod(ctx, db)
+	if err != nil {
+		return facet.Outcome{}, err
+	}
+	if s.prober == nil {
+		return facet.Outcome{Status: status, RequeueAfter: renew, Condition: conditions.True(t, dbv1.ReasonTLSReady, fmt.Sprintf(
+			"Secret %s holds certificate %s; what the server serves is not checked (--tls-server-probe=false), so a renewed certificate is loaded when the server restarts",
+			secret, pki.Serial(cert)))}, nil
+	}
+	if pod == nil {
+		return facet.Outcome{Status: status, RequeueAfter: renew, Condition: conditions.True(t, dbv1.ReasonTLSReady, fmt.Sprintf(
+			"Secret %s holds certificate %s; no server runs to serve it yet", secret, pki.Serial(cert)))}, nil
+	}
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(eng.Port())))
+	served, err := s.prober.Served(ctx, addr)
+	switch {
+	case errors.Is(err, ErrNoTLS):
+		return facet.Outcome{Status: status, RequeueAfter: reloadRecheck, Condition: conditions.False(t, dbv1.ReasonTLSIssuing, fmt.Sprintf(
+			"Secret %s holds certificate %s; server %s does not offer TLS yet (it restarts with it, see StatefulSetReady)", secret, pki.Serial(cert), pod.Name))}, nil
+	case err != nil:
+		// The certificate is in place and a restarted server loads it;
+		// the operator may just not reach the pods (a NetworkPolicy).
+		return facet.Outcome{Status: status, RequeueAfter: unreachableRecheck, Condition: conditions.True(t, dbv1.ReasonTLSReady, fmt.Sprintf(
+			"Secret %s holds certificate %s; dbkeeper cannot tell what server %s serves, so it cannot reload it after a renewal: %s",
+			secret, pki.Serial(cert), pod.Name, conditions.Quote(err.Error(), 200)))}, nil
+	}
+	status.TLS.WithServedSerialNumber(pki.Serial(served))
+	if bytes.Equal(served.Raw, cert.Raw) {
+		return facet.Outcome{Status: status, RequeueAfter: renew, Condition: conditions.True(t, dbv1.ReasonTLSReady, fmt.Sprintf(
+			"server %s serves certificate %s of Secret %s", pod.Name, pki.Serial(cert), secret))}, nil
+	}
+	// The kubelet may not have updated the mounted files yet; a reload
+	// then loads the same files again, which is harmless.
+	log.FromContext(ctx).Info("Reloading server configuration to load the renewed certificate", "Pod", klog.KObj(pod),
+		"served", pki.Serial(served), "secret", pki.Serial(cert))
+	msg := fmt.Sprintf("server %s serves certificate %s; Secret %s holds %s, and dbkeeper asked the server to reload its configuration (no restart) to load it",
+		pod.Name, pki.Serial(served), secret, pki.Serial(cert))
+	if err := s.reloader.Reload(ctx, db, pod.Status.PodIP, eng.Port(), ca); err != nil {
+		msg = fmt.Sprintf("server %s serves certificate %s; Secret %s holds %s, and reloading the server's configuration failed: %s",
+			pod.Name, pki.Serial(served), secret, pki.Serial(cert), conditions.Quote(err.Error(), 200))
+	} else {
+		s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonServerReloaded, "Reload",
+			"Asked server %s to reload its configuration to load certificate %s", pod.Name, pki.Serial(cert))
+	}
+	cond := conditions.True(t, dbv1.ReasonTLSReloading, msg)
+	if !now.Before(served.NotAfter) {
+		cond = conditions.False(t, dbv1.ReasonTLSReloading, msg+"; the served certificate has expired")
+	}
+	return facet.Outcome{Status: status, RequeueAfter: reloadRecheck, Condition: cond}, nil
+}
+
+// serverPod is the Database's first engine pod when it is ready and has an
+// IP, or nil.
+func (s *syncer) serverPod(ctx context.Context, db *dbv1.Database) (*corev1.Pod, error) {
+	name := resources.StatefulSetName(db) + "-0"
+	pod, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("getting Pod %s: %w", name, err)
+	}
+	if pod == nil || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() || !podReady(pod) {
+		return nil, nil
+	}
+	return pod, nil
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// statusOf is status.tls of the Secret's certificate.
+func statusOf(db *dbv1.Database, cert *x509.Certificate) *dbv1ac.DatabaseStatusApplyConfiguration {
+	return dbv1ac.DatabaseStatus().WithTLS(dbv1ac.TLSStatus().
+		WithSecretName(resources.TLSSecretName(db)).
+		WithNotAfter(metav1.NewTime(cert.NotAfter)).
+		WithRenewalTime(metav1.NewTime(pki.RenewalTime(cert))).
+		WithSerialNumber(pki.Serial(cert)))
+}
+
+func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
+	st := db.Status.TLS
+	if st == nil {
+		return nil
+	}
+	ac := dbv1ac.TLSStatus().WithSecretName(st.SecretName).WithSerialNumber(st.SerialNumber).WithServedSerialNumber(st.ServedSerialNumber)
+	if st.NotAfter != nil {
+		ac.WithNotAfter(*st.NotAfter)
+	}
+	if st.RenewalTime != nil {
+		ac.WithRenewalTime(*st.RenewalTime)
+	}
+	return dbv1ac.DatabaseStatus().WithTLS(ac)
+}
+
+// podServingChanged lets through the pod updates after which the server
+// may serve another certificate: it became ready, or got another IP.
+func podServingChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, okOld := e.ObjectOld.(*corev1.Pod)
+			updated, okNew := e.ObjectNew.(*corev1.Pod)
+			return okOld && okNew && (podReady(old) != podReady(updated) || old.Status.PodIP != updated.Status.PodIP)
+		},
+	}
+}

@@ -1,0 +1,107 @@
+package pki
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"strings"
+	"testing"
+	"time"
+)
+
+var names = []string{"orders", "orders.shop.svc", "*.orders-headless.shop.svc"}
+
+func TestIssueServerVerifies(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	ca, err := NewCA("orders CA", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := IssueServer(ca, names, now, 90*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := CheckServer(srv, ca.Cert, append(names, "orders-0.orders-headless.shop.svc"), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Subject.CommonName != "orders" || len(cert.DNSNames) != 3 {
+		t.Errorf("subject %q, SANs %v", cert.Subject.CommonName, cert.DNSNames)
+	}
+	if _, err := tls.X509KeyPair(srv.Cert, srv.Key); err != nil {
+		t.Errorf("crypto/tls refuses the pair: %v", err)
+	}
+	if got, want := cert.NotAfter, now.Add(90*time.Second); !got.Equal(want) {
+		t.Errorf("NotAfter %s, want %s", got, want)
+	}
+	// 9 s backdated (a tenth of 90 s): renewal 2/3 into 99 s, 57 s after now.
+	if got, want := RenewalTime(cert), now.Add(57*time.Second); !got.Equal(want) {
+		t.Errorf("RenewalTime %s, want %s", got, want)
+	}
+	long, _ := IssueServer(ca, names, now, DefaultLifetime)
+	lc, _ := ParseCertificate(long.Cert)
+	if got := lc.NotBefore; !got.Equal(now.Add(-time.Minute)) {
+		t.Errorf("90-day NotBefore %s, want a minute before now", got)
+	}
+	if Serial(cert) == Serial(lc) || Serial(cert) == "" {
+		t.Errorf("serials %s, %s", Serial(cert), Serial(lc))
+	}
+}
+
+func TestCheckServerRefuses(t *testing.T) {
+	now := time.Now()
+	ca, _ := NewCA("a", now)
+	other, _ := NewCA("b", now)
+	srv, _ := IssueServer(ca, names, now, time.Hour)
+	wrongKey, _ := IssueServer(ca, names, now, time.Hour)
+	for name, tc := range map[string]struct {
+		pair  KeyPair
+		ca    []byte
+		names []string
+		now   time.Time
+		want  string
+	}{
+		"other CA":     {srv, other.Cert, names, now, "does not verify"},
+		"missing name": {srv, ca.Cert, []string{"orders.other.svc"}, now, "does not verify for orders.other.svc"},
+		"expired":      {srv, ca.Cert, names, now.Add(2 * time.Hour), "expired"},
+		"wrong key":    {KeyPair{srv.Cert, wrongKey.Key}, ca.Cert, names, now, "not the key"},
+		"no cert":      {KeyPair{nil, srv.Key}, ca.Cert, names, now, "tls.crt"},
+		"no CA":        {srv, []byte("x"), names, now, "ca.crt"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := CheckServer(tc.pair, tc.ca, tc.names, tc.now)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "PRIVATE") {
+				t.Errorf("error quotes a key: %v", err)
+			}
+		})
+	}
+}
+
+func TestCA(t *testing.T) {
+	now := time.Now()
+	ca, err := NewCA("orders CA", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ParseCertificate(ca.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		t.Errorf("not a CA: IsCA %v, usage %v", cert.IsCA, cert.KeyUsage)
+	}
+	if _, err := IssueServer(KeyPair{ca.Cert, []byte("nope")}, names, now, time.Hour); err == nil {
+		t.Error("issued with a broken CA key")
+	}
+	// A server certificate never outlives its CA.
+	srv, err := IssueServer(ca, names, now, 2*CALifetime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, _ := ParseCertificate(srv.Cert)
+	if sc.NotAfter.After(cert.NotAfter) {
+		t.Errorf("server NotAfter %s after the CA's %s", sc.NotAfter, cert.NotAfter)
+	}
+}

@@ -1,0 +1,279 @@
+package resources
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+)
+
+// ComponentTLS is the component label of a Database's TLS children: the
+// CA Secret, the server certificate Secret and the authentication rules
+// ConfigMap.
+const ComponentTLS = "tls"
+
+// Keys of the TLS Secrets. The server Secret is a kubernetes.io/tls Secret
+// (corev1.TLSCertKey, corev1.TLSPrivateKeyKey) with the CA beside them, as
+// cert-manager writes it.
+const (
+	CACertKey = "ca.crt"
+	CAKeyKey  = "ca.key"
+)
+
+// TLSMountPath is where the engine container finds its certificate, key,
+// CA and authentication rules; TLSCAMountPath is where backup and restore
+// containers find the CA.
+const (
+	TLSMountPath   = "/etc/dbkeeper/tls"
+	TLSCAMountPath = "/etc/dbkeeper/tls-ca"
+	tlsVolume      = "tls"
+	tlsCAVolume    = "tls-ca"
+	// tlsFileMode is readable by root (the kubelet owns the files) and
+	// the pod's fsGroup, which PostgreSQL accepts for a root-owned key.
+	tlsFileMode = 0o640
+)
+
+// AnnotationCASHA256 is the annotation of dbkeeper's CA and certificate
+// Secrets holding the SHA-256 (hex) of their ca.crt: public, and in the
+// metadata-only cache, so the controllers learn which CA a Secret holds
+// without reading its data.
+const AnnotationCASHA256 = "tls.dbkeeper.io/ca-sha256"
+
+// CASHA256 is the value of AnnotationCASHA256 for the PEM CA certificate.
+func CASHA256(caPEM []byte) string {
+	sum := sha256.Sum256(caPEM)
+	return hex.EncodeToString(sum[:])
+}
+
+// ServerTLS says whether a Database's server requires TLS on TCP
+// connections; the builders of the pods that run or reach the server take
+// it. TLSFor decides it.
+type ServerTLS bool
+
+// The two ServerTLS values.
+const (
+	TLSOff ServerTLS = false
+	TLSOn  ServerTLS = true
+)
+
+// TLSState is why a Database's server does or does not use TLS.
+type TLSState string
+
+const (
+	// TLSRequired: spec.tls.mode is Required, or unset on a Database whose
+	// StatefulSet does not exist yet or already runs with TLS.
+	TLSRequired TLSState = "Required"
+	// TLSDisabled: spec.tls.mode is Disabled.
+	TLSDisabled TLSState = "Disabled"
+	// TLSPlaintextKept: spec.tls is unset and the StatefulSet was made
+	// before dbkeeper had TLS: it keeps plaintext, so that an upgrade
+	// neither restarts the server nor breaks clients without TLS.
+	TLSPlaintextKept TLSState = "PlaintextKept"
+)
+
+// On is the ServerTLS of the state.
+func (s TLSState) On() ServerTLS { return ServerTLS(s == TLSRequired) }
+
+// TLSFor decides whether the Database's server uses TLS, from spec.tls and
+// the live StatefulSet (nil when there is none): a spec.tls wins (Disabled
+// turns TLS off, anything else asks for it); without one, a Database gets TLS unless its StatefulSet already runs
+// without it (made before dbkeeper had TLS). Every controller that builds
+// a pod reaching the server asks this, so they agree.
+func TLSFor(db *dbv1.Database, live *appsv1.StatefulSet) TLSState {
+	if db.Spec.TLS != nil {
+		if db.Spec.TLS.Mode == dbv1.TLSModeDisabled {
+			return TLSDisabled
+		}
+		return TLSRequired // Required, or an issuerRef: spec.tls asks for TLS
+	}
+	if live == nil || hasTLSVolume(live) {
+		return TLSRequired
+	}
+	return TLSPlaintextKept
+}
+
+func hasTLSVolume(sts *appsv1.StatefulSet) bool {
+	return slices.ContainsFunc(sts.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == tlsVolume })
+}
+
+// CASecretName is the Secret of the CA dbkeeper issues the Database's
+// server certificates from.
+func CASecretName(db *dbv1.Database) string { return db.Name + "-ca" }
+
+// TLSSecretName is the kubernetes.io/tls Secret with the server
+// certificate, its key and the CA certificate (from dbkeeper or
+// cert-manager).
+func TLSSecretName(db *dbv1.Database) string { return db.Name + "-tls" }
+
+// HBAConfigMapName is the ConfigMap of the server's client authentication
+// rules when TLS is on.
+func HBAConfigMapName(db *dbv1.Database) string { return db.Name + "-hba" }
+
+// CertificateName is the cert-manager Certificate of a Database whose
+// spec.tls.issuerRef is set.
+func CertificateName(db *dbv1.Database) string { return db.Name }
+
+// ReadOnlyServiceName is reserved for the read-only Service of the
+// replicas to come; the server certificate names it already.
+func ReadOnlyServiceName(db *dbv1.Database) string { return db.Name + "-ro" }
+
+// ServerDNSNames are the host names the server certificate is valid for:
+// every form of the client, headless and (reserved) read-only Services'
+// names, and each pod's name under the headless Service (which the
+// restore Job connects to, see RestorePodHost). The client Service's
+// short name comes first (the certificate's common name).
+func ServerDNSNames(db *dbv1.Database) []string {
+	var names []string
+	for _, svc := range []string{ClientServiceName(db), HeadlessServiceName(db), ReadOnlyServiceName(db)} {
+		names = append(names, svc, svc+"."+db.Namespace, svc+"."+db.Namespace+".svc", svc+"."+db.Namespace+".svc.cluster.local")
+	}
+	pods := "*." + HeadlessServiceName(db) + "." + db.Namespace + ".svc"
+	return append(names, pods, pods+".cluster.local")
+}
+
+// CASecret is the Secret of the Database's CA, created once by the tls
+// controller; its owner reference lets garbage collection take it with the
+// Database (a new Database gets a new CA; the clients' ca.crt follows
+// through the credentials Secret).
+func CASecret(db *dbv1.Database, certPEM, keyPEM []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            CASecretName(db),
+			Namespace:       db.Namespace,
+			Labels:          Labels(db, ComponentTLS),
+			Annotations:     map[string]string{AnnotationCASHA256: CASHA256(certPEM)},
+			OwnerReferences: []metav1.OwnerReference{ownerReferenceOf(db)},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{CACertKey: certPEM, CAKeyKey: keyPEM},
+	}
+}
+
+// TLSSecret is the server certificate Secret dbkeeper issues: tls.crt,
+// tls.key and the CA's ca.crt, owned by the Database.
+func TLSSecret(db *dbv1.Database, certPEM, keyPEM, caPEM []byte) *corev1ac.SecretApplyConfiguration {
+	return corev1ac.Secret(TLSSecretName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentTLS)).
+		WithAnnotations(map[string]string{AnnotationCASHA256: CASHA256(caPEM)}).
+		WithOwnerReferences(OwnerReference(db)).
+		WithType(corev1.SecretTypeTLS).
+		WithData(map[string][]byte{
+			corev1.TLSCertKey:       certPEM,
+			corev1.TLSPrivateKeyKey: keyPEM,
+			CACertKey:               caPEM,
+		})
+}
+
+// HBAConfigMap holds the engine's client authentication rules that
+// require TLS on TCP (engine.TLS.HostBasedAuth), owned by the Database.
+func HBAConfigMap(db *dbv1.Database, eng engine.Engine) *corev1ac.ConfigMapApplyConfiguration {
+	return corev1ac.ConfigMap(HBAConfigMapName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentTLS)).
+		WithOwnerReferences(OwnerReference(db)).
+		WithData(map[string]string{engine.PostgresHBAKey: eng.HostBasedAuth()})
+}
+
+// addServerTLS mounts the server certificate, key, CA and authentication
+// rules into the engine container at TLSMountPath (one projected volume,
+// so a renewal swaps the certificate and key together) and starts the
+// engine with TLS required. It must run before the container is added to
+// the pod.
+func addServerTLS(db *dbv1.Database, eng engine.Engine, pod *corev1ac.PodSpecApplyConfiguration, c *corev1ac.ContainerApplyConfiguration) {
+	pod.WithVolumes(corev1ac.Volume().WithName(tlsVolume).WithProjected(corev1ac.ProjectedVolumeSource().
+		WithDefaultMode(tlsFileMode).
+		WithSources(
+			corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().
+				WithName(TLSSecretName(db)).
+				WithItems(
+					corev1ac.KeyToPath().WithKey(corev1.TLSCertKey).WithPath(corev1.TLSCertKey),
+					corev1ac.KeyToPath().WithKey(corev1.TLSPrivateKeyKey).WithPath(corev1.TLSPrivateKeyKey),
+					corev1ac.KeyToPath().WithKey(CACertKey).WithPath(CACertKey))),
+			corev1ac.VolumeProjection().WithConfigMap(corev1ac.ConfigMapProjection().
+				WithName(HBAConfigMapName(db)).
+				WithItems(corev1ac.KeyToPath().WithKey(engine.PostgresHBAKey).WithPath(engine.PostgresHBAKey))))))
+	c.WithVolumeMounts(corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(TLSMountPath).WithReadOnly(true))
+	c.WithArgs(eng.TLSArgs(TLSMountPath+"/"+corev1.TLSCertKey, TLSMountPath+"/"+corev1.TLSPrivateKeyKey,
+		TLSMountPath+"/"+engine.PostgresHBAKey)...)
+}
+
+// addClientTLS mounts the CA of the Database's server certificate into a
+// backup or restore container at TLSCAMountPath and makes its client verify
+// the server with it. It must run before the container is added to the pod.
+func addClientTLS(db *dbv1.Database, eng engine.Engine, pod *corev1ac.PodSpecApplyConfiguration, c *corev1ac.ContainerApplyConfiguration) {
+	pod.WithVolumes(corev1ac.Volume().WithName(tlsCAVolume).WithSecret(corev1ac.SecretVolumeSource().
+		WithSecretName(TLSSecretName(db)).
+		WithDefaultMode(0o444).
+		WithItems(corev1ac.KeyToPath().WithKey(CACertKey).WithPath(CACertKey))))
+	c.WithVolumeMounts(corev1ac.VolumeMount().WithName(tlsCAVolume).WithMountPath(TLSCAMountPath).WithReadOnly(true))
+	c.WithEnv(envApply(eng.ClientTLSEnv(TLSCAMountPath + "/" + CACertKey))...)
+}
+
+// ownerReferenceOf is OwnerReference as a metav1 value, for the children
+// dbkeeper creates instead of applying.
+func ownerReferenceOf(db *dbv1.Database) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         dbv1.GroupVersion.String(),
+		Kind:               "Database",
+		Name:               db.Name,
+		UID:                db.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// CertificateGVK is cert-manager's Certificate kind, used unstructured so
+// that dbkeeper needs no cert-manager Go module.
+var CertificateGVK = schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1", Kind: "Certificate"}
+
+// Certificate is the cert-manager Certificate of a Database whose
+// spec.tls.issuerRef is set: cert-manager issues the server certificate
+// for ServerDNSNames into TLSSecretName (which then carries the
+// Database's labels, so dbkeeper's label-selected cache sees it) and
+// renews it. It is nil without an issuerRef.
+func Certificate(db *dbv1.Database) *unstructured.Unstructured {
+	if db.Spec.TLS == nil || db.Spec.TLS.IssuerRef == nil {
+		return nil
+	}
+	ref := db.Spec.TLS.IssuerRef
+	kind, group := ref.Kind, ref.Group
+	if kind == "" {
+		kind = "Issuer"
+	}
+	if group == "" {
+		group = CertificateGVK.Group
+	}
+	names := make([]any, 0, len(ServerDNSNames(db)))
+	for _, n := range ServerDNSNames(db) {
+		names = append(names, n)
+	}
+	labels := map[string]any{}
+	for k, v := range Labels(db, ComponentTLS) {
+		labels[k] = v
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"spec": map[string]any{
+			"secretName":     TLSSecretName(db),
+			"dnsNames":       names,
+			"issuerRef":      map[string]any{"name": ref.Name, "kind": kind, "group": group},
+			"privateKey":     map[string]any{"algorithm": "ECDSA", "size": int64(256), "rotationPolicy": "Always"},
+			"usages":         []any{"server auth", "digital signature"},
+			"secretTemplate": map[string]any{"labels": labels},
+		},
+	}}
+	u.SetGroupVersionKind(CertificateGVK)
+	u.SetName(CertificateName(db))
+	u.SetNamespace(db.Namespace)
+	u.SetLabels(Labels(db, ComponentTLS))
+	u.SetOwnerReferences([]metav1.OwnerReference{ownerReferenceOf(db)})
+	return u
+}

@@ -1,0 +1,111 @@
+package resources_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+func TestTLSFor(t *testing.T) {
+	plain := &appsv1.StatefulSet{}
+	withTLS := &appsv1.StatefulSet{}
+	withTLS.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "tls"}}
+	mode := func(m dbv1.TLSMode) func(*dbv1.Database) {
+		return func(db *dbv1.Database) { db.Spec.TLS = &dbv1.TLSSpec{Mode: m} }
+	}
+	issuer := func(db *dbv1.Database) { db.Spec.TLS = &dbv1.TLSSpec{IssuerRef: &dbv1.IssuerReference{Name: "ca"}} }
+	for name, tc := range map[string]struct {
+		db   *dbv1.Database
+		live *appsv1.StatefulSet
+		want resources.TLSState
+	}{
+		"new Database":                       {sample("a", nil), nil, resources.TLSRequired},
+		"running with TLS":                   {sample("a", nil), withTLS, resources.TLSRequired},
+		"made before TLS: kept":              {sample("a", nil), plain, resources.TLSPlaintextKept},
+		"made before TLS, mode Required":     {sample("a", mode(dbv1.TLSModeRequired)), plain, resources.TLSRequired},
+		"made before TLS, issuerRef":         {sample("a", issuer), plain, resources.TLSRequired},
+		"Disabled":                           {sample("a", mode(dbv1.TLSModeDisabled)), nil, resources.TLSDisabled},
+		"Disabled on a server that had TLS":  {sample("a", mode(dbv1.TLSModeDisabled)), withTLS, resources.TLSDisabled},
+		"spec.tls without a mode, no server": {sample("a", mode("")), nil, resources.TLSRequired},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := resources.TLSFor(tc.db, tc.live)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, resources.ServerTLS(tc.want == resources.TLSRequired), got.On())
+		})
+	}
+	// The StatefulSet a new Database gets is one TLSFor keeps on TLS.
+	eng, _ := engine.For(dbv1.EnginePostgres)
+	sts, err := resources.StatefulSet(sample("a", nil), eng, resources.TLSOn)
+	assert.NoError(t, err)
+	live := &appsv1.StatefulSet{}
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		live.Spec.Template.Spec.Volumes = append(live.Spec.Template.Spec.Volumes, corev1.Volume{Name: *v.Name})
+	}
+	assert.Equal(t, resources.TLSRequired, resources.TLSFor(sample("a", nil), live))
+}
+
+func TestServerDNSNames(t *testing.T) {
+	names := resources.ServerDNSNames(sample("orders", nil))
+	assert.Equal(t, "orders", names[0])
+	for _, want := range []string{
+		"orders.shop.svc", "orders.shop.svc.cluster.local", // the uri's host, and its long form
+		"orders-headless.shop.svc", "*.orders-headless.shop.svc", // the restore Job's pod host
+		"orders-ro.shop.svc", // reserved for the read-only Service
+	} {
+		assert.Contains(t, names, want)
+	}
+	assert.Contains(t, names, resources.ClientServiceHost(sample("orders", nil)))
+	assert.Len(t, names, 14)
+}
+
+func TestCredentialsDriftTLS(t *testing.T) {
+	eng, _ := engine.For(dbv1.EnginePostgres)
+	db := sample("orders", nil)
+	tls := resources.ClientTLS{On: resources.TLSOn, CA: []byte("ca")}
+	plain := resources.CredentialsSecret(db, eng, "pw", resources.ClientTLS{}).Data
+	assert.NotContains(t, plain, resources.CAKey)
+	assert.Equal(t, "postgres://app:pw@orders.shop.svc:5432/app", string(plain[resources.URIKey]))
+
+	drift := resources.CredentialsDrift(db, eng, plain, tls)
+	assert.Equal(t, "postgres://app:pw@orders.shop.svc:5432/app?sslmode=verify-full", string(drift[resources.URIKey]))
+	assert.Equal(t, "ca", string(drift[resources.CAKey]))
+	assert.Len(t, drift, 2)
+
+	withTLS := resources.CredentialsSecret(db, eng, "pw", tls).Data
+	assert.Empty(t, resources.CredentialsDrift(db, eng, withTLS, tls))
+	back := resources.CredentialsDrift(db, eng, withTLS, resources.ClientTLS{})
+	assert.Contains(t, back, resources.CAKey)
+	assert.Nil(t, back[resources.CAKey], "ca.crt is removed when TLS goes off")
+
+	// TLS on, the CA not known yet: the uri already asks for verify-full.
+	early := resources.CredentialsSecret(db, eng, "pw", resources.ClientTLS{On: resources.TLSOn}).Data
+	assert.NotContains(t, early, resources.CAKey)
+	assert.Contains(t, string(early[resources.URIKey]), "sslmode=verify-full")
+}
+
+func TestCertificateGolden(t *testing.T) {
+	assert.Nil(t, resources.Certificate(sample("orders", nil)), "no Certificate without an issuerRef")
+	db := sample("orders", func(db *dbv1.Database) {
+		db.Spec.TLS = &dbv1.TLSSpec{IssuerRef: &dbv1.IssuerReference{Name: "team-ca", Kind: "ClusterIssuer"}}
+	})
+	got, err := yaml.Marshal(resources.Certificate(db))
+	require.NoError(t, err)
+	golden := filepath.Join("testdata", "issuer-certificate.golden.yaml")
+	if *update {
+		require.NoError(t, os.WriteFile(golden, got, 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	require.NoError(t, err, "run go test ./internal/resources -update to create it")
+	assert.Equal(t, string(want), string(got))
+}
