@@ -8,6 +8,7 @@ package instance
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 
@@ -17,6 +18,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/pki"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 )
@@ -49,8 +51,10 @@ type Connector interface {
 	Connect(ctx context.Context, db *dbv1.Database, login Login, database string) (Conn, error)
 }
 
-// SSLMode is the libpq sslmode of every connection: prefer until the
-// instances have certificates the manager verifies (issue 17 item 3).
+// SSLMode is the libpq sslmode of a connection to a server without TLS
+// (its pod mounts no certificate: a Database with spec.tls.mode Disabled,
+// or one that kept plaintext when dbkeeper gained TLS). A server with TLS
+// is verified as verify-full: its CA, its pod's DNS name.
 const SSLMode = "prefer"
 
 // maintenanceDatabase is the database a session opens when the caller
@@ -59,9 +63,13 @@ const maintenanceDatabase = "postgres"
 
 // Pods is the Connector of a running manager: it reads pod <name>-0 from
 // Pods (the manager's cache, which holds dbkeeper's labelled pods) and
-// connects to its IP with sqlconn.
+// connects to its IP with sqlconn, verifying a server with TLS with the CA
+// of the Database's TLS Secret, read with Secrets.
 type Pods struct {
 	Pods client.Reader
+	// Secrets reads the TLS Secret's ca.crt from the API server (the
+	// cache holds only Secrets' metadata).
+	Secrets client.Reader
 }
 
 // Connect implements Connector.
@@ -88,15 +96,39 @@ func (p Pods) Connect(ctx context.Context, db *dbv1.Database, login Login, datab
 	if database == "" {
 		database = maintenanceDatabase
 	}
-	c, err := sqlconn.Connect(ctx, sqlconn.Target{
+	target := sqlconn.Target{
 		Host: pod.Status.PodIP, Port: eng.Port(),
 		User: login.User, Password: login.Password, Database: database,
 		SSLMode: SSLMode,
-	})
+	}
+	if resources.PodServesTLS(pod) {
+		if target.TLS, err = p.serverTLS(ctx, db); err != nil {
+			return nil, err
+		}
+	}
+	c, err := sqlconn.Connect(ctx, target)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: %w", name, err)
 	}
 	return c, nil
+}
+
+// serverTLS is the verify-full configuration for db's instance 0: the CA
+// of its TLS Secret, the pod's DNS name under the headless Service.
+func (p Pods) serverTLS(ctx context.Context, db *dbv1.Database) (*tls.Config, error) {
+	name := resources.TLSSecretName(db)
+	sec := &corev1.Secret{}
+	if p.Secrets == nil {
+		return nil, fmt.Errorf("no reader for Secret %s", name)
+	}
+	if err := p.Secrets.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
+		return nil, fmt.Errorf("getting Secret %s for the server's CA: %w", name, err)
+	}
+	cfg, err := pki.ClientConfig(sec.Data[resources.CACertKey], resources.RestorePodHost(db))
+	if err != nil {
+		return nil, fmt.Errorf("Secret %s, key %s: %w", name, resources.CACertKey, err)
+	}
+	return cfg, nil
 }
 
 func podReady(pod *corev1.Pod) bool {

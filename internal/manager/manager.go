@@ -151,7 +151,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	instances := o.Instances
 	if instances == nil {
-		instances = instance.Pods{Pods: mgr.GetClient()}
+		instances = instance.Pods{Pods: mgr.GetClient(), Secrets: mgr.GetAPIReader()}
 	}
 	secrets, err := cache.New(cfg, SecretMetadataCacheOptions(mgr, o.WatchNamespaces))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -242,4 +243,16 @@ func newSerial() (*big.Int, error) {
 		return nil, fmt.Errorf("generating a serial number: %w", err)
 	}
 	return n.Add(n, big.NewInt(1)), nil
+}
+
+// ClientConfig is the TLS configuration of a client that verifies a server
+// against caPEM for serverName (verify-full), whatever address it dials:
+// the manager reaches servers by pod IP and verifies them by their pod's
+// DNS name.
+func ClientConfig(caPEM []byte, serverName string) (*tls.Config, error) {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("the CA bundle holds no PEM certificate")
+	}
+	return &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}, nil
 }

@@ -102,6 +102,13 @@ func TLSFor(db *dbv1.Database, live *appsv1.StatefulSet) TLSState {
 	return TLSPlaintextKept
 }
 
+// PodServesTLS reports whether an engine pod was built with TLS (it
+// mounts the server certificate): the server it runs requires TLS on TCP,
+// and a client verifies it with the CA of TLSSecretName.
+func PodServesTLS(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == tlsVolume })
+}
+
 func hasTLSVolume(sts *appsv1.StatefulSet) bool {
 	return slices.ContainsFunc(sts.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == tlsVolume })
 }
