@@ -56,7 +56,8 @@ func backupNow(t *testing.T, db *dbv1.Database, token string) (*dbv1.Database, b
 
 // TestBackupRestoresIntoANewDatabase: an on-demand backup writes a real
 // dump of the rows; a new Database bootstrapped from it serves the same
-// rows, and says what it restored.
+// rows, owned by its application's role (not a superuser), and says what
+// it restored.
 func TestBackupRestoresIntoANewDatabase(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
@@ -77,6 +78,11 @@ func TestBackupRestoresIntoANewDatabase(t *testing.T) {
 	require.NotNil(t, restored.Status.Backup)
 	assert.Contains(t, restored.Status.Backup.RestoredFrom, src.Name+"/", "status names the dump")
 	assert.Equal(t, rows, countItems(t, generated(dst)), "the restored Database has the source's rows")
+	// Restored as the superuser with SET ROLE to the application's role:
+	// the application owns what was restored, and can change it.
+	assert.Equal(t, "app|f", query(t, generated(dst), "SELECT tableowner, (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) "+
+		"FROM pg_tables WHERE tablename = 'items'"))
+	query(t, generated(dst), "ALTER TABLE items ADD COLUMN restored boolean; INSERT INTO items VALUES (1000, 'after the restore', true)")
 	assert.NotEqual(t, secretValue(t, ns, resources.GeneratedSecretName(src), "password"),
 		secretValue(t, ns, resources.GeneratedSecretName(dst), "password"), "the restored Database has credentials of its own")
 }
