@@ -92,6 +92,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	s := &syncer{
 		client:   mgr.GetClient(),
 		reader:   mgr.GetAPIReader(),
+		cache:    mgr.GetCache(),
 		writer:   w,
 		engines:  o.Engines,
 		lifetime: o.TLSCertDuration,
@@ -131,6 +132,10 @@ type syncer struct {
 	// reader reads Secrets from the API server: the cache holds only the
 	// metadata of dbkeeper's Secrets, never a key.
 	reader client.Reader
+	// cache reads Secrets' metadata from the informer (the manager's
+	// client sends every Secret read, metadata too, to the API server);
+	// nil means client (the tests' fake).
+	cache client.Reader
 	// writer applies the children and records Events, which never hold a
 	// key.
 	writer  *facet.Writer
@@ -327,7 +332,11 @@ type verified struct {
 func (s *syncer) metadata(ctx context.Context, db *dbv1.Database, name string) (*metav1.PartialObjectMetadata, error) {
 	partial := &metav1.PartialObjectMetadata{}
 	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, partial)
+	r := s.cache
+	if r == nil {
+		r = s.client
+	}
+	live, err := apply.Live(ctx, r, client.ObjectKey{Namespace: db.Namespace, Name: name}, partial)
 	if err != nil {
 		return nil, fmt.Errorf("getting Secret %s: %w", name, err)
 	}
