@@ -94,7 +94,7 @@ func TestGolden(t *testing.T) {
 		require.NoError(t, err)
 		objects["tls-cronjob"] = tlsCron
 		objects["tls-secret"] = resources.CredentialsSecret(db, eng, "not-a-real-password", resources.ClientTLS{On: resources.TLSOn, CA: []byte("not-a-real-ca")})
-		objects["tls-server-secret"] = resources.TLSSecret(db, []byte("not-a-real-cert"), []byte("not-a-real-key"), []byte("not-a-real-ca"))
+		objects["tls-server-secret"] = resources.TLSSecret(db, []byte("not-a-real-cert"), []byte("not-a-real-key"), []byte("not-a-real-ca"), "0123abcd")
 		objects["tls-ca-secret"] = resources.CASecret(db, []byte("not-a-real-ca"), []byte("not-a-real-key"))
 		objects["tls-hba"] = resources.HBAConfigMap(db, eng)
 		if tlsRestore, err := resources.RestoreJob(db, eng, resources.TLSOn); tlsRestore != nil {

@@ -49,6 +49,12 @@ const (
 // without reading its data.
 const AnnotationCASHA256 = "tls.dbkeeper.io/ca-sha256"
 
+// AnnotationSerial is the annotation of dbkeeper's certificate Secret
+// holding its certificate's serial number (hex, as status.tls shows it),
+// so that a restarted manager knows which certificate a Secret holds from
+// the metadata cache.
+const AnnotationSerial = "tls.dbkeeper.io/serial"
+
 // CASHA256 is the value of AnnotationCASHA256 for the PEM CA certificate.
 func CASHA256(caPEM []byte) string {
 	sum := sha256.Sum256(caPEM)
@@ -166,12 +172,12 @@ func CASecret(db *dbv1.Database, certPEM, keyPEM []byte) *corev1.Secret {
 	}
 }
 
-// TLSSecret is the server certificate Secret dbkeeper issues: tls.crt,
-// tls.key and the CA's ca.crt, owned by the Database.
-func TLSSecret(db *dbv1.Database, certPEM, keyPEM, caPEM []byte) *corev1ac.SecretApplyConfiguration {
+// TLSSecret is the server certificate Secret dbkeeper issues: tls.crt (of
+// the given serial), tls.key and the CA's ca.crt, owned by the Database.
+func TLSSecret(db *dbv1.Database, certPEM, keyPEM, caPEM []byte, serial string) *corev1ac.SecretApplyConfiguration {
 	return corev1ac.Secret(TLSSecretName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentTLS)).
-		WithAnnotations(map[string]string{AnnotationCASHA256: CASHA256(caPEM)}).
+		WithAnnotations(map[string]string{AnnotationCASHA256: CASHA256(caPEM), AnnotationSerial: serial}).
 		WithOwnerReferences(OwnerReference(db)).
 		WithType(corev1.SecretTypeTLS).
 		WithData(map[string][]byte{

@@ -184,7 +184,7 @@ ask "SELECT 'still ' || pg_backend_pid() || ' ' || count(*) FROM items;"`
 	var once sync.Once
 	go func() {
 		defer once.Do(func() { close(h.done) })
-		h.out, h.err = psql.Run(context.Background(), conn.Namespace, env, script, nil, 3*time.Minute)
+		h.out, h.err = psql.RunWithCA(context.Background(), conn.Namespace, conn.CA(), env, script, nil, 3*time.Minute)
 	}()
 	// Wait until the session has answered: the client pod's log says open.
 	require.Eventually(t, func() bool {

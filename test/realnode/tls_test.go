@@ -83,6 +83,7 @@ func TestTLSRenewalWithoutFailedQuery(t *testing.T) {
 		Engines:         images,
 		Logger:          operator.FileLogger(t, 60),
 		TLSCertDuration: 90 * time.Second,
+		RealInstances:   true,
 	})
 	db := newDatabase(ns, "renew", "17")
 	create(t, db)

@@ -80,7 +80,9 @@ func (Controller) ConditionType() string { return dbv1.ConditionCredentialsReady
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
-	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), mgr.GetAPIReader(), w, o.Instances), o)
+	s := newSyncer(mgr.GetClient(), mgr.GetAPIReader(), w, o.Instances)
+	s.metadata = mgr.GetCache()
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &dbv1.Database{}, IndexSecretName, secretNameOf); err != nil {
 		return fmt.Errorf("indexing Databases by %s: %w", IndexSecretName, err)
 	}
@@ -144,6 +146,10 @@ type syncer struct {
 	// (a rotation), so that Rotated stays while nothing changes even when
 	// the cached Database lags the status that said so.
 	rotated sync.Map
+	// metadata reads the TLS Secret's metadata from the informer: the
+	// manager's client sends every Secret read, metadata too, to the API
+	// server. Nil means client (the tests' fake).
+	metadata client.Reader
 }
 
 // newSyncer is the secret syncer that reads metadata from and creates and
@@ -346,7 +352,11 @@ func (s *syncer) tlsVersion(ctx context.Context, db *dbv1.Database) (string, err
 func (s *syncer) tlsMetadata(ctx context.Context, db *dbv1.Database) (*metav1.PartialObjectMetadata, error) {
 	partial := &metav1.PartialObjectMetadata{}
 	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: resources.TLSSecretName(db)}, partial)
+	r := s.metadata
+	if r == nil {
+		r = s.client
+	}
+	live, err := apply.Live(ctx, r, client.ObjectKey{Namespace: db.Namespace, Name: resources.TLSSecretName(db)}, partial)
 	if err != nil {
 		return nil, fmt.Errorf("getting Secret %s: %w", resources.TLSSecretName(db), err)
 	}

@@ -74,7 +74,7 @@ func (s *syncer) syncCertManager(ctx context.Context, db *dbv1.Database, eng eng
 			"Secret %s from cert-manager cannot be used: %s (the issuer must provide ca.crt, which clients verify the server with)%s",
 			secret, conditions.Quote(err.Error(), 200), certificateReady(live)))}, nil
 	}
-	return s.observeServer(ctx, db, eng, ca, cert)
+	return s.observeServer(ctx, db, eng, infoOf(cert, ca))
 }
 
 func notInstalled() facet.Outcome {

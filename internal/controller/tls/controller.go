@@ -92,6 +92,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	s := &syncer{
 		client:   mgr.GetClient(),
 		reader:   mgr.GetAPIReader(),
+		cache:    mgr.GetCache(),
 		writer:   w,
 		engines:  o.Engines,
 		lifetime: o.TLSCertDuration,
@@ -131,6 +132,10 @@ type syncer struct {
 	// reader reads Secrets from the API server: the cache holds only the
 	// metadata of dbkeeper's Secrets, never a key.
 	reader client.Reader
+	// cache reads Secrets' metadata from the informer (the manager's
+	// client sends every Secret read, metadata too, to the API server);
+	// nil means client (the tests' fake).
+	cache client.Reader
 	// writer applies the children and records Events, which never hold a
 	// key.
 	writer  *facet.Writer
@@ -175,11 +180,25 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if db.Spec.TLS != nil && db.Spec.TLS.IssuerRef != nil {
 		return s.syncCertManager(ctx, db, eng)
 	}
-	ca, cert, err := s.ensureCertificate(ctx, db)
+	info, err := s.ensureCertificate(ctx, db)
 	if err != nil {
 		return facet.Outcome{}, err
 	}
-	return s.observeServer(ctx, db, eng, ca, cert)
+	return s.observeServer(ctx, db, eng, info)
+}
+
+// certInfo is what the controller knows of the Secret's certificate:
+// everything when it read or issued it, only what status.tls and the
+// Secret's annotations say after a restart (raw and ca nil; they are read
+// when needed).
+type certInfo struct {
+	serial            string
+	notAfter, renewal time.Time
+	raw, ca           []byte
+}
+
+func infoOf(cert *x509.Certificate, ca []byte) certInfo {
+	return certInfo{serial: pki.Serial(cert), notAfter: cert.NotAfter, renewal: pki.RenewalTime(cert), raw: cert.Raw, ca: ca}
 }
 
 // applyHBA keeps the ConfigMap of the authentication rules.
@@ -202,32 +221,42 @@ func (s *syncer) applyHBA(ctx context.Context, db *dbv1.Database, eng engine.Eng
 // and whose CA Secret's resourceVersions (in the metadata cache) have not
 // changed since, is not read again: a converged Database costs no Secret
 // read, and a restarted manager reads each certificate Secret once.
-func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database) ([]byte, *x509.Certificate, error) {
+func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database) (certInfo, error) {
 	now := s.now()
 	name := resources.TLSSecretName(db)
 	key := client.ObjectKeyFromObject(db)
 	caMeta, err := s.metadata(ctx, db, resources.CASecretName(db))
 	if err != nil {
-		return nil, nil, err
+		return certInfo{}, err
 	}
 	tlsMeta, err := s.metadata(ctx, db, name)
 	if err != nil {
-		return nil, nil, err
+		return certInfo{}, err
 	}
 	version := ""
 	if caMeta != nil && tlsMeta != nil {
 		version = caMeta.ResourceVersion + "/" + tlsMeta.ResourceVersion
 		if v, ok := s.verified.Load(key); ok {
 			if v := v.(verified); v.version == version && now.Before(pki.RenewalTime(v.cert)) {
-				return v.ca, v.cert, nil
+				return infoOf(v.cert, v.ca), nil
 			}
+		}
+		// A restarted manager: status.tls and the Secrets' annotations
+		// say which certificate dbkeeper put there; it is read when the
+		// server serves another one, and at renewal.
+		if st := db.Status.TLS; st != nil && st.SerialNumber != "" && st.NotAfter != nil && st.RenewalTime != nil &&
+			tlsMeta.Annotations[resources.AnnotationSerial] == st.SerialNumber &&
+			caMeta.Annotations[resources.AnnotationCASHA256] != "" &&
+			tlsMeta.Annotations[resources.AnnotationCASHA256] == caMeta.Annotations[resources.AnnotationCASHA256] &&
+			now.Before(st.RenewalTime.Time) {
+			return certInfo{serial: st.SerialNumber, notAfter: st.NotAfter.Time, renewal: st.RenewalTime.Time}, nil
 		}
 	}
 	why := "there is none"
 	if tlsMeta != nil {
 		live, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
 		if err != nil {
-			return nil, nil, fmt.Errorf("getting Secret %s: %w", name, err)
+			return certInfo{}, fmt.Errorf("getting Secret %s: %w", name, err)
 		}
 		if live != nil {
 			pair := pki.KeyPair{Cert: live.Data[corev1.TLSCertKey], Key: live.Data[corev1.TLSPrivateKeyKey]}
@@ -236,7 +265,7 @@ func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database) ([]by
 			sameCA, caErr := s.isCA(ctx, db, caMeta, ca)
 			switch {
 			case caErr != nil:
-				return nil, nil, caErr
+				return certInfo{}, caErr
 			case err != nil:
 				why = err.Error()
 			case !sameCA:
@@ -247,32 +276,32 @@ func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database) ([]by
 				if version != "" && version == caMeta.ResourceVersion+"/"+live.ResourceVersion {
 					s.verified.Store(key, verified{version: version, cert: cert, ca: ca})
 				}
-				return ca, cert, nil
+				return infoOf(cert, ca), nil
 			}
 		}
 	}
 	ca, err := s.ensureCA(ctx, db)
 	if err != nil {
-		return nil, nil, err
+		return certInfo{}, err
 	}
 	pair, err := pki.IssueServer(ca, resources.ServerDNSNames(db), now, s.certLifetime())
 	if err != nil {
-		return nil, nil, fmt.Errorf("issuing the server certificate: %w", err)
+		return certInfo{}, fmt.Errorf("issuing the server certificate: %w", err)
 	}
 	cert, err := pki.ParseCertificate(pair.Cert)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading the certificate just issued: %w", err)
+		return certInfo{}, fmt.Errorf("reading the certificate just issued: %w", err)
 	}
 	log.FromContext(ctx).Info("Issuing server certificate", "Secret", klog.KRef(db.Namespace, name),
 		"serial", pki.Serial(cert), "notAfter", cert.NotAfter.UTC().Format(time.RFC3339), "why", why)
 	// Applied without a live object, so it is always sent: the new key
 	// must reach the Secret.
-	if _, err := s.writer.Apply(ctx, nil, resources.TLSSecret(db, pair.Cert, pair.Key, ca.Cert)); err != nil {
-		return nil, nil, fmt.Errorf("applying Secret %s: %w", name, err)
+	if _, err := s.writer.Apply(ctx, nil, resources.TLSSecret(db, pair.Cert, pair.Key, ca.Cert, pki.Serial(cert))); err != nil {
+		return certInfo{}, fmt.Errorf("applying Secret %s: %w", name, err)
 	}
 	s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonCertificateIssued, "IssueCertificate",
 		"Issued server certificate %s into Secret %s (%s)", pki.Serial(cert), name, why)
-	return ca.Cert, cert, nil
+	return infoOf(cert, ca.Cert), nil
 }
 
 // isCA reports whether caPEM is the certificate of the Database's CA: by
@@ -303,7 +332,11 @@ type verified struct {
 func (s *syncer) metadata(ctx context.Context, db *dbv1.Database, name string) (*metav1.PartialObjectMetadata, error) {
 	partial := &metav1.PartialObjectMetadata{}
 	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, partial)
+	r := s.cache
+	if r == nil {
+		r = s.client
+	}
+	live, err := apply.Live(ctx, r, client.ObjectKey{Namespace: db.Namespace, Name: name}, partial)
 	if err != nil {
 		return nil, fmt.Errorf("getting Secret %s: %w", name, err)
 	}
@@ -352,61 +385,84 @@ func (s *syncer) certLifetime() time.Duration {
 
 // observeServer compares the certificate the server serves with the
 // Secret's, asks the server to reload when they differ, and says so.
-func (s *syncer) observeServer(ctx context.Context, db *dbv1.Database, eng engine.Engine, ca []byte, cert *x509.Certificate) (facet.Outcome, error) {
+func (s *syncer) observeServer(ctx context.Context, db *dbv1.Database, eng engine.Engine, info certInfo) (facet.Outcome, error) {
 	t := dbv1.ConditionTLSReady
 	now := s.now()
-	status := statusOf(db, cert)
-	renew := max(pki.RenewalTime(cert).Sub(now), time.Second)
+	status := statusOf(db, info)
+	renew := max(info.renewal.Sub(now), time.Second)
 	secret := resources.TLSSecretName(db)
+	if s.prober == nil {
+		return facet.Outcome{Status: status, RequeueAfter: renew, Condition: conditions.True(t, dbv1.ReasonTLSReady, fmt.Sprintf(
+			"Secret %s holds certificate %s; what the server serves is not checked (--tls-server-probe=false), so a renewed certificate is loaded when the server restarts",
+			secret, info.serial))}, nil
+	}
 	pod, err := s.serverPod(ctx, db)
 	if err != nil {
 		return facet.Outcome{}, err
 	}
-	if s.prober == nil {
-		return facet.Outcome{Status: status, RequeueAfter: renew, Condition: conditions.True(t, dbv1.ReasonTLSReady, fmt.Sprintf(
-			"Secret %s holds certificate %s; what the server serves is not checked (--tls-server-probe=false), so a renewed certificate is loaded when the server restarts",
-			secret, pki.Serial(cert)))}, nil
-	}
 	if pod == nil {
 		return facet.Outcome{Status: status, RequeueAfter: renew, Condition: conditions.True(t, dbv1.ReasonTLSReady, fmt.Sprintf(
-			"Secret %s holds certificate %s; no server runs to serve it yet", secret, pki.Serial(cert)))}, nil
+			"Secret %s holds certificate %s; no server runs to serve it yet", secret, info.serial))}, nil
 	}
 	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(eng.Port())))
 	served, err := s.prober.Served(ctx, addr)
 	switch {
 	case errors.Is(err, ErrNoTLS):
 		return facet.Outcome{Status: status, RequeueAfter: reloadRecheck, Condition: conditions.False(t, dbv1.ReasonTLSIssuing, fmt.Sprintf(
-			"Secret %s holds certificate %s; server %s does not offer TLS yet (it restarts with it, see StatefulSetReady)", secret, pki.Serial(cert), pod.Name))}, nil
+			"Secret %s holds certificate %s; server %s does not offer TLS yet (it restarts with it, see StatefulSetReady)", secret, info.serial, pod.Name))}, nil
 	case err != nil:
 		// The certificate is in place and a restarted server loads it;
 		// the operator may just not reach the pods (a NetworkPolicy).
 		return facet.Outcome{Status: status, RequeueAfter: unreachableRecheck, Condition: conditions.True(t, dbv1.ReasonTLSReady, fmt.Sprintf(
 			"Secret %s holds certificate %s; dbkeeper cannot tell what server %s serves, so it cannot reload it after a renewal: %s",
-			secret, pki.Serial(cert), pod.Name, conditions.Quote(err.Error(), 200)))}, nil
+			secret, info.serial, pod.Name, conditions.Quote(err.Error(), 200)))}, nil
 	}
 	status.TLS.WithServedSerialNumber(pki.Serial(served))
-	if bytes.Equal(served.Raw, cert.Raw) {
+	same := pki.Serial(served) == info.serial
+	if info.raw != nil {
+		same = bytes.Equal(served.Raw, info.raw)
+	}
+	if same {
 		return facet.Outcome{Status: status, RequeueAfter: renew, Condition: conditions.True(t, dbv1.ReasonTLSReady, fmt.Sprintf(
-			"server %s serves certificate %s of Secret %s", pod.Name, pki.Serial(cert), secret))}, nil
+			"server %s serves certificate %s of Secret %s", pod.Name, info.serial, secret))}, nil
 	}
 	// The kubelet may not have updated the mounted files yet; a reload
 	// then loads the same files again, which is harmless.
 	log.FromContext(ctx).Info("Reloading server configuration to load the renewed certificate", "Pod", klog.KObj(pod),
-		"served", pki.Serial(served), "secret", pki.Serial(cert))
+		"served", pki.Serial(served), "secret", info.serial)
 	msg := fmt.Sprintf("server %s serves certificate %s; Secret %s holds %s, and dbkeeper asked the server to reload its configuration (no restart) to load it",
-		pod.Name, pki.Serial(served), secret, pki.Serial(cert))
-	if err := s.reloader.Reload(ctx, db, pod.Status.PodIP, eng.Port(), ca); err != nil {
+		pod.Name, pki.Serial(served), secret, info.serial)
+	err = s.reload(ctx, db, pod, eng, info)
+	if err != nil {
 		msg = fmt.Sprintf("server %s serves certificate %s; Secret %s holds %s, and reloading the server's configuration failed: %s",
-			pod.Name, pki.Serial(served), secret, pki.Serial(cert), conditions.Quote(err.Error(), 200))
+			pod.Name, pki.Serial(served), secret, info.serial, conditions.Quote(err.Error(), 200))
 	} else {
 		s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonServerReloaded, "Reload",
-			"Asked server %s to reload its configuration to load certificate %s", pod.Name, pki.Serial(cert))
+			"Asked server %s to reload its configuration to load certificate %s", pod.Name, info.serial)
 	}
 	cond := conditions.True(t, dbv1.ReasonTLSReloading, msg)
 	if !now.Before(served.NotAfter) {
 		cond = conditions.False(t, dbv1.ReasonTLSReloading, msg+"; the served certificate has expired")
 	}
 	return facet.Outcome{Status: status, RequeueAfter: reloadRecheck, Condition: cond}, nil
+}
+
+// reload asks the server of pod to reload, verifying it with the CA of the
+// certificate Secret (read now when info does not have it).
+func (s *syncer) reload(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, eng engine.Engine, info certInfo) error {
+	ca := info.ca
+	if ca == nil {
+		name := resources.TLSSecretName(db)
+		sec, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
+		if err != nil {
+			return fmt.Errorf("getting Secret %s: %w", name, err)
+		}
+		if sec == nil {
+			return fmt.Errorf("secret %s is gone", name)
+		}
+		ca = sec.Data[resources.CACertKey]
+	}
+	return s.reloader.Reload(ctx, db, pod.Status.PodIP, eng.Port(), ca)
 }
 
 // serverPod is the Database's first engine pod when it is ready and has an
@@ -433,12 +489,12 @@ func podReady(pod *corev1.Pod) bool {
 }
 
 // statusOf is status.tls of the Secret's certificate.
-func statusOf(db *dbv1.Database, cert *x509.Certificate) *dbv1ac.DatabaseStatusApplyConfiguration {
+func statusOf(db *dbv1.Database, info certInfo) *dbv1ac.DatabaseStatusApplyConfiguration {
 	return dbv1ac.DatabaseStatus().WithTLS(dbv1ac.TLSStatus().
 		WithSecretName(resources.TLSSecretName(db)).
-		WithNotAfter(metav1.NewTime(cert.NotAfter)).
-		WithRenewalTime(metav1.NewTime(pki.RenewalTime(cert))).
-		WithSerialNumber(pki.Serial(cert)))
+		WithNotAfter(metav1.NewTime(info.notAfter)).
+		WithRenewalTime(metav1.NewTime(info.renewal)).
+		WithSerialNumber(info.serial))
 }
 
 func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
@@ -204,4 +205,36 @@ func TestBrokenSecretIsReissued(t *testing.T) {
 	}
 	require.Len(t, issued, 2)
 	assert.Contains(t, issued[1], "tls.key")
+}
+
+// TestConvergedReadsNoSecret: once verified, and after a restart (a new
+// syncer) from status.tls and the Secrets' annotations, a converged
+// Database's sync reads no Secret from the API server.
+func TestConvergedReadsNoSecret(t *testing.T) {
+	db := facettest.Database()
+	f := newFixture(t, db)
+	out := f.sync(t, db)
+	f.sync(t, db) // reads and verifies the Secret once
+	reads := 0
+	counting := interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.Secret); ok {
+				reads++
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	f.s.reader = counting
+	f.sync(t, db)
+	assert.Zero(t, reads, "a converged Database read a Secret")
+
+	restarted := &syncer{client: f.s.client, reader: counting, writer: f.s.writer, lifetime: f.s.lifetime, now: f.s.now,
+		prober: f.s.prober, reloader: f.s.reloader}
+	st := out.Status.TLS
+	db.Status.TLS = &dbv1.TLSStatus{SecretName: *st.SecretName, SerialNumber: *st.SerialNumber, NotAfter: st.NotAfter, RenewalTime: st.RenewalTime}
+	again, err := restarted.Sync(context.Background(), db)
+	require.NoError(t, err)
+	assert.Zero(t, reads, "a restarted manager read a converged Database's Secret")
+	assert.Equal(t, *st.SerialNumber, *again.Status.TLS.SerialNumber)
+	assert.Equal(t, dbv1.ReasonTLSReady, again.Condition.Reason)
 }

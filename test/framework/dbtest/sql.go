@@ -52,10 +52,11 @@ const caDir = "/etc/dbtest-ca"
 func (c Client) Query(ctx context.Context, conn Conn, sql string, timeout time.Duration) (string, error) {
 	env, target := conn.Env()
 	script := `exec psql ` + target + ` --no-psqlrc --no-password --tuples-only --no-align --set=ON_ERROR_STOP=1 --command="$1" 2>&1`
-	return c.RunWithCA(ctx, conn.Namespace, conn.caSecret(), env, script, []string{sql}, timeout)
+	return c.RunWithCA(ctx, conn.Namespace, conn.CA(), env, script, []string{sql}, timeout)
 }
 
-func (conn Conn) caSecret() string {
+// CA is the Secret whose ca.crt a client of conn verifies the server with.
+func (conn Conn) CA() string {
 	if conn.CASecret != "" {
 		return conn.CASecret
 	}
