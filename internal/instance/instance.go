@@ -14,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
@@ -88,7 +90,7 @@ func (p Pods) Connect(ctx context.Context, db *dbv1.Database, login Login, datab
 		return nil, fmt.Errorf("pod %s does not exist: %w", name, ErrNotReady)
 	case !pod.DeletionTimestamp.IsZero():
 		return nil, fmt.Errorf("pod %s is terminating: %w", name, ErrNotReady)
-	case !podReady(pod):
+	case !PodReady(pod):
 		return nil, fmt.Errorf("pod %s is %w", name, ErrNotReady)
 	case pod.Status.PodIP == "":
 		return nil, fmt.Errorf("pod %s has no IP: %w", name, ErrNotReady)
@@ -131,7 +133,8 @@ func (p Pods) serverTLS(ctx context.Context, db *dbv1.Database) (*tls.Config, er
 	return cfg, nil
 }
 
-func podReady(pod *corev1.Pod) bool {
+// PodReady reports whether the pod's Ready condition is True.
+func PodReady(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue
@@ -165,4 +168,22 @@ func ConnectAsSuperuser(ctx context.Context, c Connector, reader client.Reader, 
 		return nil, err
 	}
 	return c.Connect(ctx, db, login, database)
+}
+
+// ReachabilityChanged lets through the updates of an engine pod that can
+// change whether its server is reached (it turned Ready or not Ready, or
+// got another IP): when a controller that connects to the server should
+// look again.
+func ReachabilityChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, okOld := e.ObjectOld.(*corev1.Pod)
+			updated, okNew := e.ObjectNew.(*corev1.Pod)
+			if !okOld || !okNew {
+				return true
+			}
+			return old.Status.PodIP != updated.Status.PodIP || PodReady(old) != PodReady(updated)
+		},
+		DeleteFunc: func(event.DeleteEvent) bool { return false },
+	}
 }

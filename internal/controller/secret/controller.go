@@ -25,10 +25,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -110,7 +108,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		// Instance 0 turning Ready (or getting a new IP) is when a pending
 		// password can reach the server.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentDatabase)),
-			builder.WithPredicates(podReachabilityChanged())).
+			builder.WithPredicates(instance.ReachabilityChanged())).
 		// The server's TLS Secret: its ca.crt is copied into the generated
 		// Secret.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentTLS)), builder.OnlyMetadata).
@@ -475,31 +473,6 @@ func NewPassword() (string, error) {
 		return "", fmt.Errorf("reading random bytes for a password: %w", err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b), nil
-}
-
-// podReachabilityChanged passes pod events that can make a pending
-// password reachable: a new pod, its Ready condition or its IP changed.
-func podReachabilityChanged() predicate.Predicate {
-	return predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
-			newPod, ok2 := e.ObjectNew.(*corev1.Pod)
-			if !ok1 || !ok2 {
-				return true
-			}
-			return oldPod.Status.PodIP != newPod.Status.PodIP || podReady(oldPod) != podReady(newPod)
-		},
-		DeleteFunc: func(event.DeleteEvent) bool { return false },
-	}
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // secretNameOf is the IndexSecretName index function.

@@ -27,10 +27,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
@@ -39,6 +37,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/pki"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -115,7 +114,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		// A pod that became ready or moved serves whatever its files hold
 		// now: look at it.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentDatabase)),
-			builder.WithPredicates(podServingChanged())).
+			builder.WithPredicates(instance.ReachabilityChanged())).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }
@@ -473,19 +472,10 @@ func (s *syncer) serverPod(ctx context.Context, db *dbv1.Database) (*corev1.Pod,
 	if err != nil {
 		return nil, fmt.Errorf("getting Pod %s: %w", name, err)
 	}
-	if pod == nil || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() || !podReady(pod) {
+	if pod == nil || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() || !instance.PodReady(pod) {
 		return nil, nil
 	}
 	return pod, nil
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // statusOf is status.tls of the Secret's certificate.
@@ -510,16 +500,4 @@ func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyCon
 		ac.WithRenewalTime(*st.RenewalTime)
 	}
 	return dbv1ac.DatabaseStatus().WithTLS(ac)
-}
-
-// podServingChanged lets through the pod updates after which the server
-// may serve another certificate: it became ready, or got another IP.
-func podServingChanged() predicate.Predicate {
-	return predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			old, okOld := e.ObjectOld.(*corev1.Pod)
-			updated, okNew := e.ObjectNew.(*corev1.Pod)
-			return okOld && okNew && (podReady(old) != podReady(updated) || old.Status.PodIP != updated.Status.PodIP)
-		},
-	}
 }
