@@ -1,0 +1,94 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Client calls agents' authenticated paths. BaseURL arguments are
+// "https://<pod IP>:<Port>" (or http:// for a Database without TLS).
+type Client struct {
+	// HTTP is the client to use; its TLS configuration verifies the
+	// agent's certificate (the Database's server certificate).
+	HTTP *http.Client
+	// Token is the bearer token (the replication Secret's agent-token).
+	Token string
+}
+
+// Error is an agent's refusal: the HTTP status and its message.
+type Error struct {
+	Code    int
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("agent answered %d: %s", e.Code, e.Message) }
+
+// Status returns the instance's status.
+func (c Client) Status(ctx context.Context, baseURL string) (Status, error) {
+	var s Status
+	return s, c.do(ctx, http.MethodGet, baseURL+StatusPath, nil, &s)
+}
+
+// Bootstrap asks an agent with an empty data directory to fill it.
+func (c Client) Bootstrap(ctx context.Context, baseURL string, req BootstrapRequest) (Status, error) {
+	var s Status
+	return s, c.do(ctx, http.MethodPost, baseURL+BootstrapPath, req, &s)
+}
+
+// Demote asks a primary's agent to stop taking writes and restart as a
+// standby; it answers once the server is down and restarting.
+func (c Client) Demote(ctx context.Context, baseURL string) (DemoteResponse, error) {
+	var r DemoteResponse
+	return r, c.do(ctx, http.MethodPost, baseURL+DemotePath, struct{}{}, &r)
+}
+
+// Promote asks a standby's agent to promote its server; it answers once
+// the server accepts writes.
+func (c Client) Promote(ctx context.Context, baseURL string, req PromoteRequest) (Status, error) {
+	var s Status
+	return s, c.do(ctx, http.MethodPost, baseURL+PromotePath, req, &s)
+}
+
+func (c Client) do(ctx context.Context, method, url string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encoding %s %s: %w", method, url, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: reading the answer: %w", method, url, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return &Error{Code: resp.StatusCode, Message: strings.TrimSpace(string(b))}
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%s %s: decoding the answer: %w", method, url, err)
+	}
+	return nil
+}
