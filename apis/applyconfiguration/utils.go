@@ -42,8 +42,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.DatabaseStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("DeletionStatus"):
 		return &databasev1.DeletionStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("InstanceStatus"):
+		return &databasev1.InstanceStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("IssuerReference"):
 		return &databasev1.IssuerReferenceApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ReplicationStatus"):
+		return &databasev1.ReplicationStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ServiceSpec"):
 		return &databasev1.ServiceSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("StorageSpec"):

@@ -101,3 +101,25 @@ func PodSelectorLabels(db *dbv1.Database) map[string]string {
 	l[LabelComponent] = ComponentDatabase
 	return l
 }
+
+// ReplicationSecretName is the Secret of the replication role's password
+// (agent.ReplicationUser) and of the agents' bearer token; the secret
+// controller creates it, the engine pods and the replication controller
+// read it.
+func ReplicationSecretName(db *dbv1.Database) string { return db.Name + "-replication" }
+
+// Keys of the replication Secret.
+const (
+	ReplicationPasswordKey = "password"
+	AgentTokenKey          = "agent-token"
+)
+
+// InstanceName is the name of the engine pod with the ordinal.
+func InstanceName(db *dbv1.Database, ordinal int) string {
+	return fmt.Sprintf("%s-%d", StatefulSetName(db), ordinal)
+}
+
+// ReadOnlyServiceHost is the in-cluster DNS name of the read-only Service.
+func ReadOnlyServiceHost(db *dbv1.Database) string {
+	return ReadOnlyServiceName(db) + "." + db.Namespace + ".svc"
+}

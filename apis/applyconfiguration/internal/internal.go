@@ -222,6 +222,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: replicas
       type:
         scalar: numeric
+    - name: replication
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.ReplicationStatus
     - name: selector
       type:
         scalar: string
@@ -253,6 +256,42 @@ var schemaYAML = typed.YAMLObject(`types:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.DeletionPolicy
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Engine
   scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.InstanceStatus
+  map:
+    fields:
+    - name: currentLSN
+      type:
+        scalar: string
+    - name: lagBytes
+      type:
+        scalar: numeric
+    - name: message
+      type:
+        scalar: string
+    - name: name
+      type:
+        scalar: string
+    - name: ready
+      type:
+        scalar: boolean
+    - name: receivedLSN
+      type:
+        scalar: string
+    - name: replayedLSN
+      type:
+        scalar: string
+    - name: role
+      type:
+        scalar: string
+    - name: state
+      type:
+        scalar: string
+    - name: timeline
+      type:
+        scalar: numeric
+    - name: walReceiver
+      type:
+        scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.IssuerReference
   map:
     fields:
@@ -269,6 +308,29 @@ var schemaYAML = typed.YAMLObject(`types:
         scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Phase
   scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.ReplicationStatus
+  map:
+    fields:
+    - name: currentPrimary
+      type:
+        scalar: string
+    - name: instances
+      type:
+        list:
+          elementType:
+            namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.InstanceStatus
+          elementRelationship: associative
+          keys:
+          - name
+    - name: switchoverLSN
+      type:
+        scalar: string
+    - name: systemID
+      type:
+        scalar: string
+    - name: targetPrimary
+      type:
+        scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.ServiceSpec
   map:
     fields:

@@ -17,6 +17,10 @@ const (
 	// ConditionTLSReady says whether the server has its certificate and
 	// serves the current one (or runs without TLS, and why).
 	ConditionTLSReady = "TLSReady"
+	// ConditionReplicationReady says whether exactly one instance is the
+	// primary, the read-write Service selects it, and every other instance
+	// streams from it.
+	ConditionReplicationReady = "ReplicationReady"
 	// ConditionDeleting reports the progress of cleanup; it is present only
 	// while the Database is terminating.
 	ConditionDeleting = "Deleting"
@@ -227,3 +231,40 @@ const AnnotationBackupNow = "database.dbkeeper.io/backup-now"
 // the application's role into an ordinary owner of its database, keeping
 // its password: `kubectl annotate db orders database.dbkeeper.io/demote-app-role=true`.
 const AnnotationDemoteAppRole = "database.dbkeeper.io/demote-app-role"
+
+// AnnotationSwitchoverTo, set on a Database to the name of one of its
+// instances (pod), asks the replication controller for a planned
+// switchover to it; the controller removes the annotation once the
+// instance is the primary, or says in ReplicationReady why it cannot.
+const AnnotationSwitchoverTo = "database.dbkeeper.io/switchover-to"
+
+// LabelRole is the label of an engine pod that says its role: RolePrimary
+// or RoleReplica. The replication controller owns it; the read-write
+// Service selects RolePrimary, the read-only Service RoleReplica.
+const LabelRole = "database.dbkeeper.io/role"
+
+// The values of LabelRole.
+const (
+	RolePrimary = "primary"
+	RoleReplica = "replica"
+)
+
+// Reasons of ReplicationReady.
+const (
+	// ReasonReplicating: one primary, every standby streams from it.
+	ReasonReplicating = "Replicating"
+	// ReasonBootstrapping: instances are being created (initdb, clone).
+	ReasonBootstrapping = "Bootstrapping"
+	// ReasonSwitchingOver: a planned switchover runs (targetPrimary differs
+	// from currentPrimary).
+	ReasonSwitchingOver = "SwitchingOver"
+	// ReasonSwitchoverRefused: the switchover annotation names an
+	// instance that cannot be promoted; the message says why.
+	ReasonSwitchoverRefused = "SwitchoverRefused"
+	// ReasonInstanceUnhealthy: an instance is not ready, not streaming,
+	// or its agent does not answer; the message names it.
+	ReasonInstanceUnhealthy = "InstanceUnhealthy"
+	// ReasonRollingUpdate: instances restart one by one on a new pod
+	// template, standbys first, the primary last after a switchover.
+	ReasonRollingUpdate = "RollingUpdate"
+)

@@ -49,6 +49,8 @@ const (
 // +kubebuilder:printcolumn:name="Credentials",type=string,JSONPath=`.status.conditions[?(@.type=="CredentialsReady")].status`
 // +kubebuilder:printcolumn:name="Backup",type=string,JSONPath=`.status.conditions[?(@.type=="BackupReady")].status`
 // +kubebuilder:printcolumn:name="TLS",type=string,JSONPath=`.status.conditions[?(@.type=="TLSReady")].status`
+// +kubebuilder:printcolumn:name="Replication",type=string,JSONPath=`.status.conditions[?(@.type=="ReplicationReady")].status`
+// +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.replication.currentPrimary`
 // +kubebuilder:printcolumn:name="Last Backup",type=date,JSONPath=`.status.backup.lastSuccessfulTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`,priority=1
@@ -95,15 +97,13 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:Pattern=`^[^\s]+$`
 	Image string `json:"image,omitempty"`
 
-	// Replicas is the number of engine instances (pods): 1, or 0 to stop
-	// the database and keep its data. Until streaming replication exists a
-	// Database runs at most one instance, because independent servers
-	// behind one Service would split the data; a Database stored with more
-	// (before this rule) runs one and says so in StatefulSetReady.
+	// Replicas is the number of engine instances (pods): one primary and
+	// replicas-1 hot standbys streaming from it, or 0 to stop the database
+	// and keep its data. The client Service <name> reaches the primary,
+	// <name>-ro the ready standbys.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=9
-	// +kubebuilder:validation:XValidation:rule="self <= 1",message="spec.replicas may be 0 or 1: dbkeeper runs one PostgreSQL instance per Database until streaming replication exists; more instances would be independent servers splitting the data behind one Service"
 	Replicas *int32 `json:"replicas,omitempty"`
 
 	// Storage is the data volume of each instance.
@@ -408,6 +408,92 @@ type DatabaseStatus struct {
 	// TLS is the server certificate in use; written by the tls controller.
 	// +optional
 	TLS *TLSStatus `json:"tls,omitempty"`
+
+	// Replication is the replication topology: which instance is the
+	// primary, which one should be, and what each instance reports;
+	// written by the replication controller.
+	// +optional
+	Replication *ReplicationStatus `json:"replication,omitempty"`
+}
+
+// ReplicationStatus is the topology of a Database's instances, as the
+// replication controller learnt it from their agents.
+type ReplicationStatus struct {
+	// CurrentPrimary is the instance (pod) that is the primary: the only
+	// one the read-write Service selects.
+	// +optional
+	CurrentPrimary string `json:"currentPrimary,omitempty"`
+
+	// TargetPrimary is the instance that should be the primary. It differs
+	// from CurrentPrimary while a switchover runs.
+	// +optional
+	TargetPrimary string `json:"targetPrimary,omitempty"`
+
+	// SwitchoverLSN is the old primary's shutdown checkpoint during a
+	// switchover: the target is promoted only once it replayed up to it.
+	// +optional
+	SwitchoverLSN string `json:"switchoverLSN,omitempty"`
+
+	// SystemID is the PostgreSQL system identifier every instance shares.
+	// +optional
+	SystemID string `json:"systemID,omitempty"`
+
+	// Instances lists each instance with its role and positions, in
+	// ordinal order.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Instances []InstanceStatus `json:"instances,omitempty"`
+}
+
+// InstanceStatus is one instance as its agent reported it.
+type InstanceStatus struct {
+	// Name is the instance's pod.
+	Name string `json:"name"`
+
+	// Role is primary or replica, empty before the instance has data.
+	// +optional
+	Role string `json:"role,omitempty"`
+
+	// State is what the instance's agent is doing (Waiting,
+	// Bootstrapping, Starting, Running, Demoting, Promoting, Failed), or
+	// Unreachable when the agent did not answer.
+	// +optional
+	State string `json:"state,omitempty"`
+
+	// Ready says the instance's server accepts connections.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+
+	// Timeline is the timeline the instance is on.
+	// +optional
+	Timeline int64 `json:"timeline,omitempty"`
+
+	// CurrentLSN is the primary's current WAL position.
+	// +optional
+	CurrentLSN string `json:"currentLSN,omitempty"`
+
+	// ReceivedLSN is the last WAL position a standby received.
+	// +optional
+	ReceivedLSN string `json:"receivedLSN,omitempty"`
+
+	// ReplayedLSN is the last WAL position a standby replayed.
+	// +optional
+	ReplayedLSN string `json:"replayedLSN,omitempty"`
+
+	// LagBytes is how far a standby's replayed position is behind the
+	// primary's current one.
+	// +optional
+	LagBytes *int64 `json:"lagBytes,omitempty"`
+
+	// WALReceiver is a standby's WAL receiver status ("streaming" when
+	// healthy).
+	// +optional
+	WALReceiver string `json:"walReceiver,omitempty"`
+
+	// Message says what is wrong with the instance, empty when nothing is.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // TLSStatus describes the server certificate: the one in its Secret and

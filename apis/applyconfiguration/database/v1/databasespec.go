@@ -27,11 +27,10 @@ type DatabaseSpecApplyConfiguration struct {
 	// Image overrides the catalog image for the version, for example to pin a
 	// digest or use a mirror. It must run the same engine and major version.
 	Image *string `json:"image,omitempty"`
-	// Replicas is the number of engine instances (pods): 1, or 0 to stop
-	// the database and keep its data. Until streaming replication exists a
-	// Database runs at most one instance, because independent servers
-	// behind one Service would split the data; a Database stored with more
-	// (before this rule) runs one and says so in StatefulSetReady.
+	// Replicas is the number of engine instances (pods): one primary and
+	// replicas-1 hot standbys streaming from it, or 0 to stop the database
+	// and keep its data. The client Service <name> reaches the primary,
+	// <name>-ro the ready standbys.
 	Replicas *int32 `json:"replicas,omitempty"`
 	// Storage is the data volume of each instance.
 	Storage *StorageSpecApplyConfiguration `json:"storage,omitempty"`

@@ -53,6 +53,10 @@ type DatabaseStatusApplyConfiguration struct {
 	Deletion *DeletionStatusApplyConfiguration `json:"deletion,omitempty"`
 	// TLS is the server certificate in use; written by the tls controller.
 	TLS *TLSStatusApplyConfiguration `json:"tls,omitempty"`
+	// Replication is the replication topology: which instance is the
+	// primary, which one should be, and what each instance reports;
+	// written by the replication controller.
+	Replication *ReplicationStatusApplyConfiguration `json:"replication,omitempty"`
 }
 
 // DatabaseStatusApplyConfiguration constructs a declarative configuration of the DatabaseStatus type for use with
@@ -159,5 +163,13 @@ func (b *DatabaseStatusApplyConfiguration) WithDeletion(value *DeletionStatusApp
 // If called multiple times, the TLS field is set to the value of the last call.
 func (b *DatabaseStatusApplyConfiguration) WithTLS(value *TLSStatusApplyConfiguration) *DatabaseStatusApplyConfiguration {
 	b.TLS = value
+	return b
+}
+
+// WithReplication sets the Replication field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Replication field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithReplication(value *ReplicationStatusApplyConfiguration) *DatabaseStatusApplyConfiguration {
+	b.Replication = value
 	return b
 }
