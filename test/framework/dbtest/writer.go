@@ -1,0 +1,222 @@
+package dbtest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/pki"
+	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
+)
+
+// ServiceTarget is a connection from the test process to a Service's
+// ClusterIP (the real node's host routes the Service range through its
+// bridge, and kube-proxy's rules apply to the host's own traffic) with the
+// credentials of a Database's Secret, verifying the server's certificate
+// for the Service's DNS name host (<service>.<namespace>.svc) with the
+// Secret's ca.crt when it has one. It reaches the instances exactly as an
+// application's pod does, but one connection is kept across statements,
+// so a test can time each one.
+func ServiceTarget(ctx context.Context, c client.Reader, namespace, service, secret string) (sqlconn.Target, error) {
+	svc := &corev1.Service{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: service}, svc); err != nil {
+		return sqlconn.Target{}, fmt.Errorf("getting Service %s: %w", service, err)
+	}
+	sec := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: secret}, sec); err != nil {
+		return sqlconn.Target{}, fmt.Errorf("getting Secret %s: %w", secret, err)
+	}
+	t := sqlconn.Target{
+		Host: svc.Spec.ClusterIP, Port: svc.Spec.Ports[0].Port,
+		User: string(sec.Data[engine.UsernameKey]), Password: string(sec.Data[engine.PasswordKey]),
+		Database: engine.AppDatabase(sec.Data), SSLMode: "disable",
+	}
+	if ca := sec.Data["ca.crt"]; len(ca) > 0 {
+		cfg, err := pki.ClientConfig(ca, service+"."+namespace+".svc")
+		if err != nil {
+			return sqlconn.Target{}, fmt.Errorf("Secret %s, ca.crt: %w", secret, err)
+		}
+		t.TLS = cfg
+	}
+	return t, nil
+}
+
+// Writer inserts unique ids into a table through one target, one
+// autocommit INSERT at a time, reconnecting after any error, and records
+// every id whose INSERT returned success: an acknowledged write, which no
+// switchover, rollout or failover may lose.
+type Writer struct {
+	target sqlconn.Target
+	table  string
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	acked  []int64
+	ackAt  []time.Time
+	failed int
+	next   int64
+}
+
+// StartWriter creates table (id bigint primary key) through target and
+// starts inserting into it until Stop.
+func StartWriter(ctx context.Context, target sqlconn.Target, table string) (*Writer, error) {
+	conn, err := sqlconn.Connect(ctx, target)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+table+" (id bigint PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())"); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", table, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Writer{target: target, table: table, cancel: cancel, done: make(chan struct{}), next: 1}
+	go w.run(ctx)
+	return w, nil
+}
+
+func (w *Writer) run(ctx context.Context) {
+	defer close(w.done)
+	var conn *sqlconn.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	for ctx.Err() == nil {
+		if conn == nil {
+			c, err := sqlconn.Connect(ctx, w.target)
+			if err != nil {
+				w.fail()
+				sleep(ctx, 50*time.Millisecond)
+				continue
+			}
+			conn = c
+		}
+		w.mu.Lock()
+		id := w.next
+		w.next++
+		w.mu.Unlock()
+		if _, err := conn.Exec(ctx, "INSERT INTO "+w.table+" (id) VALUES ("+strconv.FormatInt(id, 10)+")"); err != nil {
+			w.fail()
+			conn.Close(context.Background())
+			conn = nil
+			sleep(ctx, 20*time.Millisecond)
+			continue
+		}
+		w.mu.Lock()
+		w.acked = append(w.acked, id)
+		w.ackAt = append(w.ackAt, time.Now())
+		w.mu.Unlock()
+		sleep(ctx, 5*time.Millisecond)
+	}
+}
+
+func (w *Writer) fail() {
+	w.mu.Lock()
+	w.failed++
+	w.mu.Unlock()
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// Stop stops the writer and waits for its last statement.
+func (w *Writer) Stop() {
+	w.cancel()
+	<-w.done
+}
+
+// Acked returns the acknowledged ids so far.
+func (w *Writer) Acked() []int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.acked)
+}
+
+// Failed is how many statements or connections failed.
+func (w *Writer) Failed() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failed
+}
+
+// AckCount is how many writes were acknowledged so far.
+func (w *Writer) AckCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
+// LongestGap is the longest time between two consecutive
+// acknowledgements at or after since: the write unavailability of a
+// change that started at since.
+func (w *Writer) LongestGap(since time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var longest time.Duration
+	prev := since
+	for _, at := range w.ackAt {
+		if at.Before(since) {
+			continue
+		}
+		longest = max(longest, at.Sub(prev))
+		prev = at
+	}
+	return longest
+}
+
+// Missing returns the acknowledged ids that are not in the table, read
+// through target.
+func (w *Writer) Missing(ctx context.Context, target sqlconn.Target) ([]int64, error) {
+	conn, err := sqlconn.Connect(ctx, target)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	v, _, err := conn.QueryValue(ctx, "SELECT coalesce(string_agg(id::text, ',' ORDER BY id), '') FROM "+w.table)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", w.table, err)
+	}
+	present := map[int64]bool{}
+	if v != nil && *v != "" {
+		for _, s := range strings.Split(*v, ",") {
+			id, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return nil, err
+			}
+			present[id] = true
+		}
+	}
+	var missing []int64
+	for _, id := range w.Acked() {
+		if !present[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing, nil
+}
+
+// Percentile is the p-th percentile (0–100, nearest rank) of ds.
+func Percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(p/100*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
