@@ -350,7 +350,7 @@ func TestAgentsReplicateAndSwitchOver(t *testing.T) {
 	assert.Equal(t, 100, count(t, pb, "SELECT count(*) FROM t"))
 	assert.Equal(t, "streaming", stringQuery(t, pa, "SELECT state FROM pg_stat_replication WHERE application_name = $1", b.name),
 		"the primary sees the standby by its pod name")
-	assert.Equal(t, "t", stringQuery(t, pa, "SELECT active::text FROM pg_replication_slots WHERE slot_name = $1", agent.SlotName(b.name)),
+	assert.Equal(t, "true", stringQuery(t, pa, "SELECT active::text FROM pg_replication_slots WHERE slot_name = $1", agent.SlotName(b.name)),
 		"the standby streams through its slot")
 
 	// Rows reach the standby, its positions advance.
