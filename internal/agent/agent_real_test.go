@@ -335,12 +335,26 @@ func TestAgentsReplicateAndSwitchOver(t *testing.T) {
 	assert.Equal(t, sa.SystemID, c.waitStatus(a, 10*time.Second, "running", runningAs(agent.RolePrimary)).SystemID)
 	assert.Equal(t, 100, count(t, pa, "SELECT count(*) FROM t"))
 
-	// Clone: a streaming standby of the same cluster.
+	// A clone cut short leaves the data directory empty again and the
+	// agent waiting, saying why.
 	c.proxy.target.Store(int32(a.port))
+	c.proxy.cut.Store(4 << 20)
+	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	require.NoError(t, err)
+	sb := c.waitStatus(b, 60*time.Second, "waiting again after a failed clone", func(s agent.Status) bool {
+		return s.State == agent.StateWaiting && s.Message != ""
+	})
+	t.Logf("failed clone: %s", sb.Message)
+	assert.True(t, sb.DataEmpty)
+	entries, _ = os.ReadDir(b.pgdata)
+	assert.Empty(t, entries, "a failed clone left files behind")
+	c.proxy.cut.Store(0)
+
+	// Clone: a streaming standby of the same cluster.
 	cloneStart := time.Now()
 	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
 	require.NoError(t, err)
-	sb := c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agent.Status) bool {
+	sb = c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agent.Status) bool {
 		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming"
 	})
 	t.Logf("clone to streaming: %s", time.Since(cloneStart).Round(time.Millisecond))
@@ -510,10 +524,13 @@ func dirStamp(t *testing.T, dir string) map[string]time.Time {
 	return m
 }
 
-// forwarder is a TCP forwarder on 127.0.0.1 to the port in target.
+// forwarder is a TCP forwarder on 127.0.0.1 to the port in target; when
+// cut is set it drops each connection after that many bytes from the
+// server (a network failure in the middle of a clone).
 type forwarder struct {
 	port   int
 	target atomic.Int32
+	cut    atomic.Int64
 }
 
 func startForwarder(t *testing.T) *forwarder {
@@ -535,7 +552,11 @@ func startForwarder(t *testing.T) *forwarder {
 				}
 				defer up.Close()
 				go func() { _, _ = io.Copy(up, conn); up.Close() }()
-				_, _ = io.Copy(conn, up)
+				var from io.Reader = up
+				if n := f.cut.Load(); n > 0 {
+					from = io.LimitReader(up, n)
+				}
+				_, _ = io.Copy(conn, from)
 			}()
 		}
 	}()

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -53,6 +54,18 @@ func emptyDir(dir string) error {
 		}
 	}
 	return nil
+}
+
+// postmasterPID is the pid in the data directory's postmaster.pid, 0 when
+// there is none.
+func postmasterPID(pgdata string) int {
+	b, err := os.ReadFile(filepath.Join(pgdata, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	return pid
 }
 
 // isStandby says the data directory starts a standby.

@@ -66,7 +66,10 @@ func (a *Agent) authenticated(h http.HandlerFunc) http.Handler {
 }
 
 func (a *Agent) handleReady(w http.ResponseWriter, r *http.Request) {
-	if err := a.ping(r.Context()); err != nil {
+	a.mu.Lock()
+	running := a.state == StateRunning
+	a.mu.Unlock()
+	if !running || a.ping(r.Context()) != nil {
 		http.Error(w, "the server does not accept connections", http.StatusServiceUnavailable)
 		return
 	}

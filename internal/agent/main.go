@@ -53,6 +53,14 @@ func Main(cfg Config, log logr.Logger) error {
 	if err := a.stopServer(stopCtx); err != nil && runErr == nil {
 		runErr = err
 	}
+	// a clone that was cut short empties the data directory before the
+	// agent exits.
+	opDone := make(chan struct{})
+	go func() { a.op.Lock(); close(opDone) }()
+	select {
+	case <-opDone:
+	case <-stopCtx.Done():
+	}
 	shutCtx, shutCancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer shutCancel()
 	if err := hs.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {

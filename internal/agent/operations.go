@@ -1,13 +1,16 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -91,10 +94,13 @@ func (a *Agent) clone() {
 		"-h", a.cfg.PrimaryHost, "-p", strconv.Itoa(a.cfg.PrimaryPort), "-U", ReplicationUser,
 		"-X", "stream", "-c", "fast", "-w")
 	cmd.Env = append(os.Environ(), append(a.sslEnv(), "PGPASSFILE="+a.pgpass, "PGAPPNAME="+a.cfg.Pod)...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	var msg bytes.Buffer
+	cmd.Stdout, cmd.Stderr = os.Stdout, io.MultiWriter(os.Stderr, &msg)
 	err := a.reaper.start(cmd)
 	if err == nil {
-		err = a.reaper.wait(cmd)
+		if err = a.reaper.wait(cmd); err != nil {
+			err = fmt.Errorf("pg_basebackup: %w: %s", err, errorLine(msg.String()))
+		}
 	}
 	if err == nil {
 		err = os.Chmod(a.cfg.PGData, 0o700)
@@ -210,4 +216,16 @@ func (a *Agent) promote(ctx context.Context, req PromoteRequest) (Status, error)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// errorLine is the line of a command's output that says what failed: the
+// first that says "error", else the last.
+func errorLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, l := range lines {
+		if strings.Contains(l, "error") {
+			return l
+		}
+	}
+	return lines[len(lines)-1]
 }

@@ -158,7 +158,9 @@ func (a *Agent) watchReady(srv *server) {
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
-		if a.ping(a.ctx) != nil {
+		// the entrypoint execs the server: until the postmaster is srv's
+		// own process, what answers is initdb's temporary server.
+		if postmasterPID(a.cfg.PGData) != srv.cmd.Process.Pid || a.ping(a.ctx) != nil {
 			continue
 		}
 		a.mu.Lock()
