@@ -122,7 +122,9 @@ func (c *cluster) start(name string) *instance {
 	in := &instance{name: name, dir: filepath.Join(c.dir, name), exited: make(chan struct{})}
 	in.pgdata = filepath.Join(in.dir, "data")
 	c.mkdir(in.dir, 0o755)
-	c.mkdir(in.pgdata, 0o700)
+	if name == "db-0" {
+		c.mkdir(in.pgdata, 0o700) // an empty volume; the others' PGDATA, like the pods', does not exist yet
+	}
 	c.mkdir(filepath.Join(in.dir, "run"), 0o755)
 	c.mkdir(filepath.Join(in.dir, "tmp"), 0o700)
 	var err error

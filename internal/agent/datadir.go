@@ -45,6 +45,9 @@ func isEmpty(pgdata string) (bool, error) {
 // cannot be removed).
 func emptyDir(dir string) error {
 	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("emptying the data directory: %w", err)
 	}

@@ -34,9 +34,14 @@ var errBusy = &opError{code: http.StatusConflict, msg: "another bootstrap, demot
 func (a *Agent) status(ctx context.Context) Status {
 	a.mu.Lock()
 	s := Status{Pod: a.cfg.Pod, State: a.state, Message: a.message}
-	running := a.srv != nil
+	pid := 0
+	if a.srv != nil {
+		pid = a.srv.cmd.Process.Pid
+	}
 	a.mu.Unlock()
-	if running {
+	// initdb's temporary server answers on the same socket: only the
+	// server the agent runs says the instance's status.
+	if pid != 0 && postmasterPID(a.cfg.PGData) == pid {
 		q := s
 		if err := a.queryStatus(ctx, &q); err == nil {
 			return q
