@@ -21,6 +21,7 @@ func Main(cfg Config, log logr.Logger) error {
 	defer cancel()
 	a := newAgent(ctx, cfg, log)
 	go a.reaper.run(ctx)
+	go a.watchCerts(ctx)
 
 	var err error
 	if a.pgpass, err = writePgpass(cfg.ReplicationPassword); err != nil {
