@@ -37,7 +37,9 @@ func (a *Agent) watchCerts(ctx context.Context) {
 		a.mu.Lock()
 		srv := a.srv
 		a.mu.Unlock()
-		if srv == nil {
+		// before the entrypoint execs the server, srv is a shell that a
+		// SIGHUP would end.
+		if srv == nil || postmasterPID(a.cfg.PGData) != srv.cmd.Process.Pid {
 			continue
 		}
 		a.log.Info("The TLS files changed: reloading the server", "dir", a.cfg.TLSDir)
