@@ -69,6 +69,10 @@ type cluster struct {
 	gid    int
 	proxy  *forwarder
 	client agent.Client
+	// tlsDir, when set, is the agents' EnvTLSDir and serverArgs the TLS
+	// settings of their servers.
+	tlsDir     string
+	serverArgs []string
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -133,18 +137,23 @@ func (c *cluster) start(name string) *instance {
 	agentPort, err := framework.FreePort()
 	require.NoError(t, err)
 	in.url = "http://127.0.0.1:" + strconv.Itoa(agentPort)
+	if c.tlsDir != "" {
+		in.url = "https://127.0.0.1:" + strconv.Itoa(agentPort)
+	}
 	entrypoint, err := filepath.Abs("../../images/postgres/docker-entrypoint.sh")
 	require.NoError(t, err)
 
-	in.cmd = exec.Command(c.bin,
-		"--listen=127.0.0.1:"+strconv.Itoa(agentPort), "--port="+strconv.Itoa(in.port),
-		"--socket-dir="+filepath.Join(in.dir, "run"), "--primary-port="+strconv.Itoa(c.proxy.port), "--",
-		entrypoint, "postgres", "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "wal_log_hints=on")
+	args := []string{
+		"--listen=127.0.0.1:" + strconv.Itoa(agentPort), "--port=" + strconv.Itoa(in.port),
+		"--socket-dir=" + filepath.Join(in.dir, "run"), "--primary-port=" + strconv.Itoa(c.proxy.port), "--",
+		entrypoint, "postgres", "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "wal_log_hints=on"}
+	in.cmd = exec.Command(c.bin, append(args, c.serverArgs...)...)
 	in.cmd.Env = append(os.Environ(),
 		childEnv+"=1",
 		"PATH="+c.pgBin+":"+os.Getenv("PATH"),
 		"PGDATA="+in.pgdata,
 		"TMPDIR="+filepath.Join(in.dir, "tmp"),
+		"HOME="+in.dir, // libpq looks for a client certificate in ~/.postgresql
 		"POSTGRES_USER=postgres",
 		"POSTGRES_PASSWORD="+superPassword,
 		"POSTGRES_INITDB_ARGS=--auth-local=trust --auth-host=scram-sha-256 --no-sync",
@@ -152,6 +161,7 @@ func (c *cluster) start(name string) *instance {
 		agent.EnvToken+"="+token,
 		agent.EnvReplicationPassword+"="+replPassword,
 		agent.EnvPrimaryHost+"=127.0.0.1",
+		agent.EnvTLSDir+"="+c.tlsDir,
 	)
 	in.logPath = filepath.Join(c.dir, name+".log")
 	logFile, err := os.Create(in.logPath)
@@ -179,7 +189,7 @@ func (c *cluster) start(name string) *instance {
 		}
 	})
 	waitFor(t, func() bool {
-		resp, err := http.Get(in.url + agent.HealthPath)
+		resp, err := c.httpClient().Get(in.url + agent.HealthPath)
 		if err != nil {
 			return false
 		}
@@ -187,6 +197,13 @@ func (c *cluster) start(name string) *instance {
 		return resp.StatusCode == http.StatusOK
 	}, 20*time.Second, fmt.Sprintf("agent %s listening", name))
 	return in
+}
+
+func (c *cluster) httpClient() *http.Client {
+	if c.client.HTTP != nil {
+		return c.client.HTTP
+	}
+	return http.DefaultClient
 }
 
 func postmasterPID(pgdata string) int {
@@ -233,7 +250,7 @@ func sql(t *testing.T, in *instance) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s dbname=postgres sslmode=disable", in.port, superPassword))
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s dbname=postgres sslmode=prefer", in.port, superPassword))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
