@@ -23,6 +23,13 @@ import (
 )
 
 func main() {
+	if ok, err := subcommand(os.Args[1:]); ok {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)

@@ -1,0 +1,155 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dbkeeper/dbkeeper/test/framework"
+)
+
+// The replication line is appended to pg_hba.conf once, whatever its
+// spacing where it already is.
+func TestReplicationHBAIsAppendedOnce(t *testing.T) {
+	dir := t.TempDir()
+	hba := filepath.Join(dir, hbaFile)
+	require.NoError(t, os.WriteFile(hba, []byte("local all all trust\nhost all all all scram-sha-256"), 0o600))
+	changed, err := ensureReplicationHBA(dir)
+	require.NoError(t, err)
+	assert.True(t, changed)
+	changed, err = ensureReplicationHBA(dir)
+	require.NoError(t, err)
+	assert.False(t, changed)
+	b, _ := os.ReadFile(hba)
+	assert.Equal(t, 1, strings.Count(string(b), replicationHBA))
+	assert.True(t, strings.HasPrefix(string(b), "local all all trust\nhost all all all scram-sha-256\n"), "the existing lines are kept: %s", b)
+
+	require.NoError(t, os.WriteFile(hba, []byte("host  replication\tdbkeeper_replication all   scram-sha-256\n"), 0o600))
+	changed, err = ensureReplicationHBA(dir)
+	require.NoError(t, err)
+	assert.False(t, changed)
+}
+
+// The password file is private and escapes libpq's separators.
+func TestPgpass(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	path, err := writePgpass(`a:b\c`)
+	require.NoError(t, err)
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	b, _ := os.ReadFile(path)
+	assert.Equal(t, `*:*:*:dbkeeper_replication:a\:b\\c`+"\n", string(b))
+}
+
+// A standby streams from the primary host through its slot, named by its
+// pod, verifying the primary's certificate when the Database has TLS.
+func TestStandbyArgs(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, writeStandbySignal(dir))
+	a := &Agent{pgpass: "/tmp/p", cfg: Config{PGData: dir, Port: 5432, SocketDir: "/var/run/postgresql", PrimaryPort: 5432,
+		Command: []string{"docker-entrypoint.sh", "postgres"}, Pod: "db-1", PrimaryHost: "db.ns.svc", TLSDir: "/tls"}}
+	assert.Equal(t, []string{"docker-entrypoint.sh", "postgres", "-c", "port=5432", "-c", "unix_socket_directories=/var/run/postgresql",
+		"-c", "primary_conninfo=host='db.ns.svc' port=5432 user=dbkeeper_replication passfile='/tmp/p' application_name='db-1' sslmode=verify-full sslrootcert='/tls/ca.crt'",
+		"-c", "primary_slot_name=dbkeeper_db_1"}, a.serverArgs())
+	a.cfg.TLSDir = ""
+	assert.Contains(t, a.serverArgs()[7], "sslmode=prefer")
+	require.NoError(t, os.Remove(filepath.Join(dir, standbyFile)))
+	assert.Len(t, a.serverArgs(), 6, "a primary gets no streaming settings")
+}
+
+// copy-self writes an executable copy of the running binary, atomically.
+func TestCopySelf(t *testing.T) {
+	dir := t.TempDir()
+	dst, err := CopySelf(dir)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(dir, "manager"), dst)
+	self, _ := os.Executable()
+	want, _ := os.ReadFile(self)
+	got, _ := os.ReadFile(dst)
+	assert.True(t, bytes.Equal(want, got), "the copy differs from the binary")
+	fi, _ := os.Stat(dst)
+	assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
+	entries, _ := os.ReadDir(dir)
+	assert.Len(t, entries, 1, "a temporary file was left behind")
+	_, err = CopySelf(filepath.Join(dir, "missing"))
+	assert.Error(t, err)
+}
+
+// With a TLS directory the endpoint serves HTTPS with its certificate,
+// and a certificate renewed in place is served without a restart.
+func TestEndpointServesRenewedCertificate(t *testing.T) {
+	dir := t.TempDir()
+	writeCert(t, dir, 1, time.Now().Add(-time.Hour))
+	port, err := framework.FreePort()
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := newAgent(ctx, Config{Listen: "127.0.0.1:" + strconv.Itoa(port), TLSDir: dir, PGData: t.TempDir(), Token: "tok"}, logr.Discard())
+	hs, err := a.listen()
+	require.NoError(t, err)
+	go func() { _ = a.serve(hs) }()
+	defer hs.Close()
+
+	serial := func() int64 {
+		conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reads the certificate served
+		require.NoError(t, err)
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	}
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 5*time.Second, 20*time.Millisecond)
+	assert.EqualValues(t, 1, serial())
+	writeCert(t, dir, 2, time.Now())
+	assert.EqualValues(t, 2, serial(), "the renewed certificate is served")
+
+	// and the token is still needed over HTTPS.
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // test
+	resp, err := hc.Get("https://127.0.0.1:" + strconv.Itoa(port) + StatusPath)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	_, err = Client{HTTP: hc, Token: "tok"}.Status(ctx, "https://127.0.0.1:"+strconv.Itoa(port))
+	require.NoError(t, err)
+}
+
+func writeCert(t *testing.T, dir string, serial int64, mtime time.Time) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "db"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"db"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	for name, block := range map[string]*pem.Block{"tls.crt": {Type: "CERTIFICATE", Bytes: der}, "tls.key": {Type: "EC PRIVATE KEY", Bytes: kder}} {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, pem.EncodeToMemory(block), 0o600))
+		require.NoError(t, os.Chtimes(p, mtime, mtime))
+	}
+}

@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+)
+
+// Config is what the agent runs with: its flags and environment.
+type Config struct {
+	// Listen is the address of the agent's endpoint.
+	Listen string
+	// PGData is the data directory ($PGDATA).
+	PGData string
+	// SocketDir is the server's unix socket directory; the agent connects
+	// there as User.
+	SocketDir string
+	// Port is the local server's port (its socket's name, and the TCP port
+	// it listens on).
+	Port int
+	// PrimaryPort is the port of PrimaryHost standbys stream from.
+	PrimaryPort int
+	// Command is the image's entrypoint and the server's arguments; the
+	// agent appends the port, socket directory and, for a standby, the
+	// streaming settings.
+	Command []string
+
+	// The environment (api.go names it).
+	Pod                 string
+	Token               string
+	ReplicationPassword string
+	PrimaryHost         string
+	TLSDir              string
+	// User is the superuser the agent connects as ($POSTGRES_USER), over
+	// the socket; Password ($POSTGRES_PASSWORD) is offered when asked.
+	User     string
+	Password string
+}
+
+// ParseFlags reads the agent's flags from args (the words after `agent`,
+// the server's command after `--`) and its environment; bind, when set,
+// adds more flags (the logging ones).
+func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
+	c := Config{}
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	if bind != nil {
+		bind(fs)
+	}
+	fs.StringVar(&c.Listen, "listen", fmt.Sprintf(":%d", Port), "Address of the agent's endpoint (HTTPS when $"+EnvTLSDir+" is set).")
+	fs.StringVar(&c.SocketDir, "socket-dir", "/var/run/postgresql", "The server's unix socket directory.")
+	fs.IntVar(&c.Port, "port", 5432, "The local server's port.")
+	fs.IntVar(&c.PrimaryPort, "primary-port", 5432, "The port of $"+EnvPrimaryHost+", which standbys stream from and clone.")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.Command = fs.Args()
+	if len(c.Command) == 0 {
+		return c, errors.New("agent: no server command: manager agent [flags] -- docker-entrypoint.sh postgres ...")
+	}
+	c.PGData = os.Getenv("PGDATA")
+	if c.PGData == "" {
+		return c, errors.New("agent: $PGDATA is not set")
+	}
+	c.Pod = os.Getenv(EnvPodName)
+	c.Token = os.Getenv(EnvToken)
+	c.ReplicationPassword = os.Getenv(EnvReplicationPassword)
+	c.PrimaryHost = os.Getenv(EnvPrimaryHost)
+	c.TLSDir = os.Getenv(EnvTLSDir)
+	c.User = os.Getenv("POSTGRES_USER")
+	if c.User == "" {
+		c.User = "postgres"
+	}
+	c.Password = os.Getenv("POSTGRES_PASSWORD")
+	return c, nil
+}

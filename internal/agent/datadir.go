@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// The files of a data directory the agent reads or writes.
+const (
+	versionFile = "PG_VERSION"
+	standbyFile = "standby.signal"
+	hbaFile     = "pg_hba.conf"
+)
+
+// replicationHBA lets standbys stream as ReplicationUser with its password
+// (only for a Database without TLS: with TLS the hba file is the
+// operator's ConfigMap, which holds its own line).
+var replicationHBA = "host replication " + ReplicationUser + " all scram-sha-256"
+
+// hasCluster says the data directory holds a cluster.
+func hasCluster(pgdata string) bool {
+	fi, err := os.Stat(filepath.Join(pgdata, versionFile))
+	return err == nil && fi.Size() > 0
+}
+
+// isEmpty says the data directory is missing or has nothing in it.
+func isEmpty(pgdata string) (bool, error) {
+	entries, err := os.ReadDir(pgdata)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the data directory: %w", err)
+	}
+	return len(entries) == 0, nil
+}
+
+// emptyDir removes everything in dir, leaving dir itself (a volume's root
+// cannot be removed).
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("emptying the data directory: %w", err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("emptying the data directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// postmasterPID is the pid in the data directory's postmaster.pid, 0 when
+// there is none.
+func postmasterPID(pgdata string) int {
+	b, err := os.ReadFile(filepath.Join(pgdata, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	return pid
+}
+
+// isStandby says the data directory starts a standby.
+func isStandby(pgdata string) bool {
+	_, err := os.Stat(filepath.Join(pgdata, standbyFile))
+	return err == nil
+}
+
+// writeStandbySignal makes the next start of the server a standby's.
+func writeStandbySignal(pgdata string) error {
+	if err := os.WriteFile(filepath.Join(pgdata, standbyFile), nil, 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", standbyFile, err)
+	}
+	return nil
+}
+
+// ensureReplicationHBA appends replicationHBA to the data directory's
+// pg_hba.conf unless a line already says it; changed says it appended.
+func ensureReplicationHBA(pgdata string) (changed bool, err error) {
+	path := filepath.Join(pgdata, hbaFile)
+	f, err := os.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("reading %s: %w", hbaFile, err)
+	}
+	want := strings.Join(strings.Fields(replicationHBA), " ")
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.Join(strings.Fields(sc.Text()), " ") == want {
+			f.Close()
+			return false, nil
+		}
+	}
+	f.Close()
+	if err := sc.Err(); err != nil {
+		return false, fmt.Errorf("reading %s: %w", hbaFile, err)
+	}
+	f, err = os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return false, fmt.Errorf("writing %s: %w", hbaFile, err)
+	}
+	_, err = fmt.Fprintf(f, "\n# dbkeeper: standbys stream as %s\n%s\n", ReplicationUser, replicationHBA)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, fmt.Errorf("writing %s: %w", hbaFile, err)
+	}
+	return true, nil
+}
+
+// writePgpass writes a 0600 password file for ReplicationUser (libpq's
+// passfile) under the temporary directory and returns its path.
+func writePgpass(password string) (string, error) {
+	f, err := os.CreateTemp("", "dbkeeper-pgpass-")
+	if err != nil {
+		return "", fmt.Errorf("writing the replication password file: %w", err)
+	}
+	esc := strings.NewReplacer(`\`, `\\`, `:`, `\:`)
+	_, err = fmt.Fprintf(f, "*:*:*:%s:%s\n", ReplicationUser, esc.Replace(password))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o600)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("writing the replication password file: %w", err)
+	}
+	return f.Name(), nil
+}
+
+// conninfoValue quotes v for a libpq keyword/value string.
+func conninfoValue(v string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+}

@@ -1,0 +1,151 @@
+package agent
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+)
+
+// listen opens the endpoint's socket (HTTPS with the Database's server
+// certificate when EnvTLSDir is set).
+func (a *Agent) listen() (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+HealthPath, func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET "+ReadyPath, a.handleReady)
+	mux.Handle("GET "+StatusPath, a.authenticated(a.handleStatus))
+	mux.Handle("POST "+BootstrapPath, a.authenticated(a.handleBootstrap))
+	mux.Handle("POST "+DemotePath, a.authenticated(a.handleDemote))
+	mux.Handle("POST "+PromotePath, a.authenticated(a.handlePromote))
+	hs := &http.Server{Addr: a.cfg.Listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if a.cfg.TLSDir != "" {
+		certs := &certFiles{cert: filepath.Join(a.cfg.TLSDir, "tls.crt"), key: filepath.Join(a.cfg.TLSDir, "tls.key")}
+		if _, err := certs.get(nil); err != nil {
+			return nil, err
+		}
+		hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.get}
+	}
+	return hs, nil
+}
+
+// serve serves hs until it is shut down.
+func (a *Agent) serve(hs *http.Server) error {
+	ln, err := net.Listen("tcp", hs.Addr)
+	if err != nil {
+		return err
+	}
+	if hs.TLSConfig != nil {
+		err = hs.ServeTLS(ln, "", "")
+	} else {
+		err = hs.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// authenticated lets through requests bearing the agent token; an agent
+// without a token lets none through.
+func (a *Agent) authenticated(h http.HandlerFunc) http.Handler {
+	want := []byte("Bearer " + a.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if a.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		h(w, r)
+	})
+}
+
+func (a *Agent) handleReady(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	running := a.state == StateRunning
+	a.mu.Unlock()
+	if !running || a.ping(r.Context()) != nil {
+		http.Error(w, "the server does not accept connections", http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ok\n"))
+}
+
+func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, a.status(r.Context()))
+}
+
+func (a *Agent) handleBootstrap(w http.ResponseWriter, r *http.Request) {
+	var req BootstrapRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	if err := a.bootstrap(req); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, a.status(r.Context()))
+}
+
+func (a *Agent) handleDemote(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := a.requestContext(r)
+	defer cancel()
+	resp, err := a.demote(ctx)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (a *Agent) handlePromote(w http.ResponseWriter, r *http.Request) {
+	var req PromoteRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	ctx, cancel := a.requestContext(r)
+	defer cancel()
+	s, err := a.promote(ctx, req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s)
+}
+
+// requestContext is the context of a demote or promote: a caller that
+// hangs up does not stop it halfway, the agent's shutdown and a bound do.
+func (a *Agent) requestContext(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 3*time.Minute)
+	stop := context.AfterFunc(a.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	body := http.MaxBytesReader(w, r.Body, 1<<16)
+	if err := json.NewDecoder(body).Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		http.Error(w, "decoding the request: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var oe *opError
+	if errors.As(err, &oe) {
+		http.Error(w, oe.msg, oe.code)
+		return
+	}
+	http.Error(w, err.Error(), http.StatusInternalServerError)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Main runs the agent until SIGTERM or SIGINT, which stop the server and
+// return nil; it returns an error when the server exits on its own (the
+// kubelet then restarts the container).
+func Main(cfg Config, log logr.Logger) error {
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	a := newAgent(ctx, cfg, log)
+	go a.reaper.run(ctx)
+	go a.watchCerts(ctx)
+
+	var err error
+	if a.pgpass, err = writePgpass(cfg.ReplicationPassword); err != nil {
+		return err
+	}
+	defer os.Remove(a.pgpass)
+
+	hs, err := a.listen()
+	if err != nil {
+		return err
+	}
+	log.Info("Starting the agent", "pod", cfg.Pod, "listen", hs.Addr, "pgdata", cfg.PGData, "tls", cfg.TLSDir != "")
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- a.serve(hs) }()
+
+	a.begin()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("Shutting down")
+	case runErr = <-a.fatal:
+	case runErr = <-httpErr:
+	}
+	a.mu.Lock()
+	a.stopping = true
+	a.mu.Unlock()
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer stopCancel()
+	if err := a.stopServer(stopCtx); err != nil && runErr == nil {
+		runErr = err
+	}
+	// a clone that was cut short empties the data directory before the
+	// agent exits.
+	opDone := make(chan struct{})
+	go func() { a.op.Lock(); close(opDone) }()
+	select {
+	case <-opDone:
+	case <-stopCtx.Done():
+	}
+	shutCtx, shutCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer shutCancel()
+	if err := hs.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Error(err, "Stopping the endpoint")
+	}
+	if runErr != nil {
+		return fmt.Errorf("agent: %w", runErr)
+	}
+	log.Info("Stopped")
+	return nil
+}
+
+// begin starts the server of a data directory that holds a cluster, or
+// waits for a bootstrap request when it is empty.
+func (a *Agent) begin() {
+	if hasCluster(a.cfg.PGData) {
+		if err := a.startServer(StateStarting); err != nil {
+			a.fail(err)
+		}
+		return
+	}
+	empty, err := isEmpty(a.cfg.PGData)
+	switch {
+	case err != nil:
+		a.setState(StateFailed, err.Error())
+	case !empty:
+		a.setState(StateFailed, "the data directory is not empty and holds no cluster: it needs a person")
+	default:
+		a.log.Info("The data directory is empty: waiting for a bootstrap request")
+		a.setState(StateWaiting, "")
+	}
+}

@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// reaper starts the agent's children and, when the agent is PID 1, waits
+// for the orphans the kernel hands it (a backend's child whose parent
+// died), which would otherwise stay zombies. Its own children are waited
+// by exec.Cmd.Wait; the reaper only waits zombies it did not start, so the
+// two never race for one exit status.
+type reaper struct {
+	mu   sync.Mutex
+	mine map[int]bool
+}
+
+func newReaper() *reaper { return &reaper{mine: map[int]bool{}} }
+
+// start starts cmd and remembers it as the agent's own.
+func (r *reaper) start(cmd *exec.Cmd) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	r.mine[cmd.Process.Pid] = true
+	return nil
+}
+
+// wait waits for cmd, started by start.
+func (r *reaper) wait(cmd *exec.Cmd) error {
+	err := cmd.Wait()
+	r.mu.Lock()
+	delete(r.mine, cmd.Process.Pid)
+	r.mu.Unlock()
+	return err
+}
+
+// run reaps orphans on every SIGCHLD (and every few seconds, signals
+// coalesce) until ctx ends; it does nothing unless the agent is PID 1.
+func (r *reaper) run(ctx context.Context) {
+	if os.Getpid() != 1 {
+		return
+	}
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGCHLD)
+	defer signal.Stop(ch)
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		case <-tick.C:
+		}
+		r.reap()
+	}
+}
+
+// reap waits every zombie child of the agent that it did not start.
+func (r *reaper) reap() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	self := os.Getpid()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || r.mine[pid] {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// "pid (comm) S ppid ...": comm may hold anything, so split after
+		// its closing parenthesis.
+		s := string(stat)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) < 2 || fields[0] != "Z" || fields[1] != strconv.Itoa(self) {
+			continue
+		}
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	}
+}

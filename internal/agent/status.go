@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// queryTimeout bounds one status query (the server is local).
+const queryTimeout = 5 * time.Second
+
+// connect opens a connection to the local server over its unix socket as
+// the superuser (local trust; the password is offered when asked).
+func (a *Agent) connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable connect_timeout=3 application_name=dbkeeper-agent",
+		conninfoValue(a.cfg.SocketDir), a.cfg.Port, conninfoValue(a.cfg.User)))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the server: %w", err)
+	}
+	cfg.Password = a.cfg.Password
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the server: %w", err)
+	}
+	return c, nil
+}
+
+// statusSQL reads the server's role, positions, timeline and identity.
+// A primary's timeline is its current WAL file's; a standby's is the one
+// its WAL receiver streams, else its last checkpoint's.
+const statusSQL = `SELECT pg_is_in_recovery(),
+	(SELECT system_identifier::text FROM pg_control_system()),
+	CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_lsn()::text END,
+	COALESCE(pg_last_wal_receive_lsn()::text, ''),
+	COALESCE(pg_last_wal_replay_lsn()::text, ''),
+	CASE WHEN pg_is_in_recovery()
+		THEN COALESCE((SELECT received_tli FROM pg_stat_wal_receiver), (SELECT timeline_id FROM pg_control_checkpoint()))
+		ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END,
+	COALESCE((SELECT status FROM pg_stat_wal_receiver), '')`
+
+// queryStatus fills s from the running server.
+func (a *Agent) queryStatus(ctx context.Context, s *Status) error {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	var recovery bool
+	var tli int64
+	if err := c.QueryRow(ctx, statusSQL).Scan(&recovery, &s.SystemID, &s.CurrentLSN, &s.ReceivedLSN, &s.ReplayedLSN, &tli, &s.WALReceiver); err != nil {
+		return fmt.Errorf("reading the server's status: %w", err)
+	}
+	s.Role = RolePrimary
+	if recovery {
+		s.Role = RoleReplica
+	}
+	s.Timeline = uint32(tli)
+	s.Ready = true
+	return nil
+}
+
+// ping says whether the server accepts connections.
+func (a *Agent) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	return c.Ping(ctx)
+}
+
+// exec runs one statement on the local server.
+func (a *Agent) exec(ctx context.Context, sql string, args ...any) error {
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("running %q: %w", strings.Fields(sql)[0], err)
+	}
+	return nil
+}
+
+// diskStatus fills s from the data directory, for a server that does not
+// run: its role from standby.signal, its identity and timeline from
+// pg_control.
+func (a *Agent) diskStatus(ctx context.Context, s *Status) {
+	empty, err := isEmpty(a.cfg.PGData)
+	s.DataEmpty = err == nil && empty
+	if !hasCluster(a.cfg.PGData) {
+		return
+	}
+	s.Role = RolePrimary
+	if isStandby(a.cfg.PGData) {
+		s.Role = RoleReplica
+	}
+	cd, err := a.controlData(ctx)
+	if err != nil {
+		return
+	}
+	s.SystemID = cd["Database system identifier"]
+	if tli, err := strconv.ParseUint(cd["Latest checkpoint's TimeLineID"], 10, 32); err == nil {
+		s.Timeline = uint32(tli)
+	}
+}
+
+// controlData runs pg_controldata on the data directory and returns its
+// fields.
+func (a *Agent) controlData(ctx context.Context) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "pg_controldata", "-D", a.cfg.PGData)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	if err := a.reaper.start(cmd); err != nil {
+		return nil, fmt.Errorf("running pg_controldata: %w", err)
+	}
+	if err := a.reaper.wait(cmd); err != nil {
+		return nil, fmt.Errorf("running pg_controldata: %w: %s", err, bytes.TrimSpace(out.Bytes()))
+	}
+	fields := map[string]string{}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok {
+			fields[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return fields, nil
+}

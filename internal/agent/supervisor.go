@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Agent owns the postmaster and carries out the operator's requests.
+type Agent struct {
+	cfg    Config
+	log    logr.Logger
+	reaper *reaper
+	// pgpass is ReplicationUser's password file, for streaming and cloning.
+	pgpass string
+	// ctx ends when the agent shuts down; bootstraps run under it.
+	ctx context.Context
+
+	// op is held by the one bootstrap, demote or promote that runs; others
+	// are refused.
+	op sync.Mutex
+
+	mu       sync.Mutex
+	state    State
+	message  string
+	srv      *server
+	stopping bool
+	// fatal receives the reason the agent must exit: the postmaster
+	// exited on its own, or could not be started again.
+	fatal chan error
+}
+
+// server is one run of the image's command.
+type server struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once it exited
+	// expected, under Agent.mu, says the agent stopped it.
+	expected bool
+}
+
+// newAgent returns an agent for cfg.
+func newAgent(ctx context.Context, cfg Config, log logr.Logger) *Agent {
+	return &Agent{cfg: cfg, log: log, reaper: newReaper(), ctx: ctx, fatal: make(chan error, 1)}
+}
+
+func (a *Agent) setState(s State, msg string) {
+	a.mu.Lock()
+	a.state, a.message = s, msg
+	a.mu.Unlock()
+}
+
+func (a *Agent) fail(err error) {
+	a.setState(StateFailed, err.Error())
+	select {
+	case a.fatal <- err:
+	default:
+	}
+}
+
+// serverArgs is the image's command with the port, the socket directory
+// and, for a standby, where and how to stream from.
+func (a *Agent) serverArgs() []string {
+	args := append([]string{}, a.cfg.Command...)
+	args = append(args, "-c", "port="+strconv.Itoa(a.cfg.Port), "-c", "unix_socket_directories="+a.cfg.SocketDir)
+	if isStandby(a.cfg.PGData) {
+		args = append(args,
+			"-c", "primary_conninfo="+a.primaryConninfo(),
+			"-c", "primary_slot_name="+SlotName(a.cfg.Pod))
+	}
+	return args
+}
+
+// primaryConninfo is how a standby reaches the primary.
+func (a *Agent) primaryConninfo() string {
+	ci := fmt.Sprintf("host=%s port=%d user=%s passfile=%s application_name=%s",
+		conninfoValue(a.cfg.PrimaryHost), a.cfg.PrimaryPort, ReplicationUser, conninfoValue(a.pgpass), conninfoValue(a.cfg.Pod))
+	if a.cfg.TLSDir != "" {
+		return ci + " sslmode=verify-full sslrootcert=" + conninfoValue(a.cfg.TLSDir+"/ca.crt")
+	}
+	return ci + " sslmode=prefer"
+}
+
+// sslEnv is libpq's TLS environment for pg_basebackup.
+func (a *Agent) sslEnv() []string {
+	if a.cfg.TLSDir != "" {
+		return []string{"PGSSLMODE=verify-full", "PGSSLROOTCERT=" + a.cfg.TLSDir + "/ca.crt"}
+	}
+	return []string{"PGSSLMODE=prefer"}
+}
+
+// startServer runs the image's command (which runs initdb first on an
+// empty data directory) and watches it: once it accepts connections the
+// state is Running; if it exits without the agent asking, the agent fails.
+func (a *Agent) startServer(state State) error {
+	if a.cfg.TLSDir == "" && hasCluster(a.cfg.PGData) {
+		if _, err := ensureReplicationHBA(a.cfg.PGData); err != nil {
+			return err
+		}
+	}
+	args := a.serverArgs()
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), "PGPORT="+strconv.Itoa(a.cfg.Port))
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	srv := &server{cmd: cmd, done: make(chan struct{})}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopping {
+		return errors.New("the agent is shutting down")
+	}
+	if a.srv != nil {
+		return errors.New("the server already runs")
+	}
+	if err := a.reaper.start(cmd); err != nil {
+		return fmt.Errorf("starting %s: %w", args[0], err)
+	}
+	a.log.Info("Started the server", "pid", cmd.Process.Pid, "standby", isStandby(a.cfg.PGData))
+	a.srv, a.state, a.message = srv, state, ""
+	go a.watchExit(srv)
+	go a.watchReady(srv)
+	return nil
+}
+
+// watchExit waits for srv's exit; one the agent did not ask for fails it.
+func (a *Agent) watchExit(srv *server) {
+	err := a.reaper.wait(srv.cmd)
+	a.mu.Lock()
+	a.srv = nil
+	expected := srv.expected
+	a.mu.Unlock()
+	close(srv.done)
+	if expected {
+		a.log.Info("The server stopped", "exit", fmt.Sprint(err))
+		return
+	}
+	if err == nil {
+		err = errors.New("exit status 0")
+	}
+	a.log.Error(err, "The server exited on its own")
+	a.fail(fmt.Errorf("the server exited: %w", err))
+}
+
+// watchReady marks the agent Running once srv accepts connections, and
+// then makes sure its hba file lets standbys stream (the entrypoint's
+// initdb wrote it after the agent last could).
+func (a *Agent) watchReady(srv *server) {
+	for {
+		select {
+		case <-srv.done:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		// the entrypoint execs the server: until the postmaster is srv's
+		// own process, what answers is initdb's temporary server.
+		if postmasterPID(a.cfg.PGData) != srv.cmd.Process.Pid || a.ping(a.ctx) != nil {
+			continue
+		}
+		a.mu.Lock()
+		if a.srv == srv && (a.state == StateStarting || a.state == StateBootstrapping) {
+			a.state, a.message = StateRunning, ""
+		}
+		a.mu.Unlock()
+		a.log.Info("The server accepts connections")
+		if a.cfg.TLSDir == "" {
+			if changed, err := ensureReplicationHBA(a.cfg.PGData); err != nil {
+				a.log.Error(err, "Cannot let standbys stream")
+			} else if changed {
+				if err := a.exec(a.ctx, "SELECT pg_reload_conf()"); err != nil {
+					a.log.Error(err, "Cannot reload the hba file")
+				}
+			}
+		}
+		return
+	}
+}
+
+// stopServer fast-shuts the server down (SIGINT: sessions end, committed
+// WAL reaches connected standbys) and waits for it.
+func (a *Agent) stopServer(ctx context.Context) error {
+	a.mu.Lock()
+	srv := a.srv
+	if srv == nil {
+		a.mu.Unlock()
+		return nil
+	}
+	srv.expected = true
+	a.mu.Unlock()
+	a.log.Info("Stopping the server", "pid", srv.cmd.Process.Pid)
+	if err := srv.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stopping the server: %w", err)
+	}
+	select {
+	case <-srv.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stopping the server: %w", ctx.Err())
+	}
+}
