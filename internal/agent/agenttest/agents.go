@@ -171,6 +171,13 @@ func (a *Agents) Demote(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (
 	a.calls = append(a.calls, "demote "+pod.Name)
 	c.wal += 0x28 // the shutdown checkpoint
 	shutdown := c.wal
+	// A fast shutdown sends every WAL record, the checkpoint's too, to
+	// the standbys connected.
+	for _, o := range c.instances {
+		if o.role == agent.RoleReplica && !o.paused && !o.stopped {
+			o.replayed = shutdown
+		}
+	}
 	m.role, m.replayed = agent.RoleReplica, shutdown
 	return agent.DemoteResponse{ShutdownLSN: LSN(shutdown), Status: c.status(pod.Name)}, nil
 }
