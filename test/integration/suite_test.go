@@ -192,7 +192,7 @@ func markPodsReady(t *testing.T, db *dbv1.Database, n int, revision string) {
 			err := admin.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, pod)
 			if apierrors.IsNotFound(err) {
 				pod = &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name, Labels: resources.PodSelectorLabels(db)},
+					ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name, Labels: resources.Labels(db, resources.ComponentDatabase)},
 					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:17"}}},
 				}
 				pod.Labels[appsv1.ControllerRevisionHashLabelKey] = revision

@@ -64,10 +64,16 @@ type Operator struct {
 	// Options.RealInstances.
 	Servers *instancetest.Servers
 	// Agents are the in-memory agents of the instances, unless
-	// Options.RealInstances.
+	// Options.RealInstances; shared by the operators of the test process.
 	Agents *agenttest.Agents
 	stop   func()
 }
+
+// sharedAgents are the in-memory agents of every operator of the test
+// process: like the volumes they stand for, the instances' data outlives
+// an operator, so a restarted one finds the primary it left (they are
+// kept per Database UID).
+var sharedAgents = agenttest.New()
 
 // Start runs the manager against cfg until Stop is called or the test ends.
 func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
@@ -96,7 +102,7 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 	if !o.RealInstances {
 		servers = instancetest.New()
 		instances = servers
-		fakeAgents = agenttest.New()
+		fakeAgents = sharedAgents
 		agents = fakeAgents
 	}
 	mgr, err := manager.New(cfg, manager.Options{
