@@ -116,6 +116,8 @@ func (a PodAgents) client(ctx context.Context, db *dbv1.Database, pod *corev1.Po
 	}
 	host := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(agent.Port)))
 	transport := http.DefaultTransport.(*http.Transport).Clone()
+	// One transport per call: no idle connection may outlive it.
+	transport.DisableKeepAlives = true
 	base := "http://" + host
 	if resources.PodServesTLS(pod) {
 		cfg, err := a.serverTLS(ctx, db, PodHost(db, pod.Name))

@@ -473,6 +473,11 @@ func decideSwitchover(p *Plan, db *dbv1.Database, byName map[string]*Instance, p
 		}
 	case targetPrimary && oldPrimary:
 		msg("both report being the primary; neither is selected by the read-write Service")
+	case oldPrimary && p.SwitchoverLSN == "" && old.Agent.State != agent.StateRunning:
+		// A demote runs (a manager stopped during the call): its
+		// standbys do not stream meanwhile, so this is no reason to give
+		// up.
+		msg("waiting for %s, which is %s", p.CurrentPrimary, old.Agent.State)
 	case oldPrimary && p.SwitchoverLSN == "":
 		if target == nil || !target.streaming() {
 			// Nothing happened yet: give up rather than leave the
