@@ -8,7 +8,7 @@ import (
 )
 
 func TestParseControllers(t *testing.T) {
-	known := []string{"statefulset", "service", "secret", "backup", "tls", "cleanup", "readiness"}
+	known := []string{"statefulset", "service", "secret", "backup", "tls", "replication", "cleanup", "readiness"}
 	tests := []struct {
 		value   string
 		enabled []string
@@ -18,14 +18,14 @@ func TestParseControllers(t *testing.T) {
 		{value: "", enabled: known},
 		{value: "statefulset,service", enabled: []string{"statefulset", "service"}},
 		{value: " service , statefulset ", enabled: []string{"statefulset", "service"}},
-		{value: "*,-backup", enabled: []string{"statefulset", "service", "secret", "tls", "cleanup", "readiness"}},
-		{value: "-backup", enabled: []string{"statefulset", "service", "secret", "tls", "cleanup", "readiness"}},
-		{value: "-backup,-cleanup", enabled: []string{"statefulset", "service", "secret", "tls", "readiness"}},
-		{value: "-backup,*", enabled: []string{"statefulset", "service", "secret", "tls", "cleanup", "readiness"}},
+		{value: "*,-backup", enabled: []string{"statefulset", "service", "secret", "tls", "replication", "cleanup", "readiness"}},
+		{value: "-backup", enabled: []string{"statefulset", "service", "secret", "tls", "replication", "cleanup", "readiness"}},
+		{value: "-backup,-cleanup", enabled: []string{"statefulset", "service", "secret", "tls", "replication", "readiness"}},
+		{value: "-backup,*", enabled: []string{"statefulset", "service", "secret", "tls", "replication", "cleanup", "readiness"}},
 		{value: "backup,-backup", enabled: nil},
 		{value: "secret,-backup", enabled: []string{"secret"}},
 		{value: "*,readiness", enabled: known},
-		{value: "bogus", err: `unknown controller "bogus" in --controllers: valid controllers are statefulset, service, secret, backup, tls, cleanup, readiness (and * for all of them)`},
+		{value: "bogus", err: `unknown controller "bogus" in --controllers: valid controllers are statefulset, service, secret, backup, tls, replication, cleanup, readiness (and * for all of them)`},
 		{value: "*,-bogus", err: `unknown controller "bogus"`},
 		{value: "statefulset,", err: `invalid entry "" in --controllers`},
 		{value: "-", err: `invalid entry "-" in --controllers`},
@@ -48,7 +48,7 @@ func TestParseControllers(t *testing.T) {
 }
 
 func TestRegistryNames(t *testing.T) {
-	assert.Equal(t, []string{"statefulset", "service", "secret", "backup", "tls", "cleanup", "readiness"}, Names())
+	assert.Equal(t, []string{"statefulset", "service", "secret", "backup", "tls", "replication", "cleanup", "readiness"}, Names())
 	seen := map[string]bool{}
 	for _, c := range All() {
 		assert.False(t, seen[c.ConditionType()], "condition %s owned twice", c.ConditionType())

@@ -1,5 +1,6 @@
-// Package instance connects the manager to a Database's first instance
-// (pod <name>-0) as a login, usually its superuser from <name>-superuser:
+// Package instance connects the manager to a Database's primary instance
+// (status.replication.currentPrimary, pod <name>-0 before there is one)
+// as a login, usually its superuser from <name>-superuser:
 // what the secret controller needs to keep roles and passwords in line and
 // what other controllers need to run SQL such as SELECT pg_reload_conf()
 // (docs/design/roles-and-rotation.md, D2). It knows nothing of what the
@@ -8,7 +9,6 @@ package instance
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 
@@ -20,7 +20,6 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
-	"github.com/dbkeeper/dbkeeper/internal/pki"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 )
@@ -47,7 +46,8 @@ type Conn interface {
 
 // Connector connects to a Database's first instance.
 type Connector interface {
-	// Connect opens a session with instance 0 of db as login, in database
+	// Connect opens a session with the primary of db (PrimaryName) as
+	// login, in database
 	// (the engine's maintenance database when empty). An instance that
 	// cannot be reached yet is an error wrapping ErrNotReady.
 	Connect(ctx context.Context, db *dbv1.Database, login Login, database string) (Conn, error)
@@ -63,7 +63,8 @@ const SSLMode = "prefer"
 // names none: initdb's, which always exists.
 const maintenanceDatabase = "postgres"
 
-// Pods is the Connector of a running manager: it reads pod <name>-0 from
+// Pods is the Connector of a running manager: it reads the primary's pod
+// (PrimaryName) from
 // Pods (the manager's cache, which holds dbkeeper's labelled pods) and
 // connects to its IP with sqlconn, verifying a server with TLS with the CA
 // of the Database's TLS Secret, read with Secrets.
@@ -80,7 +81,7 @@ func (p Pods) Connect(ctx context.Context, db *dbv1.Database, login Login, datab
 	if err != nil {
 		return nil, err
 	}
-	name := resources.StatefulSetName(db) + "-0"
+	name := PrimaryName(db)
 	pod, err := apply.Live(ctx, p.Pods, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Pod{})
 	if err != nil {
 		return nil, fmt.Errorf("getting pod %s: %w", name, err)
@@ -104,7 +105,7 @@ func (p Pods) Connect(ctx context.Context, db *dbv1.Database, login Login, datab
 		SSLMode: SSLMode,
 	}
 	if resources.PodServesTLS(pod) {
-		if target.TLS, err = p.serverTLS(ctx, db); err != nil {
+		if target.TLS, err = caConfig(ctx, p.Secrets, db, PodHost(db, name)); err != nil {
 			return nil, err
 		}
 	}
@@ -115,22 +116,14 @@ func (p Pods) Connect(ctx context.Context, db *dbv1.Database, login Login, datab
 	return c, nil
 }
 
-// serverTLS is the verify-full configuration for db's instance 0: the CA
-// of its TLS Secret, the pod's DNS name under the headless Service.
-func (p Pods) serverTLS(ctx context.Context, db *dbv1.Database) (*tls.Config, error) {
-	name := resources.TLSSecretName(db)
-	sec := &corev1.Secret{}
-	if p.Secrets == nil {
-		return nil, fmt.Errorf("no reader for Secret %s", name)
+// PrimaryName is the instance (pod) of db that takes writes: the current
+// primary of status.replication, or instance 0 before the replication
+// controller has recorded one.
+func PrimaryName(db *dbv1.Database) string {
+	if r := db.Status.Replication; r != nil && r.CurrentPrimary != "" {
+		return r.CurrentPrimary
 	}
-	if err := p.Secrets.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
-		return nil, fmt.Errorf("getting Secret %s for the server's CA: %w", name, err)
-	}
-	cfg, err := pki.ClientConfig(sec.Data[resources.CACertKey], resources.RestorePodHost(db))
-	if err != nil {
-		return nil, fmt.Errorf("Secret %s, key %s: %w", name, resources.CACertKey, err)
-	}
-	return cfg, nil
+	return resources.InstanceName(db, 0)
 }
 
 // PodReady reports whether the pod's Ready condition is True.
@@ -160,7 +153,7 @@ func SuperuserLogin(ctx context.Context, reader client.Reader, db *dbv1.Database
 	return login, nil
 }
 
-// ConnectAsSuperuser opens a session with instance 0 of db as its
+// ConnectAsSuperuser opens a session with the primary of db as its
 // superuser (SuperuserLogin with reader), in database.
 func ConnectAsSuperuser(ctx context.Context, c Connector, reader client.Reader, db *dbv1.Database, database string) (Conn, error) {
 	login, err := SuperuserLogin(ctx, reader, db)

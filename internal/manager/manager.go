@@ -93,6 +93,10 @@ type Options struct {
 	// instance.Pods, to the pods' IPs. Tests without PostgreSQL (envtest,
 	// kwok) pass a stand-in.
 	Instances instance.Connector
+	// Agents reaches the agents of the Databases' instances; nil means
+	// instance.PodAgents, at the pods' IPs. Tests without agents (envtest,
+	// kwok) pass a stand-in.
+	Agents instance.Agents
 	// SkipNameValidation lets several managers with the same controllers run
 	// in one process, as the integration tests do.
 	SkipNameValidation bool
@@ -161,7 +165,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("adding the Secret metadata cache: %w", err)
 	}
 	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines,
-		Instances: instances, SecretMetadata: secrets,
+		Instances: instances, Agents: o.Agents, SecretMetadata: secrets,
 		TLSCertDuration: o.TLSCertDuration, SkipTLSServerProbe: o.SkipTLSServerProbe}); err != nil {
 		return nil, err
 	}

@@ -151,7 +151,7 @@ func TestConvergedDatabaseGetsNoWrites(t *testing.T) {
 			annotated := getDatabase(t, db).ResourceVersion
 			require.EventuallyWithT(t, func(c *assert.CollectT) {
 				now := reconcileCounts(t)
-				for _, name := range []string{"statefulset", "service", "secret", "backup", "tls", "cleanup", "readiness"} {
+				for _, name := range []string{"statefulset", "service", "secret", "backup", "tls", "replication", "cleanup", "readiness"} {
 					assert.Greater(c, now[name], counts[name], "controller %s has not reconciled since the poke", name)
 				}
 			}, timeout, tick)
@@ -182,7 +182,7 @@ func TestRestartedOperatorWritesNothing(t *testing.T) {
 	annotated := getDatabase(t, db).ResourceVersion
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		now := reconcileCounts(t)
-		for _, name := range []string{"statefulset", "service", "secret", "backup", "tls", "cleanup", "readiness"} {
+		for _, name := range []string{"statefulset", "service", "secret", "backup", "tls", "replication", "cleanup", "readiness"} {
 			assert.Greater(c, now[name], counts[name], "controller %s has not reconciled since the restart", name)
 		}
 	}, timeout, tick)

@@ -19,6 +19,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -174,6 +176,36 @@ func markStatefulSetReady(t *testing.T, db *dbv1.Database) {
 		}
 		assert.NoError(c, admin.Status().Update(context.Background(), sts))
 	}, timeout, tick)
+	markPodsReady(t, db, int(*sts.Spec.Replicas), sts.Name+"-1")
+}
+
+// markPodsReady plays the StatefulSet controller and kubelet for the
+// replication controller: the engine pods exist, with an IP, Ready, at
+// revision; their agents are the operator's in-memory ones.
+func markPodsReady(t *testing.T, db *dbv1.Database, n int, revision string) {
+	t.Helper()
+	ctx := context.Background()
+	for ord := range n {
+		name := resources.InstanceName(db, ord)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			pod := &corev1.Pod{}
+			err := admin.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, pod)
+			if apierrors.IsNotFound(err) {
+				pod = &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name, Labels: resources.Labels(db, resources.ComponentDatabase)},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:17"}}},
+				}
+				pod.Labels[appsv1.ControllerRevisionHashLabelKey] = revision
+				err = admin.Create(ctx, pod)
+			}
+			if !assert.NoError(c, err) {
+				return
+			}
+			pod.Status.PodIP = fmt.Sprintf("198.18.0.%d", 10+ord)
+			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+			assert.NoError(c, admin.Status().Update(ctx, pod))
+		}, timeout, tick)
+	}
 }
 
 // convergeReady creates the Database, fakes its StatefulSet ready and waits

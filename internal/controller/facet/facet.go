@@ -49,6 +49,10 @@ type Options struct {
 	// Instances connects to the Databases' servers (instance 0) for the
 	// controllers that run SQL in them.
 	Instances instance.Connector
+	// Agents reaches the agents of the Databases' instances, for the
+	// replication controller; nil means instance.PodAgents (the pods'
+	// IPs). Tests without agents (envtest, kwok) pass a stand-in.
+	Agents instance.Agents
 	// SecretMetadata is a cache of the metadata of every Secret in the
 	// watched namespaces, labelled or not (manager.SecretMetadataCacheOptions),
 	// for the watch of the users' Secrets; nil where no such watch runs.

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 
@@ -41,6 +42,8 @@ type server struct {
 	databases map[string]string // name → owner
 	sets      int
 	reloads   int
+	// slots are the physical replication slots, by name.
+	slots map[string]bool
 }
 
 // New returns Servers with no server yet.
@@ -166,6 +169,10 @@ var (
 	ownerRE    = regexp.MustCompile(`^ALTER DATABASE "(.*)" OWNER TO "(.*)"$`)
 	doRoleRE   = regexp.MustCompile(`r name := ''(.*?)'';`)
 	doLegacyRE = regexp.MustCompile(`legacy name := ''(.*?)'';`)
+	createRE   = regexp.MustCompile(`^CREATE ROLE "(.*)" WITH LOGIN REPLICATION PASSWORD '(.*)'$`)
+	slotsRE    = regexp.MustCompile(`^SELECT .* FROM pg_catalog\.pg_replication_slots WHERE slot_name LIKE 'dbkeeper\\_%'$`)
+	addSlotRE  = regexp.MustCompile(`^SELECT pg_catalog\.pg_create_physical_replication_slot\('(.*)', true\)$`)
+	dropSlotRE = regexp.MustCompile(`^SELECT pg_catalog\.pg_drop_replication_slot\('(.*)'\)$`)
 )
 
 func (c *conn) Close(context.Context) error { return nil }
@@ -199,6 +206,15 @@ func (c *conn) QueryValue(_ context.Context, sql string) (*string, bool, error) 
 		}
 		return nil, false, nil
 	}
+	if slotsRE.MatchString(sql) {
+		var names []string
+		for n := range c.srv.slots {
+			names = append(names, n+"=false")
+		}
+		sort.Strings(names)
+		v := strings.Join(names, ",")
+		return &v, true, nil
+	}
 	return nil, false, &pgconn.PgError{Severity: "ERROR", Code: "0A000", Message: "instancetest: query not understood"}
 }
 
@@ -215,6 +231,30 @@ func (c *conn) Exec(_ context.Context, sql string) ([]string, error) {
 		}
 		r.verifier = m[2]
 		srv.sets++
+		return nil, nil
+	case createRE.MatchString(sql):
+		m := createRE.FindStringSubmatch(sql)
+		if srv.roles[m[1]] != nil {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "42710", Message: fmt.Sprintf("role %q already exists", m[1])}
+		}
+		srv.roles[m[1]] = &role{verifier: m[2]}
+		return nil, nil
+	case addSlotRE.MatchString(sql):
+		m := addSlotRE.FindStringSubmatch(sql)
+		if srv.slots[m[1]] {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "42710", Message: fmt.Sprintf("replication slot %q already exists", m[1])}
+		}
+		if srv.slots == nil {
+			srv.slots = map[string]bool{}
+		}
+		srv.slots[m[1]] = true
+		return nil, nil
+	case dropSlotRE.MatchString(sql):
+		m := dropSlotRE.FindStringSubmatch(sql)
+		if !srv.slots[m[1]] {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "42704", Message: fmt.Sprintf("replication slot %q does not exist", m[1])}
+		}
+		delete(srv.slots, m[1])
 		return nil, nil
 	case createDBRE.MatchString(sql):
 		m := createDBRE.FindStringSubmatch(sql)
@@ -259,4 +299,18 @@ func (c *conn) Exec(_ context.Context, sql string) ([]string, error) {
 		return notices, nil
 	}
 	return nil, &pgconn.PgError{Severity: "ERROR", Code: "0A000", Message: "instancetest: statement not understood"}
+}
+
+// Slots are the replication slots on the server of db, sorted.
+func (s *Servers) Slots(db *dbv1.Database) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	if srv := s.servers[types.NamespacedName{Namespace: db.Namespace, Name: db.Name}]; srv != nil {
+		for n := range srv.slots {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
 
+	"github.com/dbkeeper/dbkeeper/internal/agent/agenttest"
 	"github.com/dbkeeper/dbkeeper/internal/controller"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
@@ -42,9 +43,10 @@ type Options struct {
 	// MetricsSecure serves it over HTTPS to authorized callers only
 	// (--metrics-secure), checked with cfg's credentials.
 	MetricsSecure bool
-	// RealInstances connects to the Databases' real servers (the pods'
-	// IPs), as the manager does; without it (envtest and kwok run no
-	// PostgreSQL) the operator talks to in-memory servers, Operator.Servers.
+	// RealInstances connects to the Databases' real servers and agents
+	// (the pods' IPs), as the manager does; without it (envtest and kwok
+	// run no PostgreSQL and no agent) the operator talks to in-memory
+	// servers and agents, Operator.Servers and Operator.Agents.
 	RealInstances bool
 	// SkipTLSServerProbe keeps the tls controller from connecting to the
 	// engine pods (--tls-server-probe=false): for fake nodes.
@@ -61,8 +63,17 @@ type Operator struct {
 	// Servers are the in-memory servers the operator reaches, unless
 	// Options.RealInstances.
 	Servers *instancetest.Servers
-	stop    func()
+	// Agents are the in-memory agents of the instances, unless
+	// Options.RealInstances; shared by the operators of the test process.
+	Agents *agenttest.Agents
+	stop   func()
 }
+
+// sharedAgents are the in-memory agents of every operator of the test
+// process: like the volumes they stand for, the instances' data outlives
+// an operator, so a restarted one finds the primary it left (they are
+// kept per Database UID).
+var sharedAgents = agenttest.New()
 
 // Start runs the manager against cfg until Stop is called or the test ends.
 func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
@@ -86,12 +97,17 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 	writes := &WriteLog{}
 	var servers *instancetest.Servers
 	var instances instance.Connector
+	var fakeAgents *agenttest.Agents
+	var agents instance.Agents
 	if !o.RealInstances {
 		servers = instancetest.New()
 		instances = servers
+		fakeAgents = sharedAgents
+		agents = fakeAgents
 	}
 	mgr, err := manager.New(cfg, manager.Options{
 		Instances:              instances,
+		Agents:                 agents,
 		Controllers:            set,
 		WatchNamespaces:        o.Namespaces,
 		MetricsBindAddress:     o.MetricsBindAddress,
@@ -109,7 +125,7 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	var once sync.Once
-	op := &Operator{Writes: writes, Servers: servers}
+	op := &Operator{Writes: writes, Servers: servers, Agents: fakeAgents}
 	op.stop = func() {
 		once.Do(func() {
 			cancel()

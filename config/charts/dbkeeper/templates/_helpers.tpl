@@ -41,7 +41,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/* --controllers: "*" when all are on, else "*,-a,-b". The order is the manager's registry order. */}}
 {{- define "dbkeeper.controllers" -}}
 {{- $off := list -}}
-{{- range $name := list "statefulset" "service" "secret" "backup" "tls" "cleanup" "readiness" -}}
+{{- range $name := list "statefulset" "service" "secret" "backup" "tls" "replication" "cleanup" "readiness" -}}
 {{- if not (index $.Values.controllers $name).enabled -}}
 {{- $off = append $off (printf "-%s" $name) -}}
 {{- end -}}

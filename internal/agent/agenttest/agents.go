@@ -1,0 +1,281 @@
+// Package agenttest is an in-memory stand-in for the agents of Databases'
+// instances, for the tests that run no agent (unit tests, envtest, kwok):
+// an instance has no data until it is bootstrapped, becomes the primary on
+// initdb and a streaming standby of the primary on clone; demote and
+// promote change roles, timelines and positions as a real switchover
+// does. Instances are kept per Database (by UID) and pod name, so an
+// instance keeps its data when its pod is replaced, as with a volume.
+package agenttest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
+)
+
+// Agents is an instance.Agents of in-memory instances.
+type Agents struct {
+	mu       sync.Mutex
+	clusters map[types.UID]*cluster
+	// Calls records every bootstrap, demote and promote, as
+	// "<verb> <pod>[ <mode>]", in order.
+	calls []string
+}
+
+type cluster struct {
+	systemID  string
+	wal       uint64
+	timeline  uint32
+	instances map[string]*member
+}
+
+type member struct {
+	role        agent.Role
+	timeline    uint32
+	replayed    uint64
+	unreachable bool
+	stopped     bool
+	// paused: the WAL receiver does not run, so replay falls behind.
+	paused bool
+}
+
+// New returns Agents with no instance yet.
+func New() *Agents { return &Agents{clusters: map[types.UID]*cluster{}} }
+
+var _ instance.Agents = (*Agents)(nil)
+
+func (a *Agents) cluster(db *dbv1.Database) *cluster {
+	c := a.clusters[db.UID]
+	if c == nil {
+		c = &cluster{instances: map[string]*member{}}
+		a.clusters[db.UID] = c
+	}
+	return c
+}
+
+// primary is the running primary of c, when exactly one runs.
+func (c *cluster) primary() (string, *member) {
+	var name string
+	var found *member
+	for n, m := range c.instances {
+		if m.role == agent.RolePrimary && !m.stopped {
+			if found != nil {
+				return "", nil
+			}
+			name, found = n, m
+		}
+	}
+	return name, found
+}
+
+// LSN formats a position the way PostgreSQL does.
+func LSN(pos uint64) string { return fmt.Sprintf("%X/%X", pos>>32, uint32(pos)) }
+
+func (c *cluster) status(pod string) agent.Status {
+	m := c.instances[pod]
+	if m == nil || m.role == "" {
+		return agent.Status{Pod: pod, State: agent.StateWaiting, DataEmpty: true}
+	}
+	s := agent.Status{Pod: pod, State: agent.StateRunning, Role: m.role, SystemID: c.systemID, Timeline: m.timeline, Ready: true}
+	if m.stopped {
+		s.State, s.Ready, s.Message = agent.StateFailed, false, "the server is stopped"
+		return s
+	}
+	if m.role == agent.RolePrimary {
+		s.CurrentLSN = LSN(c.wal)
+		return s
+	}
+	if _, p := c.primary(); p != nil && !m.paused {
+		// Streaming: a standby follows the primary onto its timeline.
+		m.replayed, m.timeline = c.wal, p.timeline
+		s.Timeline, s.WALReceiver = m.timeline, "streaming"
+	}
+	s.ReceivedLSN, s.ReplayedLSN = LSN(m.replayed), LSN(m.replayed)
+	return s
+}
+
+func refused(code int, format string, args ...any) error {
+	return &agent.Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func (a *Agents) reach(db *dbv1.Database, pod *corev1.Pod) (*cluster, error) {
+	c := a.cluster(db)
+	if m := c.instances[pod.Name]; m != nil && m.unreachable {
+		return nil, fmt.Errorf("GET https://%s:%d%s: connection refused", pod.Status.PodIP, agent.Port, agent.StatusPath)
+	}
+	return c, nil
+}
+
+// Status implements instance.Agents.
+func (a *Agents) Status(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.reach(db, pod)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	return c.status(pod.Name), nil
+}
+
+// Bootstrap implements instance.Agents.
+func (a *Agents) Bootstrap(_ context.Context, db *dbv1.Database, pod *corev1.Pod, mode agent.BootstrapMode) (agent.Status, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.reach(db, pod)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	if m := c.instances[pod.Name]; m != nil && m.role != "" {
+		return agent.Status{}, refused(http.StatusConflict, "the data directory of %s is not empty", pod.Name)
+	}
+	a.calls = append(a.calls, fmt.Sprintf("bootstrap %s %s", pod.Name, mode))
+	switch mode {
+	case agent.BootstrapInitdb:
+		if c.systemID == "" {
+			c.systemID = fmt.Sprintf("74%017d", len(a.clusters))
+		}
+		c.wal, c.timeline = 0x3000060, 1
+		c.instances[pod.Name] = &member{role: agent.RolePrimary, timeline: 1, unreachable: c.instances[pod.Name] != nil && c.instances[pod.Name].unreachable}
+	case agent.BootstrapClone:
+		if _, p := c.primary(); p == nil {
+			return agent.Status{}, refused(http.StatusServiceUnavailable, "no primary to clone")
+		}
+		c.wal += 0x1000
+		c.instances[pod.Name] = &member{role: agent.RoleReplica, timeline: c.timeline, replayed: c.wal}
+	default:
+		return agent.Status{}, refused(http.StatusBadRequest, "unknown mode %q", mode)
+	}
+	return c.status(pod.Name), nil
+}
+
+// Demote implements instance.Agents.
+func (a *Agents) Demote(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.DemoteResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.reach(db, pod)
+	if err != nil {
+		return agent.DemoteResponse{}, err
+	}
+	m := c.instances[pod.Name]
+	if m == nil || m.role != agent.RolePrimary {
+		return agent.DemoteResponse{}, refused(http.StatusConflict, "%s is not a primary", pod.Name)
+	}
+	a.calls = append(a.calls, "demote "+pod.Name)
+	c.wal += 0x28 // the shutdown checkpoint
+	shutdown := c.wal
+	// A fast shutdown sends every WAL record, the checkpoint's too, to
+	// the standbys connected.
+	for _, o := range c.instances {
+		if o.role == agent.RoleReplica && !o.paused && !o.stopped {
+			o.replayed = shutdown
+		}
+	}
+	m.role, m.replayed = agent.RoleReplica, shutdown
+	return agent.DemoteResponse{ShutdownLSN: LSN(shutdown), Status: c.status(pod.Name)}, nil
+}
+
+// Promote implements instance.Agents.
+func (a *Agents) Promote(_ context.Context, db *dbv1.Database, pod *corev1.Pod, minReplayedLSN string) (agent.Status, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.reach(db, pod)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	m := c.instances[pod.Name]
+	if m == nil || m.role != agent.RoleReplica {
+		return agent.Status{}, refused(http.StatusConflict, "%s is not a standby", pod.Name)
+	}
+	if minReplayedLSN != "" {
+		min, err := ParseLSN(minReplayedLSN)
+		if err != nil {
+			return agent.Status{}, refused(http.StatusBadRequest, "%v", err)
+		}
+		if m.replayed < min {
+			return agent.Status{}, refused(http.StatusConflict, "%s replayed %s, not %s", pod.Name, LSN(m.replayed), minReplayedLSN)
+		}
+	}
+	a.calls = append(a.calls, "promote "+pod.Name)
+	c.timeline++
+	c.wal += 0x60
+	m.role, m.timeline = agent.RolePrimary, c.timeline
+	return c.status(pod.Name), nil
+}
+
+// ParseLSN reads a position written the way PostgreSQL does.
+func ParseLSN(s string) (uint64, error) {
+	var hi, lo uint32
+	if _, err := fmt.Sscanf(s, "%X/%X", &hi, &lo); err != nil {
+		return 0, fmt.Errorf("invalid LSN %q", s)
+	}
+	return uint64(hi)<<32 | uint64(lo), nil
+}
+
+// Calls returns the bootstrap, demote and promote calls so far.
+func (a *Agents) Calls() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.calls...)
+}
+
+// SetUnreachable makes the agent of pod answer nothing (or again).
+func (a *Agents) SetUnreachable(db *dbv1.Database, pod string, unreachable bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.cluster(db)
+	m := c.instances[pod]
+	if m == nil {
+		m = &member{}
+		c.instances[pod] = m
+	}
+	m.unreachable = unreachable
+}
+
+// SetPaused stops (or restarts) the WAL receiver of the standby pod: it
+// reports no streaming and its replay falls behind the primary.
+func (a *Agents) SetPaused(db *dbv1.Database, pod string, paused bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m := a.cluster(db).instances[pod]; m != nil {
+		m.paused = paused
+	}
+}
+
+// SetStopped makes the server of pod stop (not streaming, not ready) or
+// run again.
+func (a *Agents) SetStopped(db *dbv1.Database, pod string, stopped bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m := a.cluster(db).instances[pod]; m != nil {
+		m.stopped = stopped
+	}
+}
+
+// Write advances the primary's WAL position by n bytes, as writes do;
+// standbys catch up on their next status.
+func (a *Agents) Write(db *dbv1.Database, n uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.cluster(db).wal += n
+}
+
+// Roles maps each instance of db with data to its role.
+func (a *Agents) Roles(db *dbv1.Database) map[string]agent.Role {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]agent.Role{}
+	for n, m := range a.cluster(db).instances {
+		if m.role != "" {
+			out[n] = m.role
+		}
+	}
+	return out
+}

@@ -1,0 +1,570 @@
+// Package replication is the controller of a Database's replication
+// topology: it learns from the instances' agents which instance is the
+// primary and what each reports, bootstraps the first primary and clones
+// the standbys, keeps the replication role and one slot per standby on the
+// primary, labels the pods with their role (the read-write Service selects
+// the primary, the read-only one the replicas), and carries out
+// switchovers and OnDelete rollouts. It owns the ReplicationReady
+// condition and status.replication. Every decision is Decide's, a pure
+// function of status and the agents' answers, one step per reconcile.
+package replication
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/apply"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "replication"
+
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Event reasons of the controller.
+const (
+	ReasonBootstrapped        = "Bootstrapped"
+	ReasonCloning             = "Cloning"
+	ReasonSwitchoverStarted   = "SwitchoverStarted"
+	ReasonSwitchoverAbandoned = "SwitchoverAbandoned"
+	ReasonDemoted             = "Demoted"
+	ReasonPromoted            = "Promoted"
+	ReasonSwitchoverCompleted = "SwitchoverCompleted"
+	ReasonPodDeleted          = "PodDeleted"
+	ReasonRoleLabelled        = "RoleLabelled"
+)
+
+// How often the agents are polled: while something changes, and when all
+// is steady.
+const (
+	pollChanging = 2 * time.Second
+	pollSteady   = 15 * time.Second
+)
+
+// Controller is the replication controller.
+type Controller struct{}
+
+// New returns the replication controller.
+func New() Controller { return Controller{} }
+
+// Name implements controller.Controller.
+func (Controller) Name() string { return Name }
+
+// ConditionType implements controller.Controller.
+func (Controller) ConditionType() string { return dbv1.ConditionReplicationReady }
+
+// SetupWithManager implements controller.Controller.
+func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
+	w := facet.NewWriter(mgr, Name)
+	agents := o.Agents
+	if agents == nil {
+		agents = instance.PodAgents{Secrets: mgr.GetAPIReader()}
+	}
+	s := &syncer{client: mgr.GetClient(), reader: mgr.GetAPIReader(), writer: w, agents: agents, instances: o.Instances, now: time.Now}
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		For(&dbv1.Database{}, facet.ForDatabase()).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentDatabase)),
+			builder.WithPredicates(podChanged())).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &dbv1.Database{})).
+		WithOptions(facet.ControllerOptions(o)).
+		Complete(r)
+}
+
+// SetupDisabled implements controller.Controller.
+func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
+	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
+}
+
+// podChanged lets through the pod events that can change the topology:
+// readiness, IP, labels, deletion.
+func podChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, okOld := e.ObjectOld.(*corev1.Pod)
+			updated, okNew := e.ObjectNew.(*corev1.Pod)
+			if !okOld || !okNew {
+				return true
+			}
+			return old.Status.PodIP != updated.Status.PodIP || instance.PodReady(old) != instance.PodReady(updated) ||
+				old.Labels[dbv1.LabelRole] != updated.Labels[dbv1.LabelRole] ||
+				old.Labels[appsv1.ControllerRevisionHashLabelKey] != updated.Labels[appsv1.ControllerRevisionHashLabelKey] ||
+				old.DeletionTimestamp.IsZero() != updated.DeletionTimestamp.IsZero()
+		},
+	}
+}
+
+// syncer keeps the replication topology.
+type syncer struct {
+	client client.Client
+	// reader reads Secrets from the API server (the cache holds only
+	// their metadata).
+	reader    client.Reader
+	writer    *facet.Writer
+	agents    instance.Agents
+	instances instance.Connector
+	now       func() time.Time
+	// ensured maps each Database to the fingerprint of the SQL state last
+	// ensured on its primary (primary, password, slots).
+	ensured sync.Map
+	// started maps each Database to when its running switchover started,
+	// for the summary Event (lost on restart).
+	started sync.Map
+}
+
+// Sync implements facet.Syncer.
+func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
+	in, pods, err := s.observe(ctx, db)
+	if err != nil {
+		return facet.Outcome{}, err
+	}
+	plan := Decide(in)
+	out := facet.Outcome{Condition: plan.Condition, Status: statusOf(plan), RequeueAfter: pollSteady}
+	if plan.Changing {
+		out.RequeueAfter = pollChanging
+	}
+	t := dbv1.ConditionReplicationReady
+
+	// Status first where it guards what follows: the switchover's target
+	// is recorded before anything is demoted, the new primary before
+	// the labels and SQL follow it.
+	switch plan.Action.Kind {
+	case ActStartSwitchover:
+		s.started.Store(db.UID, s.now())
+		if err := s.writer.ApplyCondition(ctx, db, plan.Condition, out.Status); err != nil {
+			return facet.Outcome{}, err
+		}
+		s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonSwitchoverStarted, "Switchover",
+			"Switching over from %s to %s: %s", plan.Action.From, plan.Action.Pod, plan.Action.Why)
+		return out, nil
+	case ActAbortSwitchover:
+		s.started.Delete(db.UID)
+		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonSwitchoverAbandoned, "Switchover",
+			"Gave up the switchover from %s to %s before demoting anything: %s", plan.Action.From, plan.Action.Pod, plan.Action.Why)
+	case ActFinishSwitchover, ActRecordLSN:
+		if err := s.writer.ApplyCondition(ctx, db, plan.Condition, out.Status); err != nil {
+			return facet.Outcome{}, err
+		}
+		db = db.DeepCopy()
+		if db.Status.Replication == nil {
+			db.Status.Replication = &dbv1.ReplicationStatus{}
+		}
+		db.Status.Replication.CurrentPrimary = plan.CurrentPrimary
+		db.Status.Replication.SwitchoverLSN = plan.SwitchoverLSN
+	}
+
+	if err := s.applyLabels(ctx, db, pods, plan.Labels); err != nil {
+		return facet.Outcome{}, err
+	}
+
+	if plan.EnsureSQL {
+		if msg, err := s.ensureSQL(ctx, db, plan); err != nil {
+			out.Condition = conditions.False(t, dbv1.ReasonInstanceUnhealthy,
+				fmt.Sprintf("keeping the replication role and slots on the primary %s failed: %s", plan.CurrentPrimary, conditions.Quote(err.Error(), 300)))
+			out.RequeueAfter = pollChanging
+			return out, nil
+		} else if msg != "" {
+			if plan.Action.Kind == ActBootstrapClone {
+				plan.Action = Action{}
+			}
+			if out.Condition.Status == "True" {
+				out.Condition = conditions.False(t, dbv1.ReasonInstanceUnhealthy, msg)
+			} else {
+				out.Condition.Message += "; " + msg
+			}
+			out.RequeueAfter = pollChanging
+		}
+	}
+
+	if err := s.act(ctx, db, &plan, pods); err != nil {
+		log.FromContext(ctx).Info("Replication step failed, retrying", "action", plan.Action.Kind, "pod", plan.Action.Pod, "error", err.Error())
+		out.Condition.Message += fmt.Sprintf("; %s of %s failed: %s", plan.Action.Kind, plan.Action.Pod, conditions.Quote(err.Error(), 300))
+		out.RequeueAfter = pollChanging
+	}
+	out.Status = statusOf(plan)
+	return out, nil
+}
+
+// observe reads the pods and the StatefulSet and asks every pod's agent.
+func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[string]*corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := s.client.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingLabels(resources.PodSelectorLabels(db))); err != nil {
+		return Input{}, nil, fmt.Errorf("listing the pods: %w", err)
+	}
+	sts, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}, &appsv1.StatefulSet{})
+	if err != nil {
+		return Input{}, nil, fmt.Errorf("getting StatefulSet %s: %w", resources.StatefulSetName(db), err)
+	}
+	in := Input{DB: db}
+	if sts != nil {
+		in.UpdateRevision = sts.Status.UpdateRevision
+	}
+	pods := map[string]*corev1.Pod{}
+	count := replicas(db)
+	for i := range list.Items {
+		pod := &list.Items[i]
+		if ord := Ordinal(db, pod.Name); ord >= 0 {
+			pods[pod.Name] = pod
+			count = max(count, ord+1)
+		}
+	}
+	for ord := range count {
+		name := resources.InstanceName(db, ord)
+		inst := Instance{Name: name, Ordinal: ord}
+		if pod := pods[name]; pod != nil {
+			inst.Exists, inst.Terminating, inst.PodReady = true, !pod.DeletionTimestamp.IsZero(), instance.PodReady(pod)
+			inst.Revision, inst.Label = pod.Labels[appsv1.ControllerRevisionHashLabelKey], pod.Labels[dbv1.LabelRole]
+			if pod.Status.PodIP != "" && !inst.Terminating {
+				st, err := s.agents.Status(ctx, db, pod)
+				if err != nil {
+					inst.Err = err.Error()
+				} else {
+					inst.Agent = &st
+				}
+			}
+		}
+		in.Instances = append(in.Instances, inst)
+	}
+	return in, pods, nil
+}
+
+// applyLabels sets the role label of each pod, or removes it.
+func (s *syncer) applyLabels(ctx context.Context, db *dbv1.Database, pods map[string]*corev1.Pod, want map[string]string) error {
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	// Removals first: nobody is selected twice, even for a moment.
+	sort.Slice(names, func(i, j int) bool {
+		if (want[names[i]] == "") != (want[names[j]] == "") {
+			return want[names[i]] == ""
+		}
+		return names[i] < names[j]
+	})
+	for _, name := range names {
+		pod, role := pods[name], want[name]
+		if pod == nil || pod.Labels[dbv1.LabelRole] == role {
+			continue
+		}
+		var err error
+		if role == "" {
+			patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, dbv1.LabelRole))
+			err = s.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(facet.FieldOwner(Name)))
+		} else {
+			ac := corev1ac.Pod(pod.Name, pod.Namespace).WithUID(pod.UID).WithLabels(map[string]string{dbv1.LabelRole: role})
+			err = s.client.Apply(ctx, ac, client.FieldOwner(facet.FieldOwner(Name)), client.ForceOwnership)
+		}
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			continue // gone or replaced: the watch brings it back
+		}
+		if err != nil {
+			return fmt.Errorf("labelling pod %s with role %q: %w", name, role, err)
+		}
+		log.FromContext(ctx).Info("Labelled pod with its role", "Pod", klog.KObj(pod), "role", role)
+		if role == "" {
+			role = "none (in doubt)"
+		}
+		s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonRoleLabelled, "Label", "Pod %s: role %s", name, role)
+	}
+	return nil
+}
+
+// act carries out the plan's action.
+func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods map[string]*corev1.Pod) error {
+	a := plan.Action
+	pod := pods[a.Pod]
+	needPod := func() error {
+		if pod == nil {
+			return fmt.Errorf("pod %s does not exist", a.Pod)
+		}
+		return nil
+	}
+	switch a.Kind {
+	case ActBootstrapInitdb, ActBootstrapClone:
+		if err := needPod(); err != nil {
+			return err
+		}
+		mode := agent.BootstrapInitdb
+		if a.Kind == ActBootstrapClone {
+			mode = agent.BootstrapClone
+		}
+		if _, err := s.agents.Bootstrap(ctx, db, pod, mode); err != nil {
+			return err
+		}
+		if mode == agent.BootstrapInitdb {
+			s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonBootstrapped, "Bootstrap", "Creating the first primary %s (initdb)", a.Pod)
+		} else {
+			s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonCloning, "Bootstrap", "Cloning standby %s from the primary %s", a.Pod, plan.CurrentPrimary)
+		}
+	case ActDemote:
+		if err := needPod(); err != nil {
+			return err
+		}
+		resp, err := s.agents.Demote(ctx, db, pod)
+		if err != nil {
+			return err
+		}
+		s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonDemoted, "Switchover",
+			"Demoted the primary %s; its last position is %s", a.Pod, resp.ShutdownLSN)
+		// Recorded at once: the target is promoted only once it replayed
+		// up to it.
+		plan.SwitchoverLSN = resp.ShutdownLSN
+		return s.writer.ApplyCondition(ctx, db, plan.Condition, statusOf(*plan))
+	case ActPromote:
+		if err := needPod(); err != nil {
+			return err
+		}
+		if _, err := s.agents.Promote(ctx, db, pod, a.LSN); err != nil {
+			return err
+		}
+		s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonPromoted, "Switchover",
+			"Promoted %s after it replayed up to %s", a.Pod, a.LSN)
+	case ActFinishSwitchover:
+		took := ""
+		if v, ok := s.started.LoadAndDelete(db.UID); ok {
+			took = fmt.Sprintf(" in %s", s.now().Sub(v.(time.Time)).Round(time.Millisecond))
+		}
+		s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonSwitchoverCompleted, "Switchover",
+			"Switched over from %s to %s at %s%s", a.From, a.Pod, a.LSN, took)
+		return s.removeAnnotation(ctx, db, a.Pod)
+	case ActRemoveAnnotation:
+		return s.removeAnnotation(ctx, db, a.Pod)
+	case ActDeletePod:
+		if err := needPod(); err != nil {
+			return err
+		}
+		err := s.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("deleting pod %s: %w", a.Pod, err)
+		}
+		s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonPodDeleted, "RollingUpdate", "Deleted pod %s: %s", a.Pod, a.Why)
+	}
+	return nil
+}
+
+// removeAnnotation removes the switchover annotation once it names the
+// primary.
+func (s *syncer) removeAnnotation(ctx context.Context, db *dbv1.Database, primary string) error {
+	v, ok := db.Annotations[dbv1.AnnotationSwitchoverTo]
+	if !ok || v != primary {
+		return nil
+	}
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, dbv1.AnnotationSwitchoverTo))
+	if err := s.client.Patch(ctx, db, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(facet.FieldOwner(Name))); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("removing annotation %s: %w", dbv1.AnnotationSwitchoverTo, err))
+	}
+	return nil
+}
+
+// ensureSQL keeps the replication role (with the replication Secret's
+// password, as a SCRAM verifier) and one physical slot per standby on the
+// primary, and drops dbkeeper's inactive slots of instances that no
+// longer exist. It returns what it waits for, "" when all is in place.
+func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan Plan) (string, error) {
+	name := resources.ReplicationSecretName(db)
+	sec, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
+	if err != nil {
+		return "", fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	password := ""
+	if sec != nil {
+		password = string(sec.Data[resources.ReplicationPasswordKey])
+	}
+	if password == "" {
+		if len(plan.Slots) == 0 {
+			return "", nil // one instance: nothing streams
+		}
+		return fmt.Sprintf("waiting for Secret %s with key %s to create the standbys", name, resources.ReplicationPasswordKey), nil
+	}
+	if s.instances == nil {
+		return "", fmt.Errorf("no connector to the Databases' servers")
+	}
+	sum := sha256.Sum256([]byte(password))
+	fingerprint := plan.CurrentPrimary + "|" + hex.EncodeToString(sum[:]) + "|" + strings.Join(plan.Slots, ",")
+	if v, ok := s.ensured.Load(db.UID); ok && v.(string) == fingerprint {
+		return "", nil
+	}
+	conn, err := instance.ConnectAsSuperuser(ctx, s.instances, s.reader, db, "")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = conn.Close(ctx) }()
+
+	user := agent.ReplicationUser
+	stored, exists, err := conn.QueryValue(ctx, fmt.Sprintf("SELECT rolpassword FROM pg_catalog.pg_authid WHERE rolname = %s", quoteLiteral(user)))
+	if err != nil {
+		return "", fmt.Errorf("reading role %s: %w", user, err)
+	}
+	if !exists || stored == nil || !engine.ScramVerifierMatches(*stored, password) {
+		verifier, err := engine.ScramVerifier(password)
+		if err != nil {
+			return "", err
+		}
+		stmt := fmt.Sprintf("ALTER ROLE %s PASSWORD %s", quoteIdent(user), quoteLiteral(verifier))
+		if !exists {
+			stmt = fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD %s", quoteIdent(user), quoteLiteral(verifier))
+		}
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return "", fmt.Errorf("keeping role %s: %w", user, err)
+		}
+		log.FromContext(ctx).Info("Set the replication role's password", "role", user, "created", !exists)
+	}
+
+	listed, _, err := conn.QueryValue(ctx, slotsQuery)
+	if err != nil {
+		return "", fmt.Errorf("listing replication slots: %w", err)
+	}
+	have := map[string]bool{} // name → active
+	if listed != nil && *listed != "" {
+		for _, kv := range strings.Split(*listed, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			have[k] = v == "true"
+		}
+	}
+	pending := ""
+	for _, slot := range plan.Slots {
+		if _, ok := have[slot]; ok {
+			continue
+		}
+		if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_catalog.pg_create_physical_replication_slot(%s, true)", quoteLiteral(slot))); err != nil {
+			return "", fmt.Errorf("creating replication slot %s: %w", slot, err)
+		}
+		log.FromContext(ctx).Info("Created replication slot", "slot", slot)
+	}
+	for slot, active := range have {
+		if containsString(plan.Slots, slot) {
+			continue
+		}
+		if active {
+			pending = fmt.Sprintf("replication slot %s of a removed instance is still in use", slot)
+			continue
+		}
+		if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_catalog.pg_drop_replication_slot(%s)", quoteLiteral(slot))); err != nil {
+			return "", fmt.Errorf("dropping replication slot %s: %w", slot, err)
+		}
+		log.FromContext(ctx).Info("Dropped the replication slot of a removed instance", "slot", slot)
+	}
+	if pending == "" {
+		s.ensured.Store(db.UID, fingerprint)
+	}
+	return "", nil
+}
+
+// slotsQuery lists dbkeeper's slots as "name=active,…".
+const slotsQuery = `SELECT coalesce(string_agg(slot_name || '=' || active::text, ',' ORDER BY slot_name), '') FROM pg_catalog.pg_replication_slots WHERE slot_name LIKE 'dbkeeper\_%'`
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// statusOf is status.replication of the plan.
+func statusOf(p Plan) *dbv1ac.DatabaseStatusApplyConfiguration {
+	r := dbv1ac.ReplicationStatus()
+	if p.CurrentPrimary != "" {
+		r.WithCurrentPrimary(p.CurrentPrimary)
+	}
+	if p.TargetPrimary != "" {
+		r.WithTargetPrimary(p.TargetPrimary)
+	}
+	if p.SwitchoverLSN != "" {
+		r.WithSwitchoverLSN(p.SwitchoverLSN)
+	}
+	if p.SystemID != "" {
+		r.WithSystemID(p.SystemID)
+	}
+	for _, row := range p.Rows {
+		r.WithInstances(instanceAC(row))
+	}
+	return dbv1ac.DatabaseStatus().WithReplication(r)
+}
+
+func instanceAC(row dbv1.InstanceStatus) *dbv1ac.InstanceStatusApplyConfiguration {
+	ac := dbv1ac.InstanceStatus().WithName(row.Name)
+	if row.Role != "" {
+		ac.WithRole(row.Role)
+	}
+	if row.State != "" {
+		ac.WithState(row.State)
+	}
+	if row.Ready {
+		ac.WithReady(true)
+	}
+	if row.Timeline != 0 {
+		ac.WithTimeline(row.Timeline)
+	}
+	if row.CurrentLSN != "" {
+		ac.WithCurrentLSN(row.CurrentLSN)
+	}
+	if row.ReceivedLSN != "" {
+		ac.WithReceivedLSN(row.ReceivedLSN)
+	}
+	if row.ReplayedLSN != "" {
+		ac.WithReplayedLSN(row.ReplayedLSN)
+	}
+	if row.LagBytes != nil {
+		ac.WithLagBytes(*row.LagBytes)
+	}
+	if row.WALReceiver != "" {
+		ac.WithWALReceiver(row.WALReceiver)
+	}
+	if row.Message != "" {
+		ac.WithMessage(row.Message)
+	}
+	return ac
+}
+
+// CurrentStatus implements facet.Syncer.
+func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
+	r := db.Status.Replication
+	if r == nil {
+		return nil
+	}
+	return statusOf(Plan{CurrentPrimary: r.CurrentPrimary, TargetPrimary: r.TargetPrimary, SwitchoverLSN: r.SwitchoverLSN,
+		SystemID: r.SystemID, Rows: r.Instances})
+}

@@ -1,0 +1,159 @@
+package instance
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/pki"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// Agents reaches the agents of a Database's instances (pods): what the
+// replication controller learns from and asks of them. Every method
+// returns an error when the agent does not answer or refuses.
+type Agents interface {
+	// Status is what the agent of pod reports.
+	Status(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error)
+	// Bootstrap asks the agent of pod to fill its empty data directory.
+	Bootstrap(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, mode agent.BootstrapMode) (agent.Status, error)
+	// Demote asks the agent of the primary pod to stop taking writes and
+	// restart as a standby.
+	Demote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.DemoteResponse, error)
+	// Promote asks the agent of the standby pod to promote its server once
+	// it replayed up to minReplayedLSN (when not empty).
+	Promote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, minReplayedLSN string) (agent.Status, error)
+}
+
+// agentTimeout bounds one call to an agent; a demote or promote waits for
+// the server to stop or to accept writes.
+const (
+	agentStatusTimeout = 5 * time.Second
+	agentActionTimeout = 90 * time.Second
+)
+
+// PodAgents is the Agents of a running manager: it calls the agent at the
+// pod's IP (agent.Port), over HTTPS verified with the CA of the Database's
+// TLS Secret for the pod's DNS name under the headless Service when the
+// pod serves TLS, over HTTP otherwise, with the bearer token of the
+// replication Secret. Secrets reads those Secrets from the API server
+// (the cache holds only Secrets' metadata).
+type PodAgents struct {
+	Secrets client.Reader
+}
+
+var _ Agents = PodAgents{}
+
+// Status implements Agents.
+func (a PodAgents) Status(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
+	c, base, err := a.client(ctx, db, pod)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, agentStatusTimeout)
+	defer cancel()
+	return c.Status(ctx, base)
+}
+
+// Bootstrap implements Agents.
+func (a PodAgents) Bootstrap(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, mode agent.BootstrapMode) (agent.Status, error) {
+	c, base, err := a.client(ctx, db, pod)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, agentActionTimeout)
+	defer cancel()
+	return c.Bootstrap(ctx, base, agent.BootstrapRequest{Mode: mode})
+}
+
+// Demote implements Agents.
+func (a PodAgents) Demote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.DemoteResponse, error) {
+	c, base, err := a.client(ctx, db, pod)
+	if err != nil {
+		return agent.DemoteResponse{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, agentActionTimeout)
+	defer cancel()
+	return c.Demote(ctx, base)
+}
+
+// Promote implements Agents.
+func (a PodAgents) Promote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, minReplayedLSN string) (agent.Status, error) {
+	c, base, err := a.client(ctx, db, pod)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, agentActionTimeout)
+	defer cancel()
+	return c.Promote(ctx, base, agent.PromoteRequest{MinReplayedLSN: minReplayedLSN})
+}
+
+// client is the agent client of pod and its base URL.
+func (a PodAgents) client(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Client, string, error) {
+	if pod.Status.PodIP == "" {
+		return agent.Client{}, "", fmt.Errorf("pod %s has no IP: %w", pod.Name, ErrNotReady)
+	}
+	if a.Secrets == nil {
+		return agent.Client{}, "", fmt.Errorf("no reader for Secret %s", resources.ReplicationSecretName(db))
+	}
+	name := resources.ReplicationSecretName(db)
+	sec := &corev1.Secret{}
+	if err := a.Secrets.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
+		return agent.Client{}, "", fmt.Errorf("getting Secret %s for the agents' token: %w", name, err)
+	}
+	token := string(sec.Data[resources.AgentTokenKey])
+	if token == "" {
+		return agent.Client{}, "", fmt.Errorf("Secret %s lacks the key %s", name, resources.AgentTokenKey)
+	}
+	host := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(agent.Port)))
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	// One transport per call: no idle connection may outlive it.
+	transport.DisableKeepAlives = true
+	base := "http://" + host
+	if resources.PodServesTLS(pod) {
+		cfg, err := a.serverTLS(ctx, db, PodHost(db, pod.Name))
+		if err != nil {
+			return agent.Client{}, "", err
+		}
+		transport.TLSClientConfig = cfg
+		base = "https://" + host
+	}
+	return agent.Client{HTTP: &http.Client{Transport: transport}, Token: token}, base, nil
+}
+
+func (a PodAgents) serverTLS(ctx context.Context, db *dbv1.Database, serverName string) (*tls.Config, error) {
+	return caConfig(ctx, a.Secrets, db, serverName)
+}
+
+// PodHost is the DNS name of the Database's pod under the headless
+// Service, which the server certificate covers.
+func PodHost(db *dbv1.Database, pod string) string {
+	return fmt.Sprintf("%s.%s.%s.svc", pod, resources.HeadlessServiceName(db), db.Namespace)
+}
+
+// caConfig is the verify-full configuration for serverName with the CA of
+// db's TLS Secret, read with reader.
+func caConfig(ctx context.Context, reader client.Reader, db *dbv1.Database, serverName string) (*tls.Config, error) {
+	name := resources.TLSSecretName(db)
+	if reader == nil {
+		return nil, fmt.Errorf("no reader for Secret %s", name)
+	}
+	sec := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
+		return nil, fmt.Errorf("getting Secret %s for the server's CA: %w", name, err)
+	}
+	cfg, err := pki.ClientConfig(sec.Data[resources.CACertKey], serverName)
+	if err != nil {
+		return nil, fmt.Errorf("Secret %s, key %s: %w", name, resources.CACertKey, err)
+	}
+	return cfg, nil
+}
