@@ -6,6 +6,7 @@ package manager
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,6 +54,9 @@ type Options struct {
 	TLSCertDuration time.Duration
 	// SkipTLSServerProbe: see facet.Options (--tls-server-probe=false).
 	SkipTLSServerProbe bool
+	// AgentImage is the image the engine pods copy the instance agent
+	// from (--agent-image): the manager's own. Required.
+	AgentImage string
 	// MetricsBindAddress serves /metrics; "0" disables it.
 	MetricsBindAddress string
 	// MetricsSecure serves /metrics over HTTPS to authenticated and
@@ -113,6 +117,9 @@ func Scheme() *runtime.Scheme {
 
 // New builds the manager with every enabled controller registered.
 func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if o.AgentImage == "" {
+		return nil, errors.New("no agent image: the engine pods copy the instance agent from the manager's own image (--agent-image)")
+	}
 	id := o.LeaderElectionID
 	if id == "" {
 		id = "dbkeeper.database.dbkeeper.io"
@@ -162,7 +169,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines,
 		Instances: instances, SecretMetadata: secrets,
-		TLSCertDuration: o.TLSCertDuration, SkipTLSServerProbe: o.SkipTLSServerProbe}); err != nil {
+		TLSCertDuration: o.TLSCertDuration, SkipTLSServerProbe: o.SkipTLSServerProbe, AgentImage: o.AgentImage}); err != nil {
 		return nil, err
 	}
 	return mgr, nil
