@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,6 +60,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
 	s := newSyncer(mgr.GetClient(), w)
 	s.engines = o.Engines
+	s.agentImage = o.AgentImage
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
@@ -88,6 +88,8 @@ type syncer struct {
 	writer *facet.Writer
 	// engines is the image catalog; the zero one is the built-in.
 	engines engine.Catalog
+	// agentImage is the image the pods copy the agent from (--agent-image).
+	agentImage string
 }
 
 // newSyncer is the statefulset syncer that reads with c, and applies and
@@ -105,7 +107,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if err != nil {
 		return facet.Outcome{}, fmt.Errorf("getting StatefulSet: %w", err)
 	}
-	desired, err := resources.StatefulSet(db, eng, resources.TLSFor(db, live).On())
+	desired, err := resources.StatefulSet(db, eng, resources.TLSFor(db, live).On(), s.agentImage)
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
 	}
@@ -192,7 +194,11 @@ func observe(db *dbv1.Database, sts *appsv1.StatefulSet, changed bool, pods []co
 		if stuck, ok := diagnose(db, sts.Status.UpdateRevision, pods); ok {
 			return stuck
 		}
-		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("rolling out: %d of %d replicas updated", sts.Status.UpdatedReplicas, want))
+		msg := fmt.Sprintf("rolling out: %d of %d replicas updated", sts.Status.UpdatedReplicas, want)
+		if sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
+			msg += "; the replication controller restarts the others in order (standbys, then the primary after a switchover)"
+		}
+		return conditions.False(t, dbv1.ReasonProgressing, msg)
 	case sts.Status.ReadyReplicas < want:
 		if stuck, ok := diagnose(db, sts.Status.UpdateRevision, pods); ok {
 			return stuck
@@ -200,12 +206,6 @@ func observe(db *dbv1.Database, sts *appsv1.StatefulSet, changed bool, pods []co
 		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("%d of %d replicas ready", sts.Status.ReadyReplicas, want))
 	case sts.Status.Replicas > want:
 		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("scaling down: %d replicas, %d wanted", sts.Status.Replicas, want))
-	}
-	if asked := ptr.Deref(db.Spec.Replicas, 1); asked > want {
-		return conditions.True(t, dbv1.ReasonReplicasCapped, fmt.Sprintf(
-			"%d of %d replicas ready; spec.replicas is %d, but dbkeeper runs at most %d instance until streaming replication exists "+
-				"(more would be independent servers splitting the data); the volumes of any instance that stopped are kept; set spec.replicas to %d",
-			sts.Status.ReadyReplicas, want, asked, resources.MaxInstances, resources.MaxInstances))
 	}
 	return conditions.True(t, dbv1.ReasonStatefulSetReady, fmt.Sprintf("%d of %d replicas ready", sts.Status.ReadyReplicas, want))
 }

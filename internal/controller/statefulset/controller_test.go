@@ -57,15 +57,23 @@ func TestObserve(t *testing.T) {
 		{"ready", db(1), sts(nil), false, metav1.ConditionTrue, dbv1.ReasonStatefulSetReady, "1 of 1 replicas ready"},
 		{"scaled to zero", db(0), sts(func(s *appsv1.StatefulSetStatus) { *s = appsv1.StatefulSetStatus{ObservedGeneration: 2} }), false,
 			metav1.ConditionTrue, dbv1.ReasonScaledToZero, "no pod runs"},
-		// A Database stored with replicas: 3 before the CRD refused it: one
-		// instance runs; the other two are scaled away.
-		{"stored with three, three still running", db(3), sts(func(s *appsv1.StatefulSetStatus) { s.Replicas, s.ReadyReplicas = 3, 3 }), false,
-			metav1.ConditionFalse, dbv1.ReasonProgressing, "scaling down: 3 replicas, 1 wanted"},
-		{"stored with three, one runs", db(3), sts(nil), false,
-			metav1.ConditionTrue, dbv1.ReasonReplicasCapped, "spec.replicas is 3, but dbkeeper runs at most 1 instance"},
+		{"three ready", db(3), sts(func(s *appsv1.StatefulSetStatus) { s.Replicas, s.ReadyReplicas, s.UpdatedReplicas = 3, 3, 3 }), false,
+			metav1.ConditionTrue, dbv1.ReasonStatefulSetReady, "3 of 3 replicas ready"},
+		{"scaling down from three to two", db(2), sts(func(s *appsv1.StatefulSetStatus) { s.Replicas, s.ReadyReplicas, s.UpdatedReplicas = 3, 3, 3 }), false,
+			metav1.ConditionFalse, dbv1.ReasonProgressing, "scaling down: 3 replicas, 2 wanted"},
+		// The primary is ordinal 2: a scale-down to one keeps three pods
+		// until the replication controller switched over to ordinal 0.
+		{"scaled down under the primary", primaryAt(db(1), 2), sts(func(s *appsv1.StatefulSetStatus) { s.Replicas, s.ReadyReplicas, s.UpdatedReplicas = 3, 3, 3 }), false,
+			metav1.ConditionTrue, dbv1.ReasonStatefulSetReady, "3 of 3 replicas ready"},
+		{"OnDelete rollout waits for the replication controller", db(2), onDelete(sts(func(s *appsv1.StatefulSetStatus) {
+			s.Replicas, s.ReadyReplicas, s.UpdatedReplicas, s.UpdateRevision = 2, 2, 1, "r3"
+		})), false, metav1.ConditionFalse, dbv1.ReasonProgressing, "1 of 2 replicas updated; the replication controller restarts the others in order"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.db.Name == "" {
+				tc.db.Name = "orders"
+			}
 			got := observe(tc.db, tc.sts, tc.changed, nil)
 			assert.Equal(t, dbv1.ConditionStatefulSetReady, got.Type)
 			assert.Equal(t, tc.status, got.Status)
@@ -73,6 +81,18 @@ func TestObserve(t *testing.T) {
 			assert.Contains(t, got.Message, tc.message)
 		})
 	}
+}
+
+// primaryAt records the instance of ordinal as the current primary.
+func primaryAt(db *dbv1.Database, ordinal int) *dbv1.Database {
+	db.Name = "orders"
+	db.Status.Replication = &dbv1.ReplicationStatus{CurrentPrimary: resources.InstanceName(db, ordinal)}
+	return db
+}
+
+func onDelete(sts *appsv1.StatefulSet) *appsv1.StatefulSet {
+	sts.Spec.UpdateStrategy.Type = appsv1.OnDeleteStatefulSetStrategyType
+	return sts
 }
 
 // TestSync: the first sync creates the StatefulSet and reports it
