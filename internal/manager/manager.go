@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -220,6 +221,7 @@ func CacheOptions(namespaces []string, syncPeriod time.Duration) cache.Options {
 			&corev1.Pod{}:                   byLabel,
 			&corev1.Secret{}:                byLabel,
 			&corev1.ConfigMap{}:             byLabel,
+			&policyv1.PodDisruptionBudget{}: byLabel,
 			secretMeta:                      byLabel,
 		},
 	}

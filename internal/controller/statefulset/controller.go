@@ -1,6 +1,7 @@
 // Package statefulset is the controller of the StatefulSet that runs a
-// Database's engine. It owns the StatefulSetReady condition and the
-// replica counts and selector in the Database's status.
+// Database's engine and of the engine pods' PodDisruptionBudget. It owns
+// the StatefulSetReady condition and the replica counts and selector in
+// the Database's status.
 package statefulset
 
 import (
@@ -9,10 +10,13 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,6 +41,7 @@ const Name = "statefulset"
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // ReasonVolumeGrowing is the reason of the Event of a data PVC that
@@ -66,6 +71,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
 		Owns(&appsv1.StatefulSet{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		// The engine pods say why replicas are not ready; they belong to
 		// the StatefulSet, so they map to the Database by their labels.
 		// The manager caches only the pods dbkeeper labelled.
@@ -122,6 +128,9 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 			return facet.Outcome{}, err
 		}
 	}
+	if err := s.syncDisruptionBudget(ctx, db); err != nil {
+		return facet.Outcome{}, err
+	}
 
 	// The pods are read only when a replica is not ready: they can say why.
 	var pods []corev1.Pod
@@ -136,6 +145,31 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		out.Status.WithReplicas(live.Status.Replicas).WithReadyReplicas(live.Status.ReadyReplicas)
 	}
 	return out, nil
+}
+
+// syncDisruptionBudget keeps the engine pods' PodDisruptionBudget while the
+// Database runs two instances or more, and deletes it below.
+func (s *syncer) syncDisruptionBudget(ctx context.Context, db *dbv1.Database) error {
+	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.PodDisruptionBudgetName(db)}
+	live, err := apply.Live(ctx, s.client, key, &policyv1.PodDisruptionBudget{})
+	if err != nil {
+		return fmt.Errorf("getting PodDisruptionBudget: %w", err)
+	}
+	if resources.WantsPodDisruptionBudget(db) {
+		if _, err := s.writer.Apply(ctx, live, resources.PodDisruptionBudget(db)); err != nil {
+			return fmt.Errorf("applying PodDisruptionBudget: %w", err)
+		}
+		return nil
+	}
+	if live == nil || !metav1.IsControlledBy(live, db) {
+		return nil
+	}
+	log.FromContext(ctx).Info("Deleting PodDisruptionBudget: fewer than two instances", "PodDisruptionBudget", klog.KObj(live))
+	err = s.client.Delete(ctx, live, client.Preconditions{UID: ptr.To(live.UID)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting PodDisruptionBudget: %w", err)
+	}
+	return nil
 }
 
 // growVolumes asks each data PVC for the grown spec.storage.size: the
