@@ -72,8 +72,9 @@ func run() error {
 
 	opts := cluster.Options{Progress: os.Stdout, Node: kind}
 	if kind == cluster.RealNode {
-		// The manager runs on the host: its image is not needed.
-		opts.Images = []string{cluster.ImagePause, "postgres:15", "postgres:17"}
+		// The manager runs on the host, but the engine pods copy the
+		// instance agent from its image (--agent-image).
+		opts.Images = []string{cluster.ImagePause, "postgres:15", "postgres:17", cluster.ImageManager}
 	}
 	c, err := cluster.Start(ctx, opts)
 	if err != nil {
@@ -95,7 +96,7 @@ func run() error {
 	}
 	defer os.Remove(kubeconfig)
 
-	mgr, managerLog, err := startManager(*managerBin, kubeconfig, state, c.EngineImages())
+	mgr, managerLog, err := startManager(*managerBin, kubeconfig, state, c.EngineImages(), agentImage(c))
 	if err != nil {
 		return err
 	}
@@ -156,8 +157,9 @@ Ctrl-C here (or make demo-down) tears everything down.
 
 // startManager runs the manager binary against the cluster, with its
 // endpoints on free loopback ports and its log in state/manager.log, and the
-// engine images of a real node (--engine-images, when not empty).
-func startManager(bin, kubeconfig, state, engineImages string) (*exec.Cmd, string, error) {
+// engine images of a real node (--engine-images, when not empty) and the
+// image the engine pods copy the agent from (--agent-image).
+func startManager(bin, kubeconfig, state, engineImages, agentImage string) (*exec.Cmd, string, error) {
 	metrics, err := freeAddr()
 	if err != nil {
 		return nil, "", err
@@ -172,7 +174,7 @@ func startManager(bin, kubeconfig, state, engineImages string) (*exec.Cmd, strin
 		return nil, "", err
 	}
 	args := []string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + metrics,
-		"--health-probe-bind-address=" + health, "--zap-log-level=debug"}
+		"--health-probe-bind-address=" + health, "--zap-log-level=debug", "--agent-image=" + agentImage}
 	if engineImages != "" {
 		args = append(args, "--engine-images="+engineImages)
 	}
@@ -185,6 +187,15 @@ func startManager(bin, kubeconfig, state, engineImages string) (*exec.Cmd, strin
 		return nil, "", fmt.Errorf("starting the manager: %w", err)
 	}
 	return cmd, logPath, nil
+}
+
+// agentImage is the manager image imported into a real node; a fake
+// node's pods run nothing, so any reference does.
+func agentImage(c *cluster.Cluster) string {
+	if img := c.ManagerImage(); img != "" {
+		return img
+	}
+	return "localhost/dbkeeper/manager:fake"
 }
 
 // freeAddr is a loopback address nobody listens on now.

@@ -57,6 +57,8 @@ func run(args []string) error {
 			"engine version, winning over --engine-registry; may be repeated. A Database's spec.image still wins over both.")
 	fs.DurationVar(&o.TLSCertDuration, "tls-cert-duration", 90*24*time.Hour,
 		"Lifetime of the server certificates dbkeeper issues from a Database's own CA; each is renewed at two thirds of it and the server reloads it without a restart.")
+	fs.StringVar(&o.AgentImage, "agent-image", "",
+		"The manager's own image: every engine pod's init container runs its /manager copy-self to bring the instance agent into the pod. Required.")
 	tlsServerProbe := fs.Bool("tls-server-probe", true,
 		"Connect to each engine pod to learn which certificate it serves, and reload it after a renewal; false for nodes whose pods cannot be reached (a renewed certificate is then loaded only when the server restarts).")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 2, "Databases each controller reconciles at once.")
@@ -94,6 +96,9 @@ func run(args []string) error {
 		return err
 	}
 	o.SkipTLSServerProbe = !*tlsServerProbe
+	if o.AgentImage == "" {
+		return errors.New("--agent-image is required: the manager's own image, which the engine pods copy the instance agent from")
+	}
 	if o.TLSCertDuration < time.Minute {
 		return fmt.Errorf("invalid --tls-cert-duration %s: must be at least 1m", o.TLSCertDuration)
 	}

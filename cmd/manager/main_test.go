@@ -84,7 +84,7 @@ func TestEngineImageFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := run(append(tt.args, "--kubeconfig=/nonexistent", "--zap-log-level=error"))
+			err := run(append(tt.args, "--kubeconfig=/nonexistent", "--zap-log-level=error", "--agent-image=ghcr.io/dbkeeper/dbkeeper:test"))
 			require.Error(t, err)
 			for _, want := range tt.errs {
 				assert.Contains(t, err.Error(), want)
@@ -119,9 +119,22 @@ func TestMetricsFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := run(append(tt.args, "--kubeconfig=/nonexistent", "--zap-log-level=error"))
+			err := run(append(tt.args, "--kubeconfig=/nonexistent", "--zap-log-level=error", "--agent-image=ghcr.io/dbkeeper/dbkeeper:test"))
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.err)
 		})
 	}
+}
+
+// Without --agent-image the engine pods could not get their agent: the
+// manager refuses to start, naming the flag, before it connects anywhere.
+func TestAgentImageIsRequired(t *testing.T) {
+	t.Setenv("KUBECONFIG", "")
+	err := run([]string{"--kubeconfig=/nonexistent", "--zap-log-level=error"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--agent-image is required")
+
+	err = run([]string{"--kubeconfig=/nonexistent", "--zap-log-level=error", "--agent-image=ghcr.io/dbkeeper/dbkeeper:test"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "loading kubeconfig", "with the flag the manager gets as far as the kubeconfig")
 }

@@ -52,10 +52,6 @@ type Engine interface {
 	// (/dev/shm), given a memory-backed volume instead of the runtime's
 	// small default; empty when the engine needs none.
 	SharedMemoryPath() string
-	// StartupProbe, ReadinessProbe and LivenessProbe check the engine.
-	StartupProbe() *corev1.Probe
-	ReadinessProbe() *corev1.Probe
-	LivenessProbe() *corev1.Probe
 	// BackupEnv is the environment of the backup container, which connects
 	// to host over the network with the credentials of the named Secret.
 	BackupEnv(host, secretName string) []corev1.EnvVar
@@ -82,6 +78,9 @@ type Engine interface {
 	RoleSQL
 	// TLS is how the engine serves TLS and its clients verify it (tls.go).
 	TLS
+	// Replication is how the agent runs the server for streaming
+	// replication (replication.go).
+	Replication
 }
 
 var catalog = map[dbv1.Engine]Engine{

@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 )
@@ -84,41 +82,6 @@ func (Postgres) ScratchMounts() []string { return []string{"/var/run/postgresql"
 // runtimes cap at 64 MiB; parallel queries then fail with "could not resize
 // shared memory segment".
 func (Postgres) SharedMemoryPath() string { return "/dev/shm" }
-
-func pgIsReady() corev1.ProbeHandler {
-	return corev1.ProbeHandler{Exec: &corev1.ExecAction{
-		Command: []string{"pg_isready", "--quiet", "--host=127.0.0.1", "--port=" + strconv.Itoa(postgresPort)},
-	}}
-}
-
-// StartupTimeout is how long the startup probe gives initdb or crash
-// recovery before liveness takes over (and restarts a server that never
-// answered): an hour, as CloudNativePG allows, because crash recovery of a
-// large database replays WAL for a long time and restarting it starts over.
-const StartupTimeout = time.Hour
-
-const startupPeriod = 5 * time.Second
-
-// StartupProbe implements Engine: StartupTimeout for initdb or crash
-// recovery before liveness takes over.
-func (Postgres) StartupProbe() *corev1.Probe {
-	return &corev1.Probe{ProbeHandler: pgIsReady(), PeriodSeconds: int32(startupPeriod.Seconds()), TimeoutSeconds: 5,
-		FailureThreshold: int32(StartupTimeout / startupPeriod)}
-}
-
-// ReadinessProbe implements Engine.
-func (Postgres) ReadinessProbe() *corev1.Probe {
-	return &corev1.Probe{ProbeHandler: pgIsReady(), PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 3}
-}
-
-// LivenessProbe implements Engine: a TCP check, so that a busy server that is
-// slow to answer pg_isready is not restarted.
-func (Postgres) LivenessProbe() *corev1.Probe {
-	return &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(postgresPort)}},
-		PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 6,
-	}
-}
 
 // BackupEnv implements Engine with libpq's environment variables.
 func (Postgres) BackupEnv(host, secretName string) []corev1.EnvVar {

@@ -8,9 +8,10 @@ import (
 
 // TLS is how an engine serves TLS, embedded in Engine.
 type TLS interface {
-	// TLSArgs are the container arguments that start the server with TLS
-	// on, the certificate and key in certFile and keyFile, and the client
-	// authentication rules of hbaFile (see HostBasedAuth).
+	// TLSArgs are the server options (appended to Replication.ServerArgs)
+	// that start the server with TLS on, the certificate and key in
+	// certFile and keyFile, and the client authentication rules of hbaFile
+	// (see HostBasedAuth).
 	TLSArgs(certFile, keyFile, hbaFile string) []string
 	// HostBasedAuth is the content of the authentication rules file that
 	// requires TLS (and a password) on every TCP connection.
@@ -25,11 +26,11 @@ type TLS interface {
 // client authentication rules.
 const PostgresHBAKey = "pg_hba.conf"
 
-// TLSArgs implements TLS: the image's interface runs "postgres" with the
-// arguments; the entrypoint's socket-only bootstrap server and the final
-// server both get them.
+// TLSArgs implements TLS: options of the "postgres" command of ServerArgs;
+// the entrypoint's socket-only bootstrap server and the final server both
+// get them.
 func (Postgres) TLSArgs(certFile, keyFile, hbaFile string) []string {
-	return []string{"postgres",
+	return []string{
 		"-c", "ssl=on",
 		"-c", "ssl_cert_file=" + certFile,
 		"-c", "ssl_key_file=" + keyFile,
@@ -38,17 +39,20 @@ func (Postgres) TLSArgs(certFile, keyFile, hbaFile string) []string {
 }
 
 // HostBasedAuth implements TLS: the unix socket (the entrypoint's
-// bootstrap, the probes' and an operator's kubectl exec) trusts the pod's
+// bootstrap, the agent's and an operator's kubectl exec) trusts the pod's
 // own processes as the image's initdb does; TCP needs TLS and a SCRAM
-// password; plaintext TCP is refused with the server's "pg_hba.conf
-// rejects connection ... no encryption".
+// password, for the standbys' streaming too (the "replication" pseudo
+// database matches no "all" line, so ReplicationUser gets a line of its
+// own); plaintext TCP is refused with the server's "pg_hba.conf rejects
+// connection ... no encryption".
 func (Postgres) HostBasedAuth() string {
 	return strings.Join([]string{
 		"# Written by dbkeeper (spec.tls): TCP connections need TLS.",
-		"# TYPE   DATABASE  USER  ADDRESS  METHOD",
-		"local    all       all            trust",
-		"hostssl  all       all   all      scram-sha-256",
-		"host     all       all   all      reject",
+		"# TYPE   DATABASE     USER                  ADDRESS  METHOD",
+		"local    all          all                            trust",
+		"hostssl  all          all                   all      scram-sha-256",
+		"hostssl  replication  " + ReplicationUser + "  all      scram-sha-256",
+		"host     all          all                   all      reject",
 		"",
 	}, "\n")
 }

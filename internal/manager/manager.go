@@ -6,6 +6,7 @@ package manager
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,6 +55,9 @@ type Options struct {
 	TLSCertDuration time.Duration
 	// SkipTLSServerProbe: see facet.Options (--tls-server-probe=false).
 	SkipTLSServerProbe bool
+	// AgentImage is the image the engine pods copy the instance agent
+	// from (--agent-image): the manager's own. Required.
+	AgentImage string
 	// MetricsBindAddress serves /metrics; "0" disables it.
 	MetricsBindAddress string
 	// MetricsSecure serves /metrics over HTTPS to authenticated and
@@ -117,6 +122,9 @@ func Scheme() *runtime.Scheme {
 
 // New builds the manager with every enabled controller registered.
 func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if o.AgentImage == "" {
+		return nil, errors.New("no agent image: the engine pods copy the instance agent from the manager's own image (--agent-image)")
+	}
 	id := o.LeaderElectionID
 	if id == "" {
 		id = "dbkeeper.database.dbkeeper.io"
@@ -166,7 +174,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines,
 		Instances: instances, Agents: o.Agents, SecretMetadata: secrets,
-		TLSCertDuration: o.TLSCertDuration, SkipTLSServerProbe: o.SkipTLSServerProbe}); err != nil {
+		TLSCertDuration: o.TLSCertDuration, SkipTLSServerProbe: o.SkipTLSServerProbe, AgentImage: o.AgentImage}); err != nil {
 		return nil, err
 	}
 	return mgr, nil
@@ -217,6 +225,7 @@ func CacheOptions(namespaces []string, syncPeriod time.Duration) cache.Options {
 			&corev1.Pod{}:                   byLabel,
 			&corev1.Secret{}:                byLabel,
 			&corev1.ConfigMap{}:             byLabel,
+			&policyv1.PodDisruptionBudget{}: byLabel,
 			secretMeta:                      byLabel,
 		},
 	}

@@ -20,7 +20,7 @@ func podImages(t *testing.T, db *dbv1.Database, eng engine.Engine) map[string]st
 		require.Len(t, pod.Spec.Containers, 1)
 		return *pod.Spec.Containers[0].Image
 	}
-	sts, err := resources.StatefulSet(db, eng, resources.TLSOff)
+	sts, err := resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
 	require.NoError(t, err)
 	cron, err := resources.BackupCronJob(db, eng, resources.TLSOff)
 	require.NoError(t, err)
@@ -69,7 +69,7 @@ func TestCatalogImages(t *testing.T) {
 	assert.Equal(t, every("docker.io/library/postgres:17.6"), podImages(t, sample("orders", bootstrap), builtIn))
 
 	// A version without an image names the field to fix.
-	_, err = resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Version = "9" }), eng, resources.TLSOff)
+	_, err = resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Version = "9" }), eng, resources.TLSOff, testAgentImage)
 	assert.ErrorContains(t, err, `postgres has no image for version "9": set spec.version to one of 14, 15, 16, 17`)
 	_, err = resources.BackupCronJob(sample("x", func(db *dbv1.Database) { db.Spec.Version = "9" }), eng, resources.TLSOff)
 	assert.ErrorContains(t, err, "spec.version")
@@ -85,9 +85,9 @@ func TestCatalogChangesOnlyTheImage(t *testing.T) {
 	builtIn, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 
-	want, err := resources.StatefulSet(samples["default"], builtIn, resources.TLSOff)
+	want, err := resources.StatefulSet(samples["default"], builtIn, resources.TLSOff, testAgentImage)
 	require.NoError(t, err)
-	got, err := resources.StatefulSet(samples["default"], moved, resources.TLSOff)
+	got, err := resources.StatefulSet(samples["default"], moved, resources.TLSOff, testAgentImage)
 	require.NoError(t, err)
 	assert.Equal(t, "mirror.example.com/dockerhub/postgres:17.6", *got.Spec.Template.Spec.Containers[0].Image)
 	got.Spec.Template.Spec.Containers[0].Image = want.Spec.Template.Spec.Containers[0].Image

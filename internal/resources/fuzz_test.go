@@ -47,7 +47,7 @@ func FuzzBuilders(f *testing.F) {
 			db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: bootstrapFrom, File: bootstrapFile}}
 		}
 
-		_, _ = resources.StatefulSet(db, eng, resources.TLSOff)
+		_, _ = resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
 		_ = resources.ClientService(db, eng)
 		_ = resources.HeadlessService(db, eng)
 		_ = resources.CredentialsSecret(db, eng, token, resources.ClientTLS{})

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -72,7 +73,7 @@ func TestGolden(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	for name, db := range samples {
-		sts, err := resources.StatefulSet(db, eng, resources.TLSOff)
+		sts, err := resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
 		require.NoError(t, err)
 		cron, err := resources.BackupCronJob(db, eng, resources.TLSOff)
 		require.NoError(t, err)
@@ -86,7 +87,7 @@ func TestGolden(t *testing.T) {
 			"cronjob":          cron,
 			"backup-pvc":       resources.BackupPVC(db),
 		}
-		tlsSts, err := resources.StatefulSet(db, eng, resources.TLSOn)
+		tlsSts, err := resources.StatefulSet(db, eng, resources.TLSOn, testAgentImage)
 		require.NoError(t, err)
 		assertRestricted(t, tlsSts.Spec.Template.Spec, eng.User())
 		objects["tls-statefulset"] = tlsSts
@@ -157,7 +158,7 @@ func TestRestrictedPodSecurity(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	db := samples["default"]
-	sts, err := resources.StatefulSet(db, eng, resources.TLSOff)
+	sts, err := resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
 	require.NoError(t, err)
 	assertRestricted(t, sts.Spec.Template.Spec, eng.User())
 	cron, err := resources.BackupCronJob(db, eng, resources.TLSOff)
@@ -171,36 +172,40 @@ func TestCredentialsSecretName(t *testing.T) {
 }
 
 // TestStatefulSetUsesSuperuserSecret: the engine pod reads only the
-// superuser's Secret (initdb's POSTGRES_USER), never the application's.
+// superuser's Secret (initdb's POSTGRES_USER) and the replication Secret
+// (the agent's token and the replication role's password), never the
+// application's.
 func TestStatefulSetUsesSuperuserSecret(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	for name, db := range samples {
-		sts, err := resources.StatefulSet(db, eng, resources.TLSOff)
+		sts, err := resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
 		require.NoError(t, err)
-		var refs []string
+		refs := map[string]string{}
 		for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
 			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
-				refs = append(refs, *e.ValueFrom.SecretKeyRef.Name)
+				refs[*e.Name] = *e.ValueFrom.SecretKeyRef.Name
 			}
 		}
-		assert.NotEmpty(t, refs, name)
-		for _, r := range refs {
-			assert.Equal(t, resources.SuperuserSecretName(db), r, name)
-		}
+		assert.Equal(t, map[string]string{
+			"POSTGRES_USER":              resources.SuperuserSecretName(db),
+			"POSTGRES_PASSWORD":          resources.SuperuserSecretName(db),
+			agent.EnvToken:               resources.ReplicationSecretName(db),
+			agent.EnvReplicationPassword: resources.ReplicationSecretName(db),
+		}, refs, name)
 	}
 }
 
 func TestImageOverride(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
-	sts, err := resources.StatefulSet(samples["default"], eng, resources.TLSOff)
+	sts, err := resources.StatefulSet(samples["default"], eng, resources.TLSOff, testAgentImage)
 	require.NoError(t, err)
 	assert.Equal(t, "docker.io/library/postgres:17.6", *sts.Spec.Template.Spec.Containers[0].Image)
-	sts, err = resources.StatefulSet(samples["custom"], eng, resources.TLSOff)
+	sts, err = resources.StatefulSet(samples["custom"], eng, resources.TLSOff, testAgentImage)
 	require.NoError(t, err)
 	assert.Equal(t, "registry.example.com/postgres:15.14@sha256:0123", *sts.Spec.Template.Spec.Containers[0].Image)
 
-	_, err = resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Version = "9" }), eng, resources.TLSOff)
+	_, err = resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Version = "9" }), eng, resources.TLSOff, testAgentImage)
 	assert.ErrorContains(t, err, `postgres has no image for version "9"`)
 }

@@ -37,7 +37,7 @@ func TestClientServiceWaitsForTheRestore(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			assert.Equal(t, tc.selects, resources.RestoreFinished(tc.db))
-			sts, err := resources.StatefulSet(tc.db, eng, resources.TLSOff)
+			sts, err := resources.StatefulSet(tc.db, eng, resources.TLSOff, testAgentImage)
 			require.NoError(t, err)
 			pod := labels.Set(sts.Spec.Template.Labels)
 			selects := func(selector map[string]string) bool {

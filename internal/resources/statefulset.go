@@ -2,24 +2,50 @@ package resources
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 )
 
-const engineContainer = "engine"
+const (
+	engineContainer = "engine"
+	// agentContainer is the init container that copies the agent.
+	agentContainer = "agent-bin"
+	// agentVolume is the emptyDir holding the agent's binary.
+	agentVolume = "agent-bin"
+)
 
-// StatefulSet is the desired StatefulSet that runs the engine, requiring
+// StatefulSet is the desired StatefulSet that runs the engine under the
+// instance agent (copied from agentImage, the manager's own), requiring
 // TLS on TCP connections when tls is on (see TLSFor).
-func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*appsv1ac.StatefulSetApplyConfiguration, error) {
+//
+// The agent is the engine container's PID 1 and owns the server: the
+// container's command is `agent -- <the image's entrypoint>`, and its args
+// are the server's as before. The kubelet probes the agent, not the
+// server: readiness is the agent's ReadyPath (the server accepts
+// connections, a standby included), liveness its HealthPath (the agent
+// runs). So a long initdb, clone or crash recovery never fails liveness
+// (it needed an hour-long startup probe on pg_isready before), and a
+// server the agent restarts does not restart the pod.
+//
+// Rollouts are OnDelete: a changed template restarts no pod by itself;
+// the replication controller deletes them in order (standbys, switchover,
+// the former primary). Switching an existing StatefulSet to OnDelete in
+// the same write as its new template restarts nothing either.
+func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage string) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 	image, err := engine.ImageFor(eng, db)
 	if err != nil {
 		return nil, err
@@ -32,20 +58,29 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*appsv1ac
 	container := corev1ac.Container().
 		WithName(engineContainer).
 		WithImage(image).
-		WithPorts(corev1ac.ContainerPort().WithName(eng.PortName()).WithContainerPort(eng.Port()).WithProtocol(corev1.ProtocolTCP)).
+		WithCommand(append([]string{agent.Binary, "agent", "--"}, eng.Entrypoint()...)...).
+		WithArgs(eng.ServerArgs(db.Spec.DataSize())...).
+		WithPorts(
+			corev1ac.ContainerPort().WithName(eng.PortName()).WithContainerPort(eng.Port()).WithProtocol(corev1.ProtocolTCP),
+			corev1ac.ContainerPort().WithName(agent.PortName).WithContainerPort(agent.Port).WithProtocol(corev1.ProtocolTCP)).
 		WithEnv(envApply(eng.Env(SuperuserSecretName(db)))...).
+		WithEnv(envApply(agentEnv(db, tls))...).
 		WithResources(resourcesApply(db.Spec.Resources)).
-		WithStartupProbe(probeApply(eng.StartupProbe())).
-		WithReadinessProbe(probeApply(eng.ReadinessProbe())).
-		WithLivenessProbe(probeApply(eng.LivenessProbe())).
+		WithReadinessProbe(agentProbe(agent.ReadyPath, tls, 3)).
+		WithLivenessProbe(agentProbe(agent.HealthPath, tls, 6)).
 		WithSecurityContext(restrictedContainer(eng.User())).
-		WithVolumeMounts(corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(eng.DataMountPath()))
+		WithVolumeMounts(
+			corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(eng.DataMountPath()),
+			corev1ac.VolumeMount().WithName(agentVolume).WithMountPath(agent.BinDir).WithReadOnly(true))
 
 	pod := corev1ac.PodSpec().
 		WithEnableServiceLinks(false).
 		WithAutomountServiceAccountToken(false).
 		WithTerminationGracePeriodSeconds(60).
-		WithSecurityContext(restrictedPod(eng.User()))
+		WithSecurityContext(restrictedPod(eng.User())).
+		WithAffinity(affinity(db)).
+		WithVolumes(corev1ac.Volume().WithName(agentVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource())).
+		WithInitContainers(agentCopy(agentImage, eng.User()))
 	addScratch(pod, container, eng.ScratchMounts())
 	addSharedMemory(pod, container, eng.SharedMemoryPath(), db.Spec.Resources)
 	if tls {
@@ -60,7 +95,7 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*appsv1ac
 			WithReplicas(Instances(db)).
 			WithServiceName(HeadlessServiceName(db)).
 			WithPodManagementPolicy(appsv1.OrderedReadyPodManagement).
-			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().WithType(appsv1.RollingUpdateStatefulSetStrategyType)).
+			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().WithType(appsv1.OnDeleteStatefulSetStrategyType)).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(PodSelectorLabels(db))).
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(podLabels).
@@ -68,17 +103,103 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*appsv1ac
 			WithVolumeClaimTemplates(DataVolumeClaimTemplate(db))), nil
 }
 
-// MaxInstances is the most engine instances a Database runs. Until
-// streaming replication exists each instance would be an independent server
-// behind the one client Service, splitting the data, so it is one; the CRD
-// refuses spec.replicas above it, and a Database stored with more before
-// that rule runs this many.
-const MaxInstances int32 = 1
+// agentCopy is the init container that copies the manager binary, the
+// agent, from agentImage into the agent volume: the image has no shell,
+// so the binary copies itself.
+func agentCopy(agentImage string, uid int64) *corev1ac.ContainerApplyConfiguration {
+	return corev1ac.Container().
+		WithName(agentContainer).
+		WithImage(agentImage).
+		WithCommand("/manager", "copy-self", agent.BinDir).
+		WithResources(corev1ac.ResourceRequirements().
+			WithRequests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}).
+			WithLimits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")})).
+		WithSecurityContext(restrictedContainer(uid)).
+		WithVolumeMounts(corev1ac.VolumeMount().WithName(agentVolume).WithMountPath(agent.BinDir))
+}
+
+// agentEnv is the agent's environment (see the agent.Env* constants).
+func agentEnv(db *dbv1.Database, tls ServerTLS) []corev1.EnvVar {
+	secretKey := func(key string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ReplicationSecretName(db)}, Key: key}}
+	}
+	env := []corev1.EnvVar{
+		{Name: agent.EnvPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
+		{Name: agent.EnvToken, ValueFrom: secretKey(AgentTokenKey)},
+		{Name: agent.EnvReplicationPassword, ValueFrom: secretKey(ReplicationPasswordKey)},
+		{Name: agent.EnvPrimaryHost, Value: ClientServiceHost(db)},
+	}
+	if tls {
+		// The TLS volume holds tls.crt, tls.key and ca.crt (addServerTLS).
+		env = append(env, corev1.EnvVar{Name: agent.EnvTLSDir, Value: TLSMountPath})
+	}
+	return env
+}
+
+// agentProbe is an HTTP probe of the agent's path, over HTTPS when the
+// agent serves the Database's certificate (the kubelet does not verify
+// it).
+func agentProbe(path string, tls ServerTLS, failures int32) *corev1ac.ProbeApplyConfiguration {
+	scheme := corev1.URISchemeHTTP
+	if tls {
+		scheme = corev1.URISchemeHTTPS
+	}
+	return corev1ac.Probe().
+		WithHTTPGet(corev1ac.HTTPGetAction().WithPath(path).WithPort(intstr.FromString(agent.PortName)).WithScheme(scheme)).
+		WithPeriodSeconds(10).
+		WithTimeoutSeconds(5).
+		WithFailureThreshold(failures)
+}
+
+// affinity is spec.affinity, or by default a preferred anti-affinity of
+// the Database's pods on kubernetes.io/hostname: the scheduler spreads
+// the instances over nodes when it can, and still places them all on one
+// node when there is only one.
+func affinity(db *dbv1.Database) *corev1ac.AffinityApplyConfiguration {
+	if db.Spec.Affinity != nil {
+		return viaJSON[corev1ac.AffinityApplyConfiguration](db.Spec.Affinity)
+	}
+	return corev1ac.Affinity().WithPodAntiAffinity(corev1ac.PodAntiAffinity().
+		WithPreferredDuringSchedulingIgnoredDuringExecution(corev1ac.WeightedPodAffinityTerm().
+			WithWeight(100).
+			WithPodAffinityTerm(corev1ac.PodAffinityTerm().
+				WithTopologyKey(corev1.LabelHostname).
+				WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(PodSelectorLabels(db))))))
+}
 
 // Instances is the number of engine pods the Database runs: spec.replicas
-// (default 1), capped at MaxInstances.
+// (default 1), but never fewer than the current (or switchover target)
+// primary's ordinal + 1, so that a scale-down keeps the primary's pod
+// until the replication controller has switched over to a lower ordinal;
+// spec.replicas 0 stops every pod, the primary's included.
 func Instances(db *dbv1.Database) int32 {
-	return min(ptr.Deref(db.Spec.Replicas, 1), MaxInstances)
+	want := ptr.Deref(db.Spec.Replicas, 1)
+	if want <= 0 {
+		return 0
+	}
+	if r := db.Status.Replication; r != nil {
+		for _, pod := range []string{r.CurrentPrimary, r.TargetPrimary} {
+			if n, ok := InstanceOrdinal(db, pod); ok {
+				want = max(want, int32(n)+1)
+			}
+		}
+	}
+	return want
+}
+
+// InstanceOrdinal is the ordinal of the Database's engine pod named pod
+// (InstanceName), false when pod is not one.
+func InstanceOrdinal(db *dbv1.Database, pod string) (int, bool) {
+	rest, ok := strings.CutPrefix(pod, StatefulSetName(db)+"-")
+	if !ok || rest == "" || (len(rest) > 1 && rest[0] == '0') {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 0 || n > math.MaxInt32-1 {
+		return 0, false
+	}
+	return n, true
 }
 
 // DataVolumeClaimTemplate is the claim template of the data volumes.

@@ -1,8 +1,9 @@
 package resources_test
 
 import (
+	"slices"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,24 +14,50 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
-// TestOneInstanceAtMost: a Database stored with replicas above one (before
-// the CRD refused it) runs one instance, never independent servers behind
-// one Service; 0 and 1 are what they say.
-func TestOneInstanceAtMost(t *testing.T) {
+const testAgentImage = "registry.example.com/dbkeeper:1.0"
+
+// TestInstances: the StatefulSet runs spec.replicas pods (default 1, up to
+// 9 now that standbys stream from the primary), but never fewer than the
+// primary's ordinal + 1, so that a scale-down does not delete the primary
+// before the replication controller switched over; 0 stops every pod.
+func TestInstances(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
-	for asked, want := range map[int32]int32{0: 0, 1: 1, 3: 1, 9: 1} {
-		sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Replicas = ptr.To(asked) }), eng, resources.TLSOff)
-		require.NoError(t, err)
-		assert.Equal(t, want, *sts.Spec.Replicas, "spec.replicas %d", asked)
+	for _, tc := range []struct {
+		name            string
+		replicas        *int32
+		current, target string
+		want            int32
+	}{
+		{name: "default", want: 1},
+		{name: "zero", replicas: ptr.To[int32](0), want: 0},
+		{name: "three", replicas: ptr.To[int32](3), want: 3},
+		{name: "nine", replicas: ptr.To[int32](9), want: 9},
+		{name: "primary within", replicas: ptr.To[int32](3), current: "x-1", want: 3},
+		{name: "scale-down under the primary", replicas: ptr.To[int32](1), current: "x-2", want: 3},
+		{name: "switchover target beyond", replicas: ptr.To[int32](2), current: "x-0", target: "x-4", want: 5},
+		{name: "zero stops the primary too", replicas: ptr.To[int32](0), current: "x-2", want: 0},
+		{name: "another Database's pod", replicas: ptr.To[int32](1), current: "xy-5", want: 1},
+		{name: "not an instance", replicas: ptr.To[int32](1), current: "x-backup", want: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := sample("x", func(db *dbv1.Database) {
+				db.Spec.Replicas = tc.replicas
+				if tc.current != "" || tc.target != "" {
+					db.Status.Replication = &dbv1.ReplicationStatus{CurrentPrimary: tc.current, TargetPrimary: tc.target}
+				}
+			})
+			assert.Equal(t, tc.want, resources.Instances(db))
+			sts, err := resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, *sts.Spec.Replicas)
+		})
 	}
-	sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Replicas = nil }), eng, resources.TLSOff)
-	require.NoError(t, err)
-	assert.Equal(t, int32(1), *sts.Spec.Replicas, "the default")
 }
 
 func volume(pod *corev1ac.PodSpecApplyConfiguration, name string) *corev1ac.VolumeApplyConfiguration {
@@ -58,7 +85,7 @@ func TestEnginePodUnderLoad(t *testing.T) {
 		"cpu limit only": {corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
-			sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Resources = tc.resources }), eng, resources.TLSOff)
+			sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Resources = tc.resources }), eng, resources.TLSOff, testAgentImage)
 			require.NoError(t, err)
 			pod := sts.Spec.Template.Spec
 			assert.Equal(t, ptr.To(false), pod.AutomountServiceAccountToken)
@@ -73,9 +100,13 @@ func TestEnginePodUnderLoad(t *testing.T) {
 			}
 			assert.True(t, mounted, "shm is not mounted at /dev/shm")
 
-			probe := pod.Containers[0].StartupProbe
-			window := time.Duration(*probe.PeriodSeconds*(*probe.FailureThreshold)) * time.Second
-			assert.GreaterOrEqual(t, window, time.Hour, "crash recovery of a large database is restarted after %s", window)
+			// The kubelet probes the agent, which answers while initdb
+			// or crash recovery runs: no startup window to outlast.
+			c := pod.Containers[0]
+			assert.Nil(t, c.StartupProbe)
+			require.NotNil(t, c.LivenessProbe)
+			require.NotNil(t, c.LivenessProbe.HTTPGet)
+			assert.Equal(t, agent.HealthPath, *c.LivenessProbe.HTTPGet.Path)
 		})
 	}
 }
@@ -100,30 +131,37 @@ func TestPinLegacyEnv(t *testing.T) {
 		return sts.Spec.Template.Spec.Containers[0].Env
 	}
 
-	desired, err := resources.StatefulSet(db, eng, resources.TLSOn)
+	desired, err := resources.StatefulSet(db, eng, resources.TLSOn, testAgentImage)
 	require.NoError(t, err)
+	// The engine's variables, then the agent's.
+	full := engineEnv(t, decode[appsv1.StatefulSet](t, desired))
+	agentVars := full[len(eng.Env(resources.SuperuserSecretName(db))):]
+	require.NotEmpty(t, agentVars)
 	live := decode[appsv1.StatefulSet](t, desired)
 	live.Spec.Template.Spec.Containers[0].Env = old
 	resources.PinLegacyEnv(desired, live)
-	assert.Equal(t, old, engineEnv(t, decode[appsv1.StatefulSet](t, desired)), "a legacy StatefulSet keeps its env")
+	assert.Equal(t, append(slices.Clone(old), agentVars...), engineEnv(t, decode[appsv1.StatefulSet](t, desired)),
+		"a legacy StatefulSet keeps its engine env, and gains the agent's")
 
-	desired, err = resources.StatefulSet(db, eng, resources.TLSOn)
+	desired, err = resources.StatefulSet(db, eng, resources.TLSOn, testAgentImage)
 	require.NoError(t, err)
 	current := decode[appsv1.StatefulSet](t, desired)
 	resources.PinLegacyEnv(desired, current)
 	got := engineEnv(t, decode[appsv1.StatefulSet](t, desired))
-	assert.Equal(t, eng.Env(resources.SuperuserSecretName(db)), got, "a current StatefulSet keeps the desired env")
+	assert.Equal(t, full, got, "a current StatefulSet keeps the desired env")
 	for _, e := range got {
 		assert.NotEqual(t, "POSTGRES_DB", e.Name)
 		if e.ValueFrom != nil {
-			assert.Equal(t, "orders-superuser", e.ValueFrom.SecretKeyRef.Name, e.Name)
+			if e.ValueFrom.SecretKeyRef != nil && strings.HasPrefix(e.Name, "POSTGRES_") {
+				assert.Equal(t, "orders-superuser", e.ValueFrom.SecretKeyRef.Name, e.Name)
+			}
 		}
 	}
 
-	desired, err = resources.StatefulSet(db, eng, resources.TLSOn)
+	desired, err = resources.StatefulSet(db, eng, resources.TLSOn, testAgentImage)
 	require.NoError(t, err)
 	resources.PinLegacyEnv(desired, nil)
-	assert.Equal(t, eng.Env(resources.SuperuserSecretName(db)), engineEnv(t, decode[appsv1.StatefulSet](t, desired)), "no StatefulSet yet")
+	assert.Equal(t, full, engineEnv(t, decode[appsv1.StatefulSet](t, desired)), "no StatefulSet yet")
 }
 
 func secretRef(name, secret, key string, optional bool) corev1.EnvVar {

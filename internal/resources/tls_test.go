@@ -46,7 +46,7 @@ func TestTLSFor(t *testing.T) {
 	}
 	// The StatefulSet a new Database gets is one TLSFor keeps on TLS.
 	eng, _ := engine.For(dbv1.EnginePostgres)
-	sts, err := resources.StatefulSet(sample("a", nil), eng, resources.TLSOn)
+	sts, err := resources.StatefulSet(sample("a", nil), eng, resources.TLSOn, testAgentImage)
 	assert.NoError(t, err)
 	live := &appsv1.StatefulSet{}
 	for _, v := range sts.Spec.Template.Spec.Volumes {

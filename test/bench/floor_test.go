@@ -44,7 +44,7 @@ func childrenOf(db *dbv1.Database) ([]client.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	sts, err := resources.StatefulSet(db, eng, resources.TLSOff)
+	sts, err := resources.StatefulSet(db, eng, resources.TLSOff, "localhost/dbkeeper/manager:bench")
 	if err != nil {
 		return nil, err
 	}

@@ -416,3 +416,22 @@ func TestTemplateSecureMetrics(t *testing.T) {
 		assert.Contains(t, out, "metrics.certSecret needs metrics.secure: true")
 	})
 }
+
+// TestTemplateAgentImage: the engine pods copy the agent from the manager's
+// own image unless agentImage names another (a mirror the nodes pull from).
+func TestTemplateAgentImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs helm; skipped under -short")
+	}
+	args := managerArgs(t, render(t, "--set", "image.repository=registry.example.com/dbkeeper,image.tag=1.2.3"))
+	assert.Contains(t, args, "--agent-image=registry.example.com/dbkeeper:1.2.3", "the manager's own image by default")
+
+	args = managerArgs(t, render(t, "--set", "image.digest=sha256:"+strings.Repeat("ab", 32)))
+	assert.Contains(t, args, "--agent-image=ghcr.io/dbkeeper/dbkeeper@sha256:"+strings.Repeat("ab", 32), "the digest pins the agent too")
+
+	args = managerArgs(t, render(t, "--set", "agentImage=mirror.example.com/dbkeeper:1.2.3"))
+	assert.Contains(t, args, "--agent-image=mirror.example.com/dbkeeper:1.2.3")
+
+	// The replication controller can be switched off like the others.
+	assert.Contains(t, managerArgs(t, render(t, "--set", "controllers.replication.enabled=false")), "--controllers=*,-replication")
+}

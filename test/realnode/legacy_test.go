@@ -3,6 +3,7 @@ package realnode
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func TestLegacyDatabaseUpgrade(t *testing.T) {
 	create(t, creds)
 
 	// The StatefulSet of the previous operator: today's, with the old env.
-	desired, err := resources.StatefulSet(db, eng, resources.TLSOff)
+	desired, err := resources.StatefulSet(db, eng, resources.TLSOff, local.ManagerImage())
 	require.NoError(t, err)
 	raw, err := json.Marshal(desired)
 	require.NoError(t, err)
@@ -57,6 +58,12 @@ func TestLegacyDatabaseUpgrade(t *testing.T) {
 	}
 	old := []corev1.EnvVar{ref("POSTGRES_USER", "username", false), ref("POSTGRES_PASSWORD", "password", false),
 		ref("POSTGRES_DB", "database", true), {Name: "PGDATA", Value: eng.DataMountPath() + "/pgdata"}}
+	// The agent's variables stay: today's pod needs them to start.
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		if strings.HasPrefix(e.Name, "DBKEEPER_") {
+			old = append(old, e)
+		}
+	}
 	sts.Spec.Template.Spec.Containers[0].Env = old
 	create(t, sts)
 	pod := &corev1.Pod{}

@@ -81,6 +81,7 @@ func startOperator(t *testing.T, namespace string) *operator.Operator {
 		// Real PostgreSQL on the node: the operator reaches the pods'
 		// IPs on the host's bridge.
 		RealInstances: true,
+		AgentImage:    local.ManagerImage(),
 	})
 }
 

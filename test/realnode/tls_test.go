@@ -84,6 +84,7 @@ func TestTLSRenewalWithoutFailedQuery(t *testing.T) {
 		Logger:          operator.FileLogger(t, 60),
 		TLSCertDuration: 90 * time.Second,
 		RealInstances:   true,
+		AgentImage:      local.ManagerImage(),
 	})
 	db := newDatabase(ns, "renew", "17")
 	create(t, db)

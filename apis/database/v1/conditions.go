@@ -51,10 +51,10 @@ const (
 	// ReasonScaledToZero: spec.replicas is 0, so no pod runs; the data is
 	// kept.
 	ReasonScaledToZero = "ScaledToZero"
-	// ReasonReplicasCapped: spec.replicas asks for more instances than
-	// dbkeeper runs (one, until streaming replication exists); one runs and
-	// is ready, and the volumes of the instances that stopped are kept. The
-	// condition is True; its Event is a Warning.
+	// ReasonReplicasCapped was set, before streaming replication (issue
+	// 18), when spec.replicas asked for more than the one instance dbkeeper
+	// then ran. No controller sets it any more; it stays so that a stored
+	// condition with it still reads as documented.
 	ReasonReplicasCapped = "ReplicasCapped"
 	// ReasonImagePullFailed: an engine pod cannot pull its image (the
 	// kubelet reports ErrImagePull, ImagePullBackOff or InvalidImageName);

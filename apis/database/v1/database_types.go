@@ -110,6 +110,15 @@ type DatabaseSpec struct {
 	// +kubebuilder:default={}
 	Storage StorageSpec `json:"storage,omitempty"`
 
+	// Affinity places the engine pods. Unset, the pods of one Database
+	// prefer different nodes (a preferred pod anti-affinity on
+	// kubernetes.io/hostname), so that losing a node loses one instance;
+	// set, it replaces that default whole (for example with a required
+	// anti-affinity, or zones). The engine pods pick it up when they are
+	// next restarted (rollouts are OnDelete, in the replication order).
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
 	// Resources are the compute resources of the engine container. A cpu
 	// or memory request may not exceed its limit.
 	// +optional

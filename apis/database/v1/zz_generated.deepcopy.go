@@ -11,6 +11,7 @@ Licensed under the Apache License, Version 2.0.
 package v1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 )
@@ -192,6 +193,11 @@ func (in *DatabaseSpec) DeepCopyInto(out *DatabaseSpec) {
 		**out = **in
 	}
 	in.Storage.DeepCopyInto(&out.Storage)
+	if in.Affinity != nil {
+		in, out := &in.Affinity, &out.Affinity
+		*out = new(corev1.Affinity)
+		(*in).DeepCopyInto(*out)
+	}
 	in.Resources.DeepCopyInto(&out.Resources)
 	if in.Credentials != nil {
 		in, out := &in.Credentials, &out.Credentials

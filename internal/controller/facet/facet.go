@@ -65,6 +65,10 @@ type Options struct {
 	// reloading them after a renewal): for fake nodes, whose pods have
 	// addresses nothing answers on.
 	SkipTLSServerProbe bool
+	// AgentImage is the image whose `/manager copy-self` the engine pods'
+	// init container runs to copy the instance agent into the pod: the
+	// manager's own image (--agent-image).
+	AgentImage string
 }
 
 // FieldOwner is the field manager of the named controller.

@@ -1,6 +1,7 @@
 // Package statefulset is the controller of the StatefulSet that runs a
-// Database's engine. It owns the StatefulSetReady condition and the
-// replica counts and selector in the Database's status.
+// Database's engine and of the engine pods' PodDisruptionBudget. It owns
+// the StatefulSetReady condition and the replica counts and selector in
+// the Database's status.
 package statefulset
 
 import (
@@ -9,6 +10,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -38,6 +41,7 @@ const Name = "statefulset"
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // ReasonVolumeGrowing is the reason of the Event of a data PVC that
@@ -61,11 +65,13 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
 	s := newSyncer(mgr.GetClient(), w)
 	s.engines = o.Engines
+	s.agentImage = o.AgentImage
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
 		Owns(&appsv1.StatefulSet{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		// The engine pods say why replicas are not ready; they belong to
 		// the StatefulSet, so they map to the Database by their labels.
 		// The manager caches only the pods dbkeeper labelled.
@@ -88,6 +94,8 @@ type syncer struct {
 	writer *facet.Writer
 	// engines is the image catalog; the zero one is the built-in.
 	engines engine.Catalog
+	// agentImage is the image the pods copy the agent from (--agent-image).
+	agentImage string
 }
 
 // newSyncer is the statefulset syncer that reads with c, and applies and
@@ -105,7 +113,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if err != nil {
 		return facet.Outcome{}, fmt.Errorf("getting StatefulSet: %w", err)
 	}
-	desired, err := resources.StatefulSet(db, eng, resources.TLSFor(db, live).On())
+	desired, err := resources.StatefulSet(db, eng, resources.TLSFor(db, live).On(), s.agentImage)
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
 	}
@@ -119,6 +127,9 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		if err := s.growVolumes(ctx, db); err != nil {
 			return facet.Outcome{}, err
 		}
+	}
+	if err := s.syncDisruptionBudget(ctx, db); err != nil {
+		return facet.Outcome{}, err
 	}
 
 	// The pods are read only when a replica is not ready: they can say why.
@@ -134,6 +145,31 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		out.Status.WithReplicas(live.Status.Replicas).WithReadyReplicas(live.Status.ReadyReplicas)
 	}
 	return out, nil
+}
+
+// syncDisruptionBudget keeps the engine pods' PodDisruptionBudget while the
+// Database runs two instances or more, and deletes it below.
+func (s *syncer) syncDisruptionBudget(ctx context.Context, db *dbv1.Database) error {
+	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.PodDisruptionBudgetName(db)}
+	live, err := apply.Live(ctx, s.client, key, &policyv1.PodDisruptionBudget{})
+	if err != nil {
+		return fmt.Errorf("getting PodDisruptionBudget: %w", err)
+	}
+	if resources.WantsPodDisruptionBudget(db) {
+		if _, err := s.writer.Apply(ctx, live, resources.PodDisruptionBudget(db)); err != nil {
+			return fmt.Errorf("applying PodDisruptionBudget: %w", err)
+		}
+		return nil
+	}
+	if live == nil || !metav1.IsControlledBy(live, db) {
+		return nil
+	}
+	log.FromContext(ctx).Info("Deleting PodDisruptionBudget: fewer than two instances", "PodDisruptionBudget", klog.KObj(live))
+	err = s.client.Delete(ctx, live, client.Preconditions{UID: ptr.To(live.UID)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting PodDisruptionBudget: %w", err)
+	}
+	return nil
 }
 
 // growVolumes asks each data PVC for the grown spec.storage.size: the
@@ -192,7 +228,11 @@ func observe(db *dbv1.Database, sts *appsv1.StatefulSet, changed bool, pods []co
 		if stuck, ok := diagnose(db, sts.Status.UpdateRevision, pods); ok {
 			return stuck
 		}
-		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("rolling out: %d of %d replicas updated", sts.Status.UpdatedReplicas, want))
+		msg := fmt.Sprintf("rolling out: %d of %d replicas updated", sts.Status.UpdatedReplicas, want)
+		if sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
+			msg += "; the replication controller restarts the others in order (standbys, then the primary after a switchover)"
+		}
+		return conditions.False(t, dbv1.ReasonProgressing, msg)
 	case sts.Status.ReadyReplicas < want:
 		if stuck, ok := diagnose(db, sts.Status.UpdateRevision, pods); ok {
 			return stuck
@@ -200,12 +240,6 @@ func observe(db *dbv1.Database, sts *appsv1.StatefulSet, changed bool, pods []co
 		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("%d of %d replicas ready", sts.Status.ReadyReplicas, want))
 	case sts.Status.Replicas > want:
 		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("scaling down: %d replicas, %d wanted", sts.Status.Replicas, want))
-	}
-	if asked := ptr.Deref(db.Spec.Replicas, 1); asked > want {
-		return conditions.True(t, dbv1.ReasonReplicasCapped, fmt.Sprintf(
-			"%d of %d replicas ready; spec.replicas is %d, but dbkeeper runs at most %d instance until streaming replication exists "+
-				"(more would be independent servers splitting the data); the volumes of any instance that stopped are kept; set spec.replicas to %d",
-			sts.Status.ReadyReplicas, want, asked, resources.MaxInstances, resources.MaxInstances))
 	}
 	return conditions.True(t, dbv1.ReasonStatefulSetReady, fmt.Sprintf("%d of %d replicas ready", sts.Status.ReadyReplicas, want))
 }

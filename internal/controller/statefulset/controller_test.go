@@ -8,9 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -57,15 +60,23 @@ func TestObserve(t *testing.T) {
 		{"ready", db(1), sts(nil), false, metav1.ConditionTrue, dbv1.ReasonStatefulSetReady, "1 of 1 replicas ready"},
 		{"scaled to zero", db(0), sts(func(s *appsv1.StatefulSetStatus) { *s = appsv1.StatefulSetStatus{ObservedGeneration: 2} }), false,
 			metav1.ConditionTrue, dbv1.ReasonScaledToZero, "no pod runs"},
-		// A Database stored with replicas: 3 before the CRD refused it: one
-		// instance runs; the other two are scaled away.
-		{"stored with three, three still running", db(3), sts(func(s *appsv1.StatefulSetStatus) { s.Replicas, s.ReadyReplicas = 3, 3 }), false,
-			metav1.ConditionFalse, dbv1.ReasonProgressing, "scaling down: 3 replicas, 1 wanted"},
-		{"stored with three, one runs", db(3), sts(nil), false,
-			metav1.ConditionTrue, dbv1.ReasonReplicasCapped, "spec.replicas is 3, but dbkeeper runs at most 1 instance"},
+		{"three ready", db(3), sts(func(s *appsv1.StatefulSetStatus) { s.Replicas, s.ReadyReplicas, s.UpdatedReplicas = 3, 3, 3 }), false,
+			metav1.ConditionTrue, dbv1.ReasonStatefulSetReady, "3 of 3 replicas ready"},
+		{"scaling down from three to two", db(2), sts(func(s *appsv1.StatefulSetStatus) { s.Replicas, s.ReadyReplicas, s.UpdatedReplicas = 3, 3, 3 }), false,
+			metav1.ConditionFalse, dbv1.ReasonProgressing, "scaling down: 3 replicas, 2 wanted"},
+		// The primary is ordinal 2: a scale-down to one keeps three pods
+		// until the replication controller switched over to ordinal 0.
+		{"scaled down under the primary", primaryAt(db(1), 2), sts(func(s *appsv1.StatefulSetStatus) { s.Replicas, s.ReadyReplicas, s.UpdatedReplicas = 3, 3, 3 }), false,
+			metav1.ConditionTrue, dbv1.ReasonStatefulSetReady, "3 of 3 replicas ready"},
+		{"OnDelete rollout waits for the replication controller", db(2), onDelete(sts(func(s *appsv1.StatefulSetStatus) {
+			s.Replicas, s.ReadyReplicas, s.UpdatedReplicas, s.UpdateRevision = 2, 2, 1, "r3"
+		})), false, metav1.ConditionFalse, dbv1.ReasonProgressing, "1 of 2 replicas updated; the replication controller restarts the others in order"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.db.Name == "" {
+				tc.db.Name = "orders"
+			}
 			got := observe(tc.db, tc.sts, tc.changed, nil)
 			assert.Equal(t, dbv1.ConditionStatefulSetReady, got.Type)
 			assert.Equal(t, tc.status, got.Status)
@@ -73,6 +84,18 @@ func TestObserve(t *testing.T) {
 			assert.Contains(t, got.Message, tc.message)
 		})
 	}
+}
+
+// primaryAt records the instance of ordinal as the current primary.
+func primaryAt(db *dbv1.Database, ordinal int) *dbv1.Database {
+	db.Name = "orders"
+	db.Status.Replication = &dbv1.ReplicationStatus{CurrentPrimary: resources.InstanceName(db, ordinal)}
+	return db
+}
+
+func onDelete(sts *appsv1.StatefulSet) *appsv1.StatefulSet {
+	sts.Spec.UpdateStrategy.Type = appsv1.OnDeleteStatefulSetStrategyType
+	return sts
 }
 
 // TestSync: the first sync creates the StatefulSet and reports it
@@ -210,4 +233,54 @@ func TestReconcileReportsWhyPodsAreNotReady(t *testing.T) {
 	assert.Equal(t, dbv1.ReasonStatefulSetReady, cond.Reason)
 	require.Len(t, rec.Events, 1)
 	assert.Contains(t, <-rec.Events, "Normal Ready StatefulSetReady is True")
+}
+
+// TestDisruptionBudgetAndPrimary: with two instances or more the engine
+// pods get a PodDisruptionBudget of one unavailable pod, owned by the
+// Database; a scale-down to one deletes it. The StatefulSet never runs
+// fewer pods than the primary's ordinal + 1: the replication controller
+// switches over before the primary's pod may go.
+func TestDisruptionBudgetAndPrimary(t *testing.T) {
+	ctx := context.Background()
+	db := facettest.Database()
+	db.Spec.Replicas = ptr.To[int32](3)
+	c := facettest.Client(t, db)
+	s := newSyncer(c, facet.WriterFor(c, events.NewFakeRecorder(10), Name))
+	s.agentImage = "registry.example.com/dbkeeper:1.0"
+
+	_, err := s.Sync(ctx, db)
+	require.NoError(t, err)
+	pdb := &policyv1.PodDisruptionBudget{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, pdb))
+	assert.Equal(t, intstr.FromInt32(1), *pdb.Spec.MaxUnavailable)
+	assert.Nil(t, pdb.Spec.MinAvailable)
+	assert.Equal(t, resources.PodSelectorLabels(db), pdb.Spec.Selector.MatchLabels)
+	assert.True(t, metav1.IsControlledBy(pdb, db), "owned by the Database")
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts))
+	assert.Equal(t, int32(3), *sts.Spec.Replicas)
+	assert.Equal(t, "registry.example.com/dbkeeper:1.0", sts.Spec.Template.Spec.InitContainers[0].Image)
+
+	// Scaled down to one while the primary is the third pod: three pods
+	// stay, and so does the budget.
+	db.Spec.Replicas = ptr.To[int32](1)
+	db.Status.Replication = &dbv1.ReplicationStatus{CurrentPrimary: resources.InstanceName(db, 2)}
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(sts), sts))
+	assert.Equal(t, int32(3), *sts.Spec.Replicas, "the primary's pod stays")
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pdb), pdb))
+
+	// Switched over to the first pod: one pod, no budget.
+	db.Status.Replication.CurrentPrimary = resources.InstanceName(db, 0)
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(sts), sts))
+	assert.Equal(t, int32(1), *sts.Spec.Replicas)
+	err = c.Get(ctx, client.ObjectKeyFromObject(pdb), &policyv1.PodDisruptionBudget{})
+	assert.True(t, apierrors.IsNotFound(err), "the budget is gone: %v", err)
+
+	// Another sync without a budget to delete is quiet.
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
 }

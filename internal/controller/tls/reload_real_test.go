@@ -66,7 +66,7 @@ func TestProbeAndReloadOnALocalServer(t *testing.T) {
 		hba := filepath.Join(dir, "pg_hba.conf")
 		write(first, uid, gid)
 		require.NoError(t, os.WriteFile(hba, []byte(engine.Postgres{}.HostBasedAuth()), 0o644))
-		return engine.Postgres{}.TLSArgs(certFile, keyFile, hba)[1:] // without the image's "postgres"
+		return engine.Postgres{}.TLSArgs(certFile, keyFile, hba)
 	}})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(srv.Port))
 	ctx := context.Background()

@@ -87,6 +87,11 @@ func (c *Cluster) EngineImages() string {
 	return strings.Join(pairs, ",")
 }
 
+// ManagerImage is the manager image imported into the real node (the
+// manifest's ImageManager), the --agent-image of an operator whose engine
+// pods run; empty on a fake node.
+func (c *Cluster) ManagerImage() string { return c.Images[ImageManager] }
+
 // tail returns the last n lines of s.
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")

@@ -54,7 +54,16 @@ type Options struct {
 	// TLSCertDuration is the lifetime of the certificates the operator
 	// issues (--tls-cert-duration); zero is the default, 90 days.
 	TLSCertDuration time.Duration
+	// AgentImage is the image the engine pods copy the instance agent
+	// from (--agent-image); empty means FakeAgentImage, which only a fake
+	// node (whose pods run nothing) may use. A real node passes the
+	// manager image it imported (cluster.Cluster.ManagerImage).
+	AgentImage string
 }
+
+// FakeAgentImage is the agent image of operators whose pods never run: the
+// envtest and fake-node suites.
+const FakeAgentImage = "localhost/dbkeeper/manager:fake"
 
 // Operator is one running manager.
 type Operator struct {
@@ -91,6 +100,9 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 		cfg = rest.CopyConfig(cfg)
 		cfg.Wrap(o.Faults.Wrap)
 	}
+	if o.AgentImage == "" {
+		o.AgentImage = FakeAgentImage
+	}
 	if o.MetricsBindAddress == "" {
 		o.MetricsBindAddress = "0"
 	}
@@ -119,6 +131,7 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 		Engines:                o.Engines,
 		SkipTLSServerProbe:     o.SkipTLSServerProbe,
 		TLSCertDuration:        o.TLSCertDuration,
+		AgentImage:             o.AgentImage,
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

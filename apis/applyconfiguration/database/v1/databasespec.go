@@ -34,6 +34,13 @@ type DatabaseSpecApplyConfiguration struct {
 	Replicas *int32 `json:"replicas,omitempty"`
 	// Storage is the data volume of each instance.
 	Storage *StorageSpecApplyConfiguration `json:"storage,omitempty"`
+	// Affinity places the engine pods. Unset, the pods of one Database
+	// prefer different nodes (a preferred pod anti-affinity on
+	// kubernetes.io/hostname), so that losing a node loses one instance;
+	// set, it replaces that default whole (for example with a required
+	// anti-affinity, or zones). The engine pods pick it up when they are
+	// next restarted (rollouts are OnDelete, in the replication order).
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 	// Resources are the compute resources of the engine container. A cpu
 	// or memory request may not exceed its limit.
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
@@ -106,6 +113,14 @@ func (b *DatabaseSpecApplyConfiguration) WithReplicas(value int32) *DatabaseSpec
 // If called multiple times, the Storage field is set to the value of the last call.
 func (b *DatabaseSpecApplyConfiguration) WithStorage(value *StorageSpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
 	b.Storage = value
+	return b
+}
+
+// WithAffinity sets the Affinity field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Affinity field is set to the value of the last call.
+func (b *DatabaseSpecApplyConfiguration) WithAffinity(value corev1.Affinity) *DatabaseSpecApplyConfiguration {
+	b.Affinity = &value
 	return b
 }
 

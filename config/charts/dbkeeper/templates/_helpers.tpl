@@ -38,11 +38,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
+{{/* --agent-image: values agentImage, else the manager's own image (the engine pods run its /manager copy-self). */}}
+{{- define "dbkeeper.agentImage" -}}
+{{- default (include "dbkeeper.image" .) .Values.agentImage -}}
+{{- end -}}
+
 {{/* --controllers: "*" when all are on, else "*,-a,-b". The order is the manager's registry order. */}}
 {{- define "dbkeeper.controllers" -}}
 {{- $off := list -}}
 {{- range $name := list "statefulset" "service" "secret" "backup" "tls" "replication" "cleanup" "readiness" -}}
-{{- if not (index $.Values.controllers $name).enabled -}}
+{{- if not (dig $name "enabled" true $.Values.controllers) -}}
 {{- $off = append $off (printf "-%s" $name) -}}
 {{- end -}}
 {{- end -}}

@@ -1,0 +1,58 @@
+package engine
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// ReplicationUser is the role standbys stream with (agent.ReplicationUser,
+// repeated here because the agent imports this package).
+const ReplicationUser = "dbkeeper_replication"
+
+// Replication is how an engine's server runs under the instance agent and
+// streams to hot standbys, embedded in Engine.
+type Replication interface {
+	// Entrypoint is the image's entrypoint, which the agent runs (with
+	// ServerArgs) as the server: the container's command is the agent,
+	// which replaces the image's entrypoint, so it is named again.
+	Entrypoint() []string
+	// ServerArgs are the arguments of Entrypoint that start the server
+	// ready to be a primary with standbys or a standby itself, on a data
+	// volume of dataSize. TLS.TLSArgs follow them when TLS is on.
+	ServerArgs(dataSize resource.Quantity) []string
+}
+
+// Entrypoint implements Replication: the official image's entrypoint
+// script, which runs initdb on an empty data directory (with
+// POSTGRES_USER and POSTGRES_PASSWORD) and then execs the server.
+func (Postgres) Entrypoint() []string { return []string{"docker-entrypoint.sh"} }
+
+// ServerArgs implements Replication: "postgres" with
+//
+//   - wal_log_hints=on, so that pg_rewind can bring a former primary back
+//     as a standby of the new one instead of cloning it again;
+//   - max_slot_wal_keep_size, a quarter of the data volume (at least one
+//     16 MB segment): a standby's slot keeps WAL on the primary until the
+//     standby received it, in pg_wal on this same volume, so a standby that
+//     is gone for long would otherwise fill the primary's disk and stop it.
+//     Past the cap the slot is invalidated and that standby is cloned again,
+//     which costs far less than a primary out of disk; a quarter leaves
+//     three quarters to the data and to max_wal_size (1 GB by default), and
+//     still holds hours of WAL at ordinary write rates, enough for a pod to
+//     restart or a node to drain.
+//
+// The defaults cover the rest for up to 9 instances (the most
+// spec.replicas allows): wal_level=replica and hot_standby=on, and
+// max_wal_senders=10 and max_replication_slots=10 leave room for 8
+// standbys' slots and senders plus a pg_basebackup clone (one sender and
+// one temporary slot for its WAL stream besides the base backup's sender;
+// the StatefulSet starts one pod at a time, so one clone runs at once).
+func (Postgres) ServerArgs(dataSize resource.Quantity) []string {
+	const mb = 1 << 20
+	keep := max(dataSize.Value()/4/mb, 16)
+	return []string{"postgres",
+		"-c", "wal_log_hints=on",
+		"-c", fmt.Sprintf("max_slot_wal_keep_size=%dMB", keep),
+	}
+}
