@@ -19,4 +19,3 @@ func conflict(format string, args ...any) error {
 
 // errBusy refuses a request while another operation runs.
 var errBusy = &opError{code: http.StatusConflict, msg: "another bootstrap, demote or promote is running"}
-

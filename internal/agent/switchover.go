@@ -101,4 +101,3 @@ func (a *Agent) promote(ctx context.Context, req PromoteRequest) (Status, error)
 		}
 	}
 }
-
