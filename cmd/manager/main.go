@@ -1,5 +1,8 @@
 // Command manager runs dbkeeper: one manager process hosting the narrow
-// controllers selected by --controllers.
+// controllers selected by --controllers. The same binary is the in-pod
+// agent: `manager copy-self DIR` (the engine pod's init container) and
+// `manager agent [flags] -- COMMAND...` (PID 1 of the engine container;
+// internal/agent).
 package main
 
 import (

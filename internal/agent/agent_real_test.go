@@ -581,3 +581,39 @@ func startForwarder(t *testing.T) *forwarder {
 	}()
 	return f
 }
+
+// TestSIGTERMDuringInitdb: a pod stopped while the entrypoint still runs
+// (initdb, then its temporary server and psql) stops at once, exit 0,
+// leaving no process of the instance running.
+func TestSIGTERMDuringInitdb(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	// the delays land in initdb and, on this machine, in the temporary
+	// server's start
+	for _, delay := range []time.Duration{300 * time.Millisecond, 1100 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			c := newCluster(t)
+			a := c.start("db-0")
+			_, err := c.client.Bootstrap(context.Background(), a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+			require.NoError(t, err)
+			time.Sleep(delay)
+			s := c.status(a)
+			t.Logf("state when stopped: %s", s.State)
+			if delay < time.Second {
+				require.Equal(t, agent.StateBootstrapping, s.State, "initdb already finished: the test proves nothing")
+			}
+			stopped := time.Now()
+			require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+			select {
+			case <-a.exited:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the agent did not exit within 30s of SIGTERM during initdb")
+			}
+			t.Logf("stopped in %s", time.Since(stopped).Round(time.Millisecond))
+			assert.Equal(t, 0, a.cmd.ProcessState.ExitCode())
+			out, _ := exec.Command("pgrep", "-f", a.pgdata).Output()
+			assert.Empty(t, strings.TrimSpace(string(out)), "processes of the instance left running")
+		})
+	}
+}

@@ -14,6 +14,28 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// status is the instance's status: from the server when it answers, else
+// from the data directory.
+func (a *Agent) status(ctx context.Context) Status {
+	a.mu.Lock()
+	s := Status{Pod: a.cfg.Pod, State: a.state, Message: a.message}
+	pid := 0
+	if a.srv != nil {
+		pid = a.srv.cmd.Process.Pid
+	}
+	a.mu.Unlock()
+	// initdb's temporary server answers on the same socket: only the
+	// server the agent runs says the instance's status.
+	if pid != 0 && postmasterPID(a.cfg.PGData) == pid {
+		q := s
+		if err := a.queryStatus(ctx, &q); err == nil {
+			return q
+		}
+	}
+	a.diskStatus(ctx, &s)
+	return s
+}
+
 // queryTimeout bounds one status query (the server is local).
 const queryTimeout = 5 * time.Second
 

@@ -109,6 +109,9 @@ func (a *Agent) startServer(state State) error {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "PGPORT="+strconv.Itoa(a.cfg.Port))
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	// its own process group, so that a stop before the entrypoint execs
+	// the server reaches initdb too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	srv := &server{cmd: cmd, done: make(chan struct{})}
 
 	a.mu.Lock()
@@ -182,8 +185,14 @@ func (a *Agent) watchReady(srv *server) {
 	}
 }
 
+// entrypointGrace is how long a stop waits for the entrypoint's shell
+// (initdb, its temporary server, psql) before killing it.
+const entrypointGrace = 10 * time.Second
+
 // stopServer fast-shuts the server down (SIGINT: sessions end, committed
-// WAL reaches connected standbys) and waits for it.
+// WAL reaches connected standbys) and waits for it. Before the entrypoint
+// execs the server, it stops the entrypoint's process group and the
+// temporary server (pg_ctl starts it in a session of its own).
 func (a *Agent) stopServer(ctx context.Context) error {
 	a.mu.Lock()
 	srv := a.srv
@@ -193,8 +202,12 @@ func (a *Agent) stopServer(ctx context.Context) error {
 	}
 	srv.expected = true
 	a.mu.Unlock()
-	a.log.Info("Stopping the server", "pid", srv.cmd.Process.Pid)
-	if err := srv.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	pid := srv.cmd.Process.Pid
+	a.log.Info("Stopping the server", "pid", pid)
+	if pm := postmasterPID(a.cfg.PGData); pm != pid {
+		return a.stopEntrypoint(ctx, srv, pm)
+	}
+	if err := syscall.Kill(pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("stopping the server: %w", err)
 	}
 	select {
@@ -203,4 +216,36 @@ func (a *Agent) stopServer(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("stopping the server: %w", ctx.Err())
 	}
+}
+
+// stopEntrypoint interrupts the entrypoint's group and its temporary
+// server pm (0 when none), kills the group if it lingers, and waits for
+// both.
+func (a *Agent) stopEntrypoint(ctx context.Context, srv *server, pm int) error {
+	group := -srv.cmd.Process.Pid
+	_ = syscall.Kill(group, syscall.SIGINT)
+	if pm > 0 {
+		_ = syscall.Kill(pm, syscall.SIGINT)
+	}
+	select {
+	case <-srv.done:
+	case <-time.After(entrypointGrace):
+		a.log.Info("The entrypoint lingers: killing it")
+		_ = syscall.Kill(group, syscall.SIGKILL)
+		<-srv.done
+	case <-ctx.Done():
+		return fmt.Errorf("stopping the entrypoint: %w", ctx.Err())
+	}
+	// the temporary server may have started meanwhile
+	if pm = postmasterPID(a.cfg.PGData); pm > 0 && pm != srv.cmd.Process.Pid {
+		_ = syscall.Kill(pm, syscall.SIGINT)
+		for syscall.Kill(pm, 0) == nil {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("stopping the temporary server: %w", ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }

@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// bootstrap fills an empty data directory as req says; the work goes on
+// after the answer.
+func (a *Agent) bootstrap(req BootstrapRequest) error {
+	if req.Mode != BootstrapInitdb && req.Mode != BootstrapClone {
+		return &opError{code: http.StatusBadRequest, msg: fmt.Sprintf("unknown bootstrap mode %q", req.Mode)}
+	}
+	if !a.op.TryLock() {
+		return errBusy
+	}
+	a.mu.Lock()
+	state := a.state
+	a.mu.Unlock()
+	empty, err := isEmpty(a.cfg.PGData)
+	if err != nil {
+		a.op.Unlock()
+		return err
+	}
+	if !empty || state != StateWaiting {
+		a.op.Unlock()
+		return conflict("the data directory is not empty (state %s): bootstrap only fills an empty one", state)
+	}
+	a.log.Info("Bootstrapping", "mode", req.Mode)
+	if req.Mode == BootstrapInitdb {
+		defer a.op.Unlock()
+		// the image's entrypoint runs initdb, then the server.
+		if err := a.startServer(StateBootstrapping); err != nil {
+			a.setState(StateWaiting, err.Error())
+			return err
+		}
+		return nil
+	}
+	a.setState(StateBootstrapping, "")
+	go func() {
+		defer a.op.Unlock()
+		a.clone()
+	}()
+	return nil
+}
+
+// clone copies the primary with pg_basebackup and starts a standby. A
+// failed copy leaves the data directory empty again (it was empty when the
+// copy began) and the agent Waiting.
+func (a *Agent) clone() {
+	start := time.Now()
+	cmd := exec.CommandContext(a.ctx, "pg_basebackup", "-D", a.cfg.PGData,
+		"-h", a.cfg.PrimaryHost, "-p", strconv.Itoa(a.cfg.PrimaryPort), "-U", ReplicationUser,
+		"-X", "stream", "-c", "fast", "-w")
+	cmd.Env = append(os.Environ(), append(a.sslEnv(), "PGPASSFILE="+a.pgpass, "PGAPPNAME="+a.cfg.Pod)...)
+	var msg bytes.Buffer
+	cmd.Stdout, cmd.Stderr = os.Stdout, io.MultiWriter(os.Stderr, &msg)
+	err := a.reaper.start(cmd)
+	if err == nil {
+		if err = a.reaper.wait(cmd); err != nil {
+			err = fmt.Errorf("pg_basebackup: %w: %s", err, errorLine(msg.String()))
+		}
+	}
+	if err == nil {
+		err = os.Chmod(a.cfg.PGData, 0o700)
+	}
+	if err == nil {
+		err = writeStandbySignal(a.cfg.PGData)
+	}
+	if err != nil {
+		err = fmt.Errorf("cloning %s:%d: %w", a.cfg.PrimaryHost, a.cfg.PrimaryPort, err)
+		a.log.Error(err, "Clone failed: emptying the data directory")
+		if rerr := emptyDir(a.cfg.PGData); rerr != nil {
+			a.fail(fmt.Errorf("%w; %w", err, rerr))
+			return
+		}
+		a.setState(StateWaiting, err.Error())
+		return
+	}
+	a.log.Info("Cloned the primary", "duration", time.Since(start).Round(time.Millisecond))
+	if err := a.startServer(StateStarting); err != nil {
+		a.fail(err)
+	}
+}
+
+// errorLine is the line of a command's output that says what failed: the
+// first that says "error", else the last.
+func errorLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, l := range lines {
+		if strings.Contains(l, "error") {
+			return l
+		}
+	}
+	return lines[len(lines)-1]
+}
