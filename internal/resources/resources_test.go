@@ -81,6 +81,8 @@ func TestGolden(t *testing.T) {
 			"statefulset":      sts,
 			"service":          resources.ClientService(db, eng),
 			"headless-service": resources.HeadlessService(db, eng),
+			"ro-service":       resources.ReadOnlyService(db, eng),
+			"pdb":              resources.PodDisruptionBudget(db),
 			"secret":           resources.CredentialsSecret(db, eng, "not-a-real-password", resources.ClientTLS{}),
 			"secret-metadata":  resources.CredentialsSecretMetadata(db),
 			"superuser-secret": resources.SuperuserSecret(db, eng.Superuser(), "not-a-real-password"),

@@ -61,7 +61,7 @@ func TestServerDNSNames(t *testing.T) {
 	for _, want := range []string{
 		"orders.shop.svc", "orders.shop.svc.cluster.local", // the uri's host, and its long form
 		"orders-headless.shop.svc", "*.orders-headless.shop.svc", // the restore Job's pod host
-		"orders-ro.shop.svc", // reserved for the read-only Service
+		"orders-ro.shop.svc", // the read-only Service
 	} {
 		assert.Contains(t, names, want)
 	}
