@@ -78,14 +78,17 @@ func TestGolden(t *testing.T) {
 		cron, err := resources.BackupCronJob(db, eng, resources.TLSOff)
 		require.NoError(t, err)
 		objects := map[string]any{
-			"statefulset":      sts,
-			"service":          resources.ClientService(db, eng),
-			"headless-service": resources.HeadlessService(db, eng),
-			"secret":           resources.CredentialsSecret(db, eng, "not-a-real-password", resources.ClientTLS{}),
-			"secret-metadata":  resources.CredentialsSecretMetadata(db),
-			"superuser-secret": resources.SuperuserSecret(db, eng.Superuser(), "not-a-real-password"),
-			"cronjob":          cron,
-			"backup-pvc":       resources.BackupPVC(db),
+			"statefulset":        sts,
+			"service":            resources.ClientService(db, eng),
+			"headless-service":   resources.HeadlessService(db, eng),
+			"ro-service":         resources.ReadOnlyService(db, eng),
+			"pdb":                resources.PodDisruptionBudget(db),
+			"replication-secret": resources.ReplicationSecret(db, "not-a-real-password", "not-a-real-token"),
+			"secret":             resources.CredentialsSecret(db, eng, "not-a-real-password", resources.ClientTLS{}),
+			"secret-metadata":    resources.CredentialsSecretMetadata(db),
+			"superuser-secret":   resources.SuperuserSecret(db, eng.Superuser(), "not-a-real-password"),
+			"cronjob":            cron,
+			"backup-pvc":         resources.BackupPVC(db),
 		}
 		tlsSts, err := resources.StatefulSet(db, eng, resources.TLSOn, testAgentImage)
 		require.NoError(t, err)

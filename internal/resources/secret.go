@@ -21,6 +21,11 @@ const (
 	HostKey = "host"
 	PortKey = "port"
 	URIKey  = "uri"
+	// ReadOnlyHostKey and ReadOnlyURIKey are host and uri for the
+	// read-only Service (<name>-ro), which reaches the ready hot standbys:
+	// for reads that may lag the primary a little.
+	ReadOnlyHostKey = "ro-host"
+	ReadOnlyURIKey  = "ro-uri"
 	// CAKey is the CA certificate that verifies the server (ca.crt, as in
 	// the server's kubernetes.io/tls Secret), present when the server
 	// requires TLS; the uri then says sslmode=verify-full, and clients
@@ -33,19 +38,24 @@ const (
 // later reconcile can never overwrite the password. It carries no owner
 // reference: the password of data a deletion policy keeps must not be
 // garbage collected, whatever the deletion propagation; the cleanup
-// controller deletes it when the policy says so. With tls on, the uri asks
-// for sslmode=verify-full and the CA becomes the ca.crt key.
+// controller deletes it when the policy says so. With tls on, the uris ask
+// for sslmode=verify-full and the CA becomes the ca.crt key (the server
+// certificate names the read-only Service too).
 func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string, tls ClientTLS) *corev1.Secret {
 	host := ClientServiceHost(db)
+	roHost := ReadOnlyServiceHost(db)
 	port := strconv.Itoa(int(eng.Port()))
-	uri := url.URL{
-		Scheme: string(eng.Name()),
-		User:   url.UserPassword(GeneratedUsername, password),
-		Host:   host + ":" + port,
-		Path:   "/" + GeneratedUsername,
-	}
-	if tls.On {
-		uri.RawQuery = "sslmode=verify-full"
+	uri := func(host string) string {
+		u := url.URL{
+			Scheme: string(eng.Name()),
+			User:   url.UserPassword(GeneratedUsername, password),
+			Host:   host + ":" + port,
+			Path:   "/" + GeneratedUsername,
+		}
+		if tls.On {
+			u.RawQuery = "sslmode=verify-full"
+		}
+		return u.String()
 	}
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -60,7 +70,9 @@ func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string, tl
 			engine.DatabaseKey: []byte(GeneratedUsername),
 			HostKey:            []byte(host),
 			PortKey:            []byte(port),
-			URIKey:             []byte(uri.String()),
+			URIKey:             []byte(uri(host)),
+			ReadOnlyHostKey:    []byte(roHost),
+			ReadOnlyURIKey:     []byte(uri(roHost)),
 		},
 	}
 	if tls.On && len(tls.CA) > 0 {
@@ -71,7 +83,8 @@ func CredentialsSecret(db *dbv1.Database, eng engine.Engine, password string, tl
 
 // CredentialsDrift returns the keys of a generated Secret's data that are
 // derived from the Database and the Secret's own password (username,
-// database, host, port, uri, ca.crt; see CredentialsSecret for tls) and
+// database, host, port, uri, ro-host, ro-uri, ca.crt; see CredentialsSecret
+// for tls; a Secret made before the read-only Service gains its keys so) and
 // differ from what they should be, with the values they should have; a nil
 // value is a key to remove (ca.crt of a server without TLS). The password
 // itself is never among them: it is the one key dbkeeper cannot derive.

@@ -14,27 +14,54 @@ import (
 // endpoints.
 const LabelRestorePending = "database.dbkeeper.io/restore-pending"
 
-// ClientService is the Service clients connect to, of spec.service.type and
-// with spec.service.annotations. Until spec.bootstrap's restore has
-// finished (RestoreFinished) its selector matches no pod, so that no client
-// reaches a database being filled, or one whose restore was refused; the
-// selector is atomic, so applying the usual one later replaces it whole.
+// ClientService is the read-write Service clients connect to, of
+// spec.service.type and with spec.service.annotations: it selects the
+// engine pod the replication controller labelled the primary
+// (dbv1.LabelRole), so it follows a switchover and never reaches a
+// standby. Until spec.bootstrap's restore has finished (RestoreFinished)
+// its selector matches no pod, so that no client reaches a database being
+// filled, or one whose restore was refused; the selector is atomic, so
+// applying the usual one later replaces it whole.
 func ClientService(db *dbv1.Database, eng engine.Engine) *corev1ac.ServiceApplyConfiguration {
-	selector := PodSelectorLabels(db)
-	if !RestoreFinished(db) {
-		selector[LabelRestorePending] = "true"
-	}
 	svc := corev1ac.Service(ClientServiceName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
 		WithOwnerReferences(OwnerReference(db)).
 		WithSpec(corev1ac.ServiceSpec().
 			WithType(serviceType(db)).
-			WithSelector(selector).
+			WithSelector(roleSelector(db, dbv1.RolePrimary)).
 			WithPorts(servicePort(eng)))
 	if len(db.Spec.Service.Annotations) > 0 {
 		svc.WithAnnotations(db.Spec.Service.Annotations)
 	}
 	return svc
+}
+
+// ReadOnlyService is the read-only ClusterIP Service <name>-ro: it selects
+// the engine pods labelled standbys (dbv1.LabelRole), and of those only
+// the ready ones get endpoints, so reads spread over the hot standbys that
+// accept connections; with no standby it has no endpoints. It waits for
+// spec.bootstrap's restore as ClientService does. spec.service shapes only
+// the client Service: an external type or a load balancer's annotations
+// are for the writers' entry point.
+func ReadOnlyService(db *dbv1.Database, eng engine.Engine) *corev1ac.ServiceApplyConfiguration {
+	return corev1ac.Service(ReadOnlyServiceName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentDatabase)).
+		WithOwnerReferences(OwnerReference(db)).
+		WithSpec(corev1ac.ServiceSpec().
+			WithType(corev1.ServiceTypeClusterIP).
+			WithSelector(roleSelector(db, dbv1.RoleReplica)).
+			WithPorts(servicePort(eng)))
+}
+
+// roleSelector selects the engine pods of the role, or none while
+// spec.bootstrap's restore has not finished.
+func roleSelector(db *dbv1.Database, role string) map[string]string {
+	selector := PodSelectorLabels(db)
+	selector[dbv1.LabelRole] = role
+	if !RestoreFinished(db) {
+		selector[LabelRestorePending] = "true"
+	}
+	return selector
 }
 
 // HeadlessService is the StatefulSet's governing Service: it gives each pod a

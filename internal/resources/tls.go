@@ -136,12 +136,12 @@ func HBAConfigMapName(db *dbv1.Database) string { return db.Name + "-hba" }
 // spec.tls.issuerRef is set.
 func CertificateName(db *dbv1.Database) string { return db.Name }
 
-// ReadOnlyServiceName is reserved for the read-only Service of the
-// replicas to come; the server certificate names it already.
+// ReadOnlyServiceName is the name of the read-only Service of the hot
+// standbys (ReadOnlyService); the server certificate names it.
 func ReadOnlyServiceName(db *dbv1.Database) string { return db.Name + "-ro" }
 
 // ServerDNSNames are the host names the server certificate is valid for:
-// every form of the client, headless and (reserved) read-only Services'
+// every form of the client, headless and read-only Services'
 // names, and each pod's name under the headless Service (which the
 // restore Job connects to, see RestorePodHost). The client Service's
 // short name comes first (the certificate's common name).

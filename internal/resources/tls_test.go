@@ -1,6 +1,7 @@
 package resources_test
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -61,7 +62,7 @@ func TestServerDNSNames(t *testing.T) {
 	for _, want := range []string{
 		"orders.shop.svc", "orders.shop.svc.cluster.local", // the uri's host, and its long form
 		"orders-headless.shop.svc", "*.orders-headless.shop.svc", // the restore Job's pod host
-		"orders-ro.shop.svc", // reserved for the read-only Service
+		"orders-ro.shop.svc", // the read-only Service
 	} {
 		assert.Contains(t, names, want)
 	}
@@ -79,8 +80,9 @@ func TestCredentialsDriftTLS(t *testing.T) {
 
 	drift := resources.CredentialsDrift(db, eng, plain, tls)
 	assert.Equal(t, "postgres://app:pw@orders.shop.svc:5432/app?sslmode=verify-full", string(drift[resources.URIKey]))
+	assert.Equal(t, "postgres://app:pw@orders-ro.shop.svc:5432/app?sslmode=verify-full", string(drift[resources.ReadOnlyURIKey]))
 	assert.Equal(t, "ca", string(drift[resources.CAKey]))
-	assert.Len(t, drift, 2)
+	assert.Len(t, drift, 3)
 
 	withTLS := resources.CredentialsSecret(db, eng, "pw", tls).Data
 	assert.Empty(t, resources.CredentialsDrift(db, eng, withTLS, tls))
@@ -92,6 +94,24 @@ func TestCredentialsDriftTLS(t *testing.T) {
 	early := resources.CredentialsSecret(db, eng, "pw", resources.ClientTLS{On: resources.TLSOn}).Data
 	assert.NotContains(t, early, resources.CAKey)
 	assert.Contains(t, string(early[resources.URIKey]), "sslmode=verify-full")
+	assert.Contains(t, string(early[resources.ReadOnlyURIKey]), "sslmode=verify-full")
+}
+
+// TestCredentialsReadOnlyKeys: the generated Secret names the read-only
+// Service as ro-host and ro-uri, with the application's login; a Secret
+// made before them gains exactly those two keys.
+func TestCredentialsReadOnlyKeys(t *testing.T) {
+	eng, _ := engine.For(dbv1.EnginePostgres)
+	db := sample("orders", nil)
+	data := resources.CredentialsSecret(db, eng, "pw", resources.ClientTLS{}).Data
+	assert.Equal(t, "orders-ro.shop.svc", string(data[resources.ReadOnlyHostKey]))
+	assert.Equal(t, "postgres://app:pw@orders-ro.shop.svc:5432/app", string(data[resources.ReadOnlyURIKey]))
+
+	old := maps.Clone(data)
+	delete(old, resources.ReadOnlyHostKey)
+	delete(old, resources.ReadOnlyURIKey)
+	drift := resources.CredentialsDrift(db, eng, old, resources.ClientTLS{})
+	assert.Equal(t, map[string][]byte{resources.ReadOnlyHostKey: data[resources.ReadOnlyHostKey], resources.ReadOnlyURIKey: data[resources.ReadOnlyURIKey]}, drift)
 }
 
 func TestCertificateGolden(t *testing.T) {

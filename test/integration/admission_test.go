@@ -8,9 +8,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,55 +43,36 @@ func TestRefusedChildNamesTheField(t *testing.T) {
 	waitCondition(t, db, dbv1.ConditionBackupReady, metav1.ConditionTrue, dbv1.ReasonBackupScheduled)
 }
 
-// TestStoredReplicasAboveOneRunsOne: a Database stored with replicas: 3
-// before the CRD refused it runs a single instance and says so, with a
-// Warning Event, instead of three servers splitting the data.
-func TestStoredReplicasAboveOneRunsOne(t *testing.T) {
+// TestThreeReplicas: a Database of replicas: 3 gets a StatefulSet of three
+// pods that rolls out OnDelete, a PodDisruptionBudget of one unavailable
+// pod, a read-only Service beside the read-write one, and its replication
+// Secret; scaled down to one, the budget goes.
+func TestThreeReplicas(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
-	createWithoutReplicasRule(t, newDatabase(ns, "legacy", func(d *dbv1.Database) { d.Spec.Replicas = ptr.To[int32](3) }))
 	startOperator(t, ns, "*")
-	db := newDatabase(ns, "legacy")
+	db := createDatabase(t, newDatabase(ns, "trio", func(d *dbv1.Database) { d.Spec.Replicas = ptr.To[int32](3) }))
 	sts := &appsv1.StatefulSet{}
+	pdb := &policyv1.PodDisruptionBudget{}
+	ro := &corev1.Service{}
+	repl := &corev1.Secret{}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.NoError(c, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.StatefulSetName(db)}, sts))
+		assert.NoError(c, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.PodDisruptionBudgetName(db)}, pdb))
+		assert.NoError(c, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.ReadOnlyServiceName(db)}, ro))
+		assert.NoError(c, admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.ReplicationSecretName(db)}, repl))
 	}, timeout, tick)
-	assert.Equal(t, int32(1), *sts.Spec.Replicas, "a Database stored with replicas: 3 runs more than one instance")
-	markStatefulSetReady(t, db)
-	cond := waitCondition(t, db, dbv1.ConditionStatefulSetReady, metav1.ConditionTrue, dbv1.ReasonReplicasCapped)
-	assert.Contains(t, cond.Message, "spec.replicas is 3")
-	assert.Equal(t, int32(3), *getDatabase(t, db).Spec.Replicas, "dbkeeper changed the user's spec")
-}
+	assert.Equal(t, int32(3), *sts.Spec.Replicas)
+	assert.Equal(t, appsv1.OnDeleteStatefulSetStrategyType, sts.Spec.UpdateStrategy.Type)
+	assert.Equal(t, intstr.FromInt32(1), *pdb.Spec.MaxUnavailable)
+	assert.Equal(t, dbv1.RoleReplica, ro.Spec.Selector[dbv1.LabelRole])
+	assert.NotEmpty(t, repl.Data[resources.AgentTokenKey])
 
-// createWithoutReplicasRule creates db while the CRD lacks the rule capping
-// spec.replicas, as a CRD from before that rule did, then puts it back.
-func createWithoutReplicasRule(t *testing.T, db *dbv1.Database) {
-	t.Helper()
-	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	require.NoError(t, apiextensionsv1.AddToScheme(scheme))
-	crds, err := client.New(cfg, client.Options{Scheme: scheme})
-	require.NoError(t, err)
-	key := client.ObjectKey{Name: "databases.database.dbkeeper.io"}
-	setRules := func(rules apiextensionsv1.ValidationRules) {
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			require.NoError(c, crds.Get(ctx, key, crd))
-			spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-			r := spec.Properties["replicas"]
-			r.XValidations = rules
-			spec.Properties["replicas"] = r
-			crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
-			assert.NoError(c, crds.Update(ctx, crd))
-		}, timeout, tick)
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	require.NoError(t, crds.Get(ctx, key, crd))
-	original := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["replicas"].XValidations
-	require.NotEmpty(t, original, "the replicas rule moved; update this test")
-	setRules(nil)
-	defer setRules(original)
+	patchDatabase(t, db, func(d *dbv1.Database) { d.Spec.Replicas = ptr.To[int32](1) })
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.NoError(c, admin.Create(ctx, db.DeepCopy()))
-	}, timeout, tick, "the loosened CRD never accepted replicas: 3")
+		err := admin.Get(ctx, client.ObjectKeyFromObject(pdb), &policyv1.PodDisruptionBudget{})
+		assert.True(c, apierrors.IsNotFound(err), "the budget of one instance: %v", err)
+		assert.NoError(c, admin.Get(ctx, client.ObjectKeyFromObject(sts), sts))
+		assert.Equal(c, int32(1), *sts.Spec.Replicas)
+	}, timeout, tick)
 }

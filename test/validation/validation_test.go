@@ -132,7 +132,6 @@ const (
 	msgMaxAge          = "maxAge must be a positive duration such as 26h"
 	msgNameLength      = "metadata.name must be at most 45 characters"
 	msgNameDNS1035     = "metadata.name must start with a lower-case letter"
-	msgReplicas        = "spec.replicas may be 0 or 1: dbkeeper runs one PostgreSQL instance per Database until streaming replication exists"
 	msgResources       = "spec.resources: the cpu and memory requests must be less than or equal to their limits"
 	msgAnnotationKey   = "spec.service.annotations: each key must be a qualified name"
 )
@@ -189,9 +188,10 @@ func TestCreateRefused(t *testing.T) {
 			want: []string{"spec.replicas: Invalid value", "should be less than or equal to 9"},
 		},
 		{
-			name: "replicas 2",
-			spec: map[string]any{"replicas": int64(2)},
-			want: []string{"spec.replicas: Invalid value", msgReplicas},
+			name: "affinity of the wrong shape",
+			spec: map[string]any{"affinity": map[string]any{"podAntiAffinity": map[string]any{
+				"preferredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{"weight": "heavy"}}}}},
+			want: []string{"spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: Invalid value"},
 		},
 		{
 			name: "schedule minute out of range",
@@ -524,11 +524,6 @@ func TestUpdateRefused(t *testing.T) {
 			want:   []string{"spec.replicas: Invalid value", "should be less than or equal to 9"},
 		},
 		{
-			name:   "replicas 3 on update",
-			mutate: func(db *dbv1.Database) { db.Spec.Replicas = ptr.To[int32](3) },
-			want:   []string{"spec.replicas: Invalid value", msgReplicas},
-		},
-		{
 			name:   "maxAge to zero on update",
 			mutate: func(db *dbv1.Database) { db.Spec.Backup.MaxAge = &metav1.Duration{} },
 			want:   []string{"spec.backup.maxAge: Invalid value", msgMaxAge},
@@ -625,9 +620,9 @@ func TestValidUpdateAccepted(t *testing.T) {
 	assert.Equal(t, "standard", ptr.Deref(got.Spec.Storage.StorageClassName, ""))
 	assert.Equal(t, "db-app", got.Spec.Credentials.SecretName)
 
-	// Scaling back to one starts the database again; so is an update that
-	// changes nothing of the immutable fields.
-	got.Spec.Replicas = ptr.To[int32](1)
+	// Scaling back up starts the database again, with standbys; so is an
+	// update that changes nothing of the immutable fields.
+	got.Spec.Replicas = ptr.To[int32](3)
 	require.NoError(t, k8s.Update(ctx, &got))
 }
 
@@ -647,6 +642,17 @@ func TestValidCreateAccepted(t *testing.T) {
 		{name: "image with digest", spec: map[string]any{"image": "docker.io/library/postgres@sha256:" + strings.Repeat("0", 64)}},
 		{name: "replicas 0", spec: map[string]any{"replicas": int64(0)}},
 		{name: "replicas 1", spec: map[string]any{"replicas": int64(1)}},
+		{name: "replicas 2, a primary and a standby", spec: map[string]any{"replicas": int64(2)}},
+		{name: "replicas 9, the most", spec: map[string]any{"replicas": int64(9)}},
+		{name: "affinity", spec: map[string]any{"affinity": map[string]any{
+			"podAntiAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{
+				"topologyKey":   "kubernetes.io/hostname",
+				"labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/instance": "ok"}},
+			}}},
+			"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{"nodeSelectorTerms": []any{
+				map[string]any{"matchExpressions": []any{map[string]any{"key": "topology.kubernetes.io/zone", "operator": "In", "values": []any{"a", "b"}}}},
+			}}},
+		}}},
 		{name: "schedule lists, ranges and steps in every field", spec: map[string]any{"backup": map[string]any{"schedule": "0,30 9-17/2 1-31/3 */2 mon-fri"}}},
 		{name: "schedule with ? and names in lower case", spec: map[string]any{"backup": map[string]any{"schedule": "5 4 ? jan,jul sun"}}},
 		{name: "schedule with bounds", spec: map[string]any{"backup": map[string]any{"schedule": "59 23 31 12 6"}}},
@@ -685,10 +691,11 @@ func TestValidCreateAccepted(t *testing.T) {
 	}
 }
 
-// TestScaleRefusesMoreThanOneInstance: `kubectl scale db/x --replicas=3`
+// TestScaleUpToNine: `kubectl scale db/x --replicas=N`
 // goes through the scale subresource, which must apply the same rule as an
-// edit of spec.replicas; 0 and 1 stay possible there.
-func TestScaleRefusesMoreThanOneInstance(t *testing.T) {
+// edit of spec.replicas: 0 to 9 (a primary and up to eight standbys), not
+// 10.
+func TestScaleUpToNine(t *testing.T) {
 	ctx, ns := setup(t)
 	require.NoError(t, k8s.Create(ctx, rawDatabase(ns, "scaled", nil)))
 	db := &dbv1.Database{}
@@ -698,10 +705,14 @@ func TestScaleRefusesMoreThanOneInstance(t *testing.T) {
 		s := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}
 		return k8s.SubResource("scale").Update(ctx, db, client.WithSubResourceBody(s))
 	}
-	assertInvalid(t, scale(3), "spec.replicas: Invalid value", msgReplicas)
+	assertInvalid(t, scale(10), "spec.replicas: Invalid value", "should be less than or equal to 9")
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(db), db))
 	assert.Equal(t, int32(1), *db.Spec.Replicas, "a refused scale changed spec.replicas")
 
+	require.NoError(t, scale(3), "scaling to a primary and two standbys")
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(db), db))
+	assert.Equal(t, int32(3), *db.Spec.Replicas)
+	require.NoError(t, scale(9), "scaling to the most")
 	require.NoError(t, scale(0), "scaling to zero")
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(db), db))
 	assert.Equal(t, int32(0), *db.Spec.Replicas)

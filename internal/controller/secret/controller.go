@@ -1,7 +1,9 @@
 // Package secret is the controller of a Database's credentials. It generates
 // the <name>-credentials Secret once and never regenerates it, or checks the
 // user's Secret named in spec.credentials.secretName and never modifies it;
-// it generates <name>-superuser once; and it keeps the server in line with
+// it generates <name>-superuser once, and <name>-replication (the
+// replication role's password and the agents' token) once; and it keeps
+// the server in line with
 // the application's Secret: the role, its database, and its password, set
 // whenever the Secret's password changes (docs/design/roles-and-rotation.md).
 // It owns the CredentialsReady condition, status.credentials and the
@@ -109,6 +111,8 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		// password can reach the server.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentDatabase)),
 			builder.WithPredicates(instance.ReachabilityChanged())).
+		// The replication Secret: the engine pods cannot start without it.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentReplication)), builder.OnlyMetadata).
 		// The server's TLS Secret: its ca.crt is copied into the generated
 		// Secret.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentTLS)), builder.OnlyMetadata).
@@ -211,6 +215,10 @@ func (s *syncer) restoreData(ctx context.Context, db *dbv1.Database, cachedVersi
 }
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
+	// First, whatever the credentials: the engine pods wait for it.
+	if err := s.ensureReplication(ctx, db); err != nil {
+		return facet.Outcome{}, err
+	}
 	var out facet.Outcome
 	var err error
 	if resources.UserSecret(db) {
@@ -293,6 +301,47 @@ func (s *syncer) ensureGenerated(ctx context.Context, db *dbv1.Database) (facet.
 		Condition: conditions.True(t, dbv1.ReasonSecretGenerated, fmt.Sprintf("dbkeeper generated Secret %s and keeps it", name)),
 		Status:    dbv1ac.DatabaseStatus().WithCredentialsSecret(name),
 	}, nil
+}
+
+// ensureReplication creates <name>-replication once, with a new
+// replication password and agent token, and never regenerates it while it
+// exists (the servers keep the password); it keeps its labels and owner
+// reference. The cache holds its metadata only.
+func (s *syncer) ensureReplication(ctx context.Context, db *dbv1.Database) error {
+	name := resources.ReplicationSecretName(db)
+	partial := &metav1.PartialObjectMetadata{}
+	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, partial)
+	if err != nil {
+		return fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	if live != nil {
+		if _, err := s.writer.Apply(ctx, live, resources.ReplicationSecretMetadata(db)); err != nil {
+			return fmt.Errorf("applying metadata of Secret %s: %w", name, err)
+		}
+		return nil
+	}
+	password, err := NewPassword()
+	if err != nil {
+		return err
+	}
+	token, err := NewPassword()
+	if err != nil {
+		return err
+	}
+	sec := resources.ReplicationSecret(db, password, token)
+	log.FromContext(ctx).Info("Generating replication Secret", "Secret", klog.KObj(sec))
+	err = s.client.Create(ctx, sec, client.FieldOwner(facet.FieldOwner(Name)))
+	if apierrors.IsAlreadyExists(err) {
+		// Not in the label-selected cache yet (or made by somebody
+		// else): its creation event, or the next reconcile, applies
+		// the metadata; it is never overwritten.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating Secret %s: %w", name, err)
+	}
+	return nil
 }
 
 // create makes the Secret with a new password; false means it already existed.

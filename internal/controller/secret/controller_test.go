@@ -137,3 +137,44 @@ func drain(rec *events.FakeRecorder) []string {
 		}
 	}
 }
+
+// TestSyncGeneratesTheReplicationSecret: the first sync creates
+// <name>-replication, owned by the Database, with a random replication
+// password and agent token that differ from each other and from another
+// Database's; later syncs never change them, and a user's credentials
+// Secret gets one all the same.
+func TestSyncGeneratesTheReplicationSecret(t *testing.T) {
+	ctx := context.Background()
+	read := func(t *testing.T, c client.Client, db *dbv1.Database) *corev1.Secret {
+		t.Helper()
+		sec := &corev1.Secret{}
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: resources.ReplicationSecretName(db)}, sec))
+		return sec
+	}
+	db := facettest.Database()
+	c := facettest.Client(t, db)
+	s := newSyncer(c, c, facet.WriterFor(c, &events.FakeRecorder{}, Name), instancetest.New())
+	_, err := s.Sync(ctx, db)
+	require.NoError(t, err)
+	sec := read(t, c, db)
+	password, token := string(sec.Data[resources.ReplicationPasswordKey]), string(sec.Data[resources.AgentTokenKey])
+	assert.GreaterOrEqual(t, len(password), 40, "256 bits")
+	assert.GreaterOrEqual(t, len(token), 40, "256 bits")
+	assert.NotEqual(t, password, token)
+	assert.True(t, metav1.IsControlledBy(sec, db), "owned by the Database")
+	assert.Equal(t, resources.Labels(db, resources.ComponentReplication), sec.Labels)
+
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	again := read(t, c, db)
+	assert.Equal(t, sec.Data, again.Data, "regenerated")
+
+	other := facettest.Database()
+	other.Name = "other"
+	other.UID = "uid-other"
+	other.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "mine"}
+	c2 := facettest.Client(t, other)
+	_, err = newSyncer(c2, c2, facet.WriterFor(c2, &events.FakeRecorder{}, Name), instancetest.New()).Sync(ctx, other)
+	require.NoError(t, err)
+	assert.NotEqual(t, password, string(read(t, c2, other).Data[resources.ReplicationPasswordKey]), "the same password twice")
+}

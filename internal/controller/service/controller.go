@@ -1,8 +1,10 @@
-// Package service is the controller of a Database's client Service and its
-// headless governing Service. It owns the ServiceReady condition and
-// status.endpoint. Until spec.bootstrap's restore has finished the client
-// Service selects no pod, and the controller watches the backup
-// controller's status write that says the restore finished.
+// Package service is the controller of a Database's Services: the
+// read-write client Service (the primary), the read-only Service (the
+// ready standbys) and the headless governing Service. It owns the
+// ServiceReady condition and status.endpoint. Until spec.bootstrap's
+// restore has finished the client and read-only Services select no pod,
+// and the controller watches the backup controller's status write that
+// says the restore finished.
 package service
 
 import (
@@ -73,7 +75,7 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
 }
 
-// syncer keeps the client and headless Services.
+// syncer keeps the client, read-only and headless Services.
 type syncer struct {
 	client client.Client
 	// writer applies the Services and records the Events of the repairs
@@ -94,18 +96,20 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	}
 	for _, desired := range []*corev1ac.ServiceApplyConfiguration{
 		resources.ClientService(db, eng),
+		resources.ReadOnlyService(db, eng),
 		resources.HeadlessService(db, eng),
 	} {
 		if err := s.apply(ctx, db, desired); err != nil {
 			return facet.Outcome{}, err
 		}
 	}
-	cond := conditions.True(dbv1.ConditionServiceReady, dbv1.ReasonServicesReady,
-		fmt.Sprintf("Services %s and %s are in place", resources.ClientServiceName(db), resources.HeadlessServiceName(db)))
+	names := fmt.Sprintf("Services %s (read-write), %s (read-only) and %s are in place",
+		resources.ClientServiceName(db), resources.ReadOnlyServiceName(db), resources.HeadlessServiceName(db))
+	cond := conditions.True(dbv1.ConditionServiceReady, dbv1.ReasonServicesReady, names)
 	if !resources.RestoreFinished(db) {
 		cond = conditions.True(dbv1.ConditionServiceReady, dbv1.ReasonWaitingForRestore, fmt.Sprintf(
-			"Services %s and %s are in place; %s selects no pod until spec.bootstrap's restore has finished (see BackupReady)",
-			resources.ClientServiceName(db), resources.HeadlessServiceName(db), resources.ClientServiceName(db)))
+			"%s; %s and %s select no pod until spec.bootstrap's restore has finished (see BackupReady)",
+			names, resources.ClientServiceName(db), resources.ReadOnlyServiceName(db)))
 	}
 	return facet.Outcome{
 		Condition: cond,

@@ -17,9 +17,10 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
-// TestSync: a sync creates the client and headless Services and reports
-// the endpoint; while spec.bootstrap's restore has not finished, the
-// condition says the client Service waits for it.
+// TestSync: a sync creates the read-write, read-only and headless
+// Services and reports the endpoint; the read-write one selects the
+// primary, the read-only one the standbys; while spec.bootstrap's restore
+// has not finished, the condition says both wait for it.
 func TestSync(t *testing.T) {
 	for name, tc := range map[string]struct {
 		bootstrap, restored bool
@@ -45,10 +46,17 @@ func TestSync(t *testing.T) {
 			assert.Equal(t, tc.reason, out.Condition.Reason, out.Condition.Message)
 			require.NotNil(t, out.Status.Endpoint)
 			assert.Contains(t, *out.Status.Endpoint, resources.ClientServiceName(db))
-			for _, name := range []string{resources.ClientServiceName(db), resources.HeadlessServiceName(db)} {
+			assert.Contains(t, out.Condition.Message, resources.ReadOnlyServiceName(db))
+			for name, role := range map[string]string{
+				resources.ClientServiceName(db):   dbv1.RolePrimary,
+				resources.ReadOnlyServiceName(db): dbv1.RoleReplica,
+				resources.HeadlessServiceName(db): "",
+			} {
 				svc := &corev1.Service{}
 				require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, svc), "Service %s", name)
 				assert.NotEmpty(t, svc.Spec.Ports, "Service %s", name)
+				assert.Equal(t, role, svc.Spec.Selector[dbv1.LabelRole], "Service %s", name)
+				assert.True(t, metav1.IsControlledBy(svc, db), "Service %s", name)
 			}
 		})
 	}
