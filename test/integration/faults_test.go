@@ -71,6 +71,11 @@ func TestConvergesThroughInjectedFaults(t *testing.T) {
 		assert.Equal(t, errorsSettled[name], n, "controller %s kept failing after the faults stopped", name)
 	}
 	for name, n := range reconcileCounts(t) {
+		if name == "replication" {
+			// It polls the agents every 15 s when all is steady.
+			assert.LessOrEqual(t, n-reconcilesSettled[name], float64(1), "controller %s kept reconciling after the faults stopped", name)
+			continue
+		}
 		assert.Equal(t, reconcilesSettled[name], n, "controller %s kept reconciling after the faults stopped", name)
 	}
 
