@@ -371,6 +371,11 @@ func TestNoHotLoop(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	after := reconcileCounts(t)
 	for name, n := range after {
+		if name == "replication" {
+			// It polls the agents every 15 s when all is steady.
+			assert.LessOrEqual(t, n-before[name], float64(1), "controller %s reconciled %v times while idle", name, n-before[name])
+			continue
+		}
 		assert.Equal(t, before[name], n, "controller %s reconciled %v times while idle", name, n-before[name])
 	}
 }

@@ -71,6 +71,12 @@ func TestConvergesThroughInjectedFaults(t *testing.T) {
 		assert.Equal(t, errorsSettled[name], n, "controller %s kept failing after the faults stopped", name)
 	}
 	for name, n := range reconcileCounts(t) {
+		if name == "replication" {
+			// It polls the agents every 15 s when all is steady: at most
+			// once per Database in the window.
+			assert.LessOrEqual(t, n-reconcilesSettled[name], float64(len(dbs)), "controller %s kept reconciling after the faults stopped", name)
+			continue
+		}
 		assert.Equal(t, reconcilesSettled[name], n, "controller %s kept reconciling after the faults stopped", name)
 	}
 
