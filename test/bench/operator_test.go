@@ -40,6 +40,7 @@ func startOperator(ctx context.Context, b *testing.B, binary, namespace string) 
 			"--watch-namespaces="+namespace,
 			"--metrics-bind-address="+addr,
 			"--health-probe-bind-address=0",
+			"--agent-image="+operator.FakeAgentImage,
 			"--sync-period="+resync.String(),
 			// kwok's pods have addresses nothing answers on.
 			"--tls-server-probe=false",

@@ -204,7 +204,7 @@ func childVersions(t *testing.T, db *dbv1.Database) map[string]string {
 			out[kind.Kind+"/"+o.GetName()] = o.GetResourceVersion()
 		}
 	}
-	require.Len(t, out, 10, "children: %v", out)
+	require.Len(t, out, 12, "children: %v", out)
 	return out
 }
 

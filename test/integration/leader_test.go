@@ -41,7 +41,7 @@ func TestLeaderElection(t *testing.T) {
 	leaseName := "dbkeeper-" + ns
 	args := []string{
 		"--kubeconfig=" + kubeconfig, "--watch-namespaces=" + ns,
-		"--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--agent-image=" + operator.FakeAgentImage,
 		"--leader-elect", "--leader-election-namespace=" + leaseNamespace, "--leader-election-id=" + leaseName,
 		"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=500ms",
 	}

@@ -103,8 +103,10 @@ func TestClientServiceOpensAfterTheRestore(t *testing.T) {
 	require.NoError(t, admin.Status().Patch(ctx, live, patch, client.FieldOwner("test")))
 
 	waitCondition(t, db, dbv1.ConditionServiceReady, metav1.ConditionTrue, dbv1.ReasonServicesReady)
+	want := resources.PodSelectorLabels(db)
+	want[dbv1.LabelRole] = dbv1.RolePrimary
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, resources.PodSelectorLabels(db), selector(c))
+		assert.Equal(c, want, selector(c))
 	}, timeout, tick, "the client Service still selects no pod after the restore finished")
 	op.WaitQuiet(t, quiet, timeout)
 }

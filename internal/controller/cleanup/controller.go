@@ -337,6 +337,7 @@ func (r *reconciler) deleteWorkload(ctx context.Context, db *dbv1.Database) (str
 		name string
 	}{
 		{&corev1.Service{}, resources.ClientServiceName(db)},
+		{&corev1.Service{}, resources.ReadOnlyServiceName(db)},
 		{&corev1.Service{}, resources.HeadlessServiceName(db)},
 		{&batchv1.CronJob{}, resources.BackupName(db)},
 	} {

@@ -110,17 +110,19 @@ type ChildKind struct {
 }
 
 // ChildKinds are the kinds of every Database's children: a StatefulSet,
-// two Services, the generated and the superuser Secrets, the CronJob, the
+// three Services, the generated, superuser and replication Secrets, the CronJob, the
 // backup PVC, and the tls controller's CA and certificate Secrets and
 // pg_hba ConfigMap (a new Database has TLS).
 func ChildKinds() []ChildKind {
 	return []ChildKind{
 		{"StatefulSet", func() client.ObjectList { return &appsv1.StatefulSetList{} }, 1, nil, false},
-		{"Service", func() client.ObjectList { return &corev1.ServiceList{} }, 2, nil, false},
+		{"Service", func() client.ObjectList { return &corev1.ServiceList{} }, 3, nil, false},
 		{"Secret", func() client.ObjectList { return &corev1.SecretList{} }, 1,
 			client.MatchingLabels{resources.LabelComponent: resources.ComponentCredentials}, true},
 		{"superuser Secret", func() client.ObjectList { return &corev1.SecretList{} }, 1,
 			client.MatchingLabels{resources.LabelComponent: resources.ComponentSuperuser}, true},
+		{"replication Secret", func() client.ObjectList { return &corev1.SecretList{} }, 1,
+			client.MatchingLabels{resources.LabelComponent: resources.ComponentReplication}, false},
 		{"TLS Secret", func() client.ObjectList { return &corev1.SecretList{} }, 2,
 			client.MatchingLabels{resources.LabelComponent: resources.ComponentTLS}, false},
 		{"TLS ConfigMap", func() client.ObjectList { return &corev1.ConfigMapList{} }, 1,
@@ -158,7 +160,8 @@ func (k ChildKind) List(ctx context.Context, c client.Client, namespace string, 
 }
 
 // AssertOneOfEach checks the Database has exactly one of each child
-// (StatefulSet, two Services, generated and superuser Secrets, CronJob,
+// (StatefulSet, three Services, generated, superuser and replication
+// Secrets, CronJob,
 // backup PVC, two TLS Secrets and a ConfigMap), each
 // controlled by it, except the unowned ones, which carry no owner
 // reference to it.
