@@ -393,7 +393,7 @@ func TestOperatorKilledMidSwitchover(t *testing.T) {
 	w, err := dbtest.StartWriter(ctx, rw, "acks")
 	require.NoError(t, err)
 	defer w.Stop()
-	for i, delay := range []time.Duration{0, 300 * time.Millisecond, 900 * time.Millisecond, 1800 * time.Millisecond} {
+	for i, delay := range []time.Duration{0, 300 * time.Millisecond, 900 * time.Millisecond, 1800 * time.Millisecond, 3 * time.Second} {
 		target := resources.InstanceName(db, (i+1)%3)
 		live := dbtest.Get(t, k8s, db)
 		patch := client.MergeFrom(live.DeepCopy())
@@ -402,6 +402,11 @@ func TestOperatorKilledMidSwitchover(t *testing.T) {
 		}
 		live.Annotations[dbv1.AnnotationSwitchoverTo] = target
 		require.NoError(t, k8s.Patch(ctx, live, patch))
+		// the switchover has begun once the target is written
+		require.Eventually(t, func() bool {
+			r := dbtest.Get(t, k8s, db).Status.Replication
+			return r != nil && r.TargetPrimary == target
+		}, timeout, 20*time.Millisecond, "the switchover to %s begins", target)
 		time.Sleep(delay)
 		op.Stop()
 		mid := dbtest.Get(t, k8s, db).Status.Replication

@@ -20,8 +20,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
@@ -69,7 +71,10 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
-		For(&dbv1.Database{}, facet.ForDatabase()).
+		// The StatefulSet's replicas never drop below the current or
+		// target primary (resources.Instances): a switchover's end, which
+		// is only a status change, may let a scale-down go on.
+		For(&dbv1.Database{}, builder.WithPredicates(predicate.Or(facet.DatabaseChanged(), primaryChanged()))).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		// The engine pods say why replicas are not ready; they belong to
@@ -242,4 +247,26 @@ func observe(db *dbv1.Database, sts *appsv1.StatefulSet, changed bool, pods []co
 		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("scaling down: %d replicas, %d wanted", sts.Status.Replicas, want))
 	}
 	return conditions.True(t, dbv1.ReasonStatefulSetReady, fmt.Sprintf("%d of %d replicas ready", sts.Status.ReadyReplicas, want))
+}
+
+// primaryChanged lets through the Database updates whose current or
+// target primary changed.
+func primaryChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*dbv1.Database)
+			n, ok2 := e.ObjectNew.(*dbv1.Database)
+			return ok1 && ok2 && primaries(o) != primaries(n)
+		},
+	}
+}
+
+func primaries(db *dbv1.Database) [2]string {
+	if db.Status.Replication == nil {
+		return [2]string{}
+	}
+	return [2]string{db.Status.Replication.CurrentPrimary, db.Status.Replication.TargetPrimary}
 }
