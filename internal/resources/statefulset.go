@@ -22,11 +22,13 @@ import (
 
 const (
 	engineContainer = "engine"
-	// agentContainer is the init container that copies the agent.
-	agentContainer = "agent-bin"
 	// agentVolume is the emptyDir holding the agent's binary.
 	agentVolume = "agent-bin"
 )
+
+// AgentContainer is the engine pod's init container that copies the agent
+// from the manager's image (--agent-image).
+const AgentContainer = "agent-bin"
 
 // StatefulSet is the desired StatefulSet that runs the engine under the
 // instance agent (copied from agentImage, the manager's own), requiring
@@ -108,7 +110,7 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 // so the binary copies itself.
 func agentCopy(agentImage string, uid int64) *corev1ac.ContainerApplyConfiguration {
 	return corev1ac.Container().
-		WithName(agentContainer).
+		WithName(AgentContainer).
 		WithImage(agentImage).
 		WithCommand("/manager", "copy-self", agent.BinDir).
 		WithResources(corev1ac.ResourceRequirements().

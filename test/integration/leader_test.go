@@ -85,7 +85,7 @@ func TestLeaderElection(t *testing.T) {
 // that would run the server does not exist. It returns db as stored.
 func convergedWithoutServer(t *testing.T, db *dbv1.Database) *dbv1.Database {
 	t.Helper()
-	markStatefulSetReady(t, db)
+	markStatefulSetStatusReady(t, db)
 	for cond, reason := range map[string]string{
 		dbv1.ConditionStatefulSetReady: dbv1.ReasonStatefulSetReady,
 		dbv1.ConditionServiceReady:     dbv1.ReasonServicesReady,

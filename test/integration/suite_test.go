@@ -157,8 +157,17 @@ func createDatabase(t *testing.T, db *dbv1.Database) *dbv1.Database {
 
 // markStatefulSetReady plays the StatefulSet controller and kubelet, which
 // envtest does not run: it reports every replica ready at the current
-// revision.
+// revision, and creates the engine pods, Ready, for the in-memory agents
+// of the in-process operator.
 func markStatefulSetReady(t *testing.T, db *dbv1.Database) {
+	t.Helper()
+	n := markStatefulSetStatusReady(t, db)
+	markPodsReady(t, db, n, resources.StatefulSetName(db)+"-1")
+}
+
+// markStatefulSetStatusReady is markStatefulSetReady without the pods,
+// for the manager binary, which reaches real pods; it returns the replicas.
+func markStatefulSetStatusReady(t *testing.T, db *dbv1.Database) int {
 	t.Helper()
 	sts := &appsv1.StatefulSet{}
 	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}
@@ -179,7 +188,7 @@ func markStatefulSetReady(t *testing.T, db *dbv1.Database) {
 		}
 		assert.NoError(c, admin.Status().Update(context.Background(), sts))
 	}, timeout, tick)
-	markPodsReady(t, db, int(*sts.Spec.Replicas), sts.Name+"-1")
+	return int(*sts.Spec.Replicas)
 }
 
 // markPodsReady plays the StatefulSet controller and kubelet for the
@@ -204,8 +213,18 @@ func markPodsReady(t *testing.T, db *dbv1.Database, n int, revision string) {
 			if !assert.NoError(c, err) {
 				return
 			}
-			pod.Status.PodIP = fmt.Sprintf("198.18.0.%d", 10+ord)
-			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+			if pod.Status.PodIP == "" {
+				pod.Status.PodIP = fmt.Sprintf("198.18.0.%d", 10+ord)
+			}
+			ready := false
+			for i := range pod.Status.Conditions {
+				if pod.Status.Conditions[i].Type == corev1.PodReady {
+					pod.Status.Conditions[i].Status, ready = corev1.ConditionTrue, true
+				}
+			}
+			if !ready {
+				pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+			}
 			assert.NoError(c, admin.Status().Update(ctx, pod))
 		}, timeout, tick)
 	}

@@ -169,9 +169,14 @@ func containerProblem(db *dbv1.Database, pod *corev1.Pod, st *corev1.ContainerSt
 	if w := st.State.Waiting; w != nil {
 		switch {
 		case imagePullReasons[w.Reason]:
+			fix := imageFix(db, "")
+			if st.Name == resources.AgentContainer {
+				// The manager's own image, not the Database's.
+				fix = "make the manager's --agent-image (the Helm chart's agentImage, by default the manager's image) one the nodes can pull"
+			}
 			return problem{dbv1.ReasonImagePullFailed,
 				fmt.Sprintf("pod %s: container %s cannot pull image %q: %s", pod.Name, st.Name, image, kubeletSays(w.Reason, w.Message)),
-				imageFix(db, "")}, true
+				fix}, true
 		case w.Reason == reasonConfigError:
 			return problem{dbv1.ReasonContainerConfigError,
 				fmt.Sprintf("pod %s: container %s cannot be created: %s", pod.Name, st.Name, kubeletSays(w.Reason, w.Message)),

@@ -14,6 +14,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
 // enginePod is pod orders-0 of revision r2 with the engine container,
@@ -99,6 +100,13 @@ func TestDiagnose(t *testing.T) {
 			dbv1.ReasonImagePullFailed, []string{
 				`pod orders-0: container engine cannot pull image "registry.example/postgres:17-typo": ErrImagePull: rpc error: code = NotFound`,
 				"; fix spec.image"}},
+		{"agent image cannot be pulled", withImage, []corev1.Pod{enginePod(func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: resources.AgentContainer, Image: "ghcr.io/dbkeeper/dbkeeper:typo"}}
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: resources.AgentContainer, Image: "ghcr.io/dbkeeper/dbkeeper:typo",
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}}}
+		})}, dbv1.ReasonImagePullFailed, []string{
+			`pod orders-0: container agent-bin cannot pull image "ghcr.io/dbkeeper/dbkeeper:typo": ImagePullBackOff: Back-off pulling image; ` +
+				"make the manager's --agent-image (the Helm chart's agentImage"}},
 		{"invalid image name", withImage, []corev1.Pod{enginePod(waiting("InvalidImageName", `couldn't parse image name "POSTGRES"`))},
 			dbv1.ReasonImagePullFailed, []string{"InvalidImageName: couldn't parse image name", "; fix spec.image"}},
 		{"generated Secret lacks a key", nil,
