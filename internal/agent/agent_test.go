@@ -153,3 +153,25 @@ func writeCert(t *testing.T, dir string, serial int64, mtime time.Time) {
 		require.NoError(t, os.Chtimes(p, mtime, mtime))
 	}
 }
+
+// TestStandbyStartDropsPrimarySlots: a demoted primary starts as a standby
+// without the slots it kept for its standbys (they would hold WAL on its
+// volume and be stale when it is promoted again); other slots stay.
+func TestStandbyStartDropsPrimarySlots(t *testing.T) {
+	pgdata := t.TempDir()
+	for _, slot := range []string{"dbkeeper_orders_1", "dbkeeper_orders_2", "users_slot"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(pgdata, "pg_replslot", slot), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(pgdata, "pg_replslot", slot, "state"), []byte("x"), 0o600))
+	}
+	dropped, err := dropStandbySlots(pgdata)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"dbkeeper_orders_1", "dbkeeper_orders_2"}, dropped)
+	left, err := os.ReadDir(filepath.Join(pgdata, "pg_replslot"))
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	assert.Equal(t, "users_slot", left[0].Name(), "a slot dbkeeper did not make is left alone")
+
+	dropped, err = dropStandbySlots(t.TempDir())
+	require.NoError(t, err, "a data directory without pg_replslot")
+	assert.Empty(t, dropped)
+}

@@ -145,3 +145,36 @@ func writePgpass(password string) (string, error) {
 func conninfoValue(v string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
 }
+
+// slotPrefix begins the name of every slot the replication controller
+// makes (SlotName).
+const slotPrefix = "dbkeeper_"
+
+// dropStandbySlots removes, from a stopped server's data directory, the
+// replication slots it kept for its standbys while it was a primary. A
+// standby never advances them, so they would keep WAL on its volume (up to
+// max_slot_wal_keep_size) and, once invalidated, stay behind when it is
+// promoted again, where the standby of the same name could no longer
+// stream from them. The replication controller makes fresh ones on
+// whichever instance is the primary. It returns the slots removed.
+func dropStandbySlots(pgdata string) ([]string, error) {
+	dir := filepath.Join(pgdata, "pg_replslot")
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", dir, err)
+	}
+	var dropped []string
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), slotPrefix) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return dropped, fmt.Errorf("removing the slot %s: %w", e.Name(), err)
+		}
+		dropped = append(dropped, e.Name())
+	}
+	return dropped, nil
+}

@@ -105,6 +105,15 @@ func (a *Agent) startServer(state State) error {
 			return err
 		}
 	}
+	if isStandby(a.cfg.PGData) {
+		dropped, err := dropStandbySlots(a.cfg.PGData)
+		if err != nil {
+			return err
+		}
+		if len(dropped) > 0 {
+			a.log.Info("Dropped the slots this instance kept as a primary", "slots", dropped)
+		}
+	}
 	args := a.serverArgs()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "PGPORT="+strconv.Itoa(a.cfg.Port))

@@ -214,6 +214,13 @@ func TestReplicasStreamAndSwitchOver(t *testing.T) {
 
 	live := dbtest.Get(t, k8s, db)
 	assert.Empty(t, live.Annotations[dbv1.AnnotationSwitchoverTo], "the switchover annotation is removed once done")
+	// every primary made slots for its standbys; after ten switchovers the
+	// primary has exactly one per standby, each in use and keeping WAL
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		v, err := sqlOnce(rw, "SELECT string_agg(slot_name || ':' || active || ':' || coalesce(wal_status, ''), ',' ORDER BY slot_name) FROM pg_replication_slots")
+		assert.NoError(ct, err)
+		assert.Equal(ct, "dbkeeper_orders_0:true:reserved,dbkeeper_orders_2:true:reserved", v, "the slots on the primary orders-1")
+	}, timeout, time.Second)
 	for _, in := range live.Status.Replication.Instances {
 		assert.Greater(t, in.Timeline, int64(10), "%s followed every promotion (timeline %d)", in.Name, in.Timeline)
 	}

@@ -72,7 +72,28 @@ const (
 const (
 	pollChanging = 2 * time.Second
 	pollSteady   = 15 * time.Second
+	// pollSwitchover is the pace of a running switchover: its next step
+	// (promote once the target replayed, label once it is promoted) is
+	// usually possible at once, and each poll the read-write Service
+	// waits is write unavailability.
+	pollSwitchover = 200 * time.Millisecond
 )
+
+// fastSwitchover is how long a switchover is polled at pollSwitchover.
+const fastSwitchover = time.Minute
+
+// switchoverYoung says the Database's switchover started less than
+// fastSwitchover ago (as this manager saw it: a restarted one starts the
+// clock again).
+func (s *syncer) switchoverYoung(db *dbv1.Database) bool {
+	v, _ := s.started.LoadOrStore(db.UID, s.now())
+	return s.now().Sub(v.(time.Time)) < fastSwitchover
+}
+
+// switchingOver says a switchover runs or has just ended with this plan.
+func switchingOver(p Plan) bool {
+	return p.TargetPrimary != p.CurrentPrimary || p.Action.Kind == ActFinishSwitchover
+}
 
 // Controller is the replication controller.
 type Controller struct{}
@@ -170,6 +191,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		}
 		s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonSwitchoverStarted, "Switchover",
 			"Switching over from %s to %s: %s", plan.Action.From, plan.Action.Pod, plan.Action.Why)
+		out.RequeueAfter = pollSwitchover
 		return out, nil
 	case ActAbortSwitchover:
 		s.started.Delete(db.UID)
@@ -210,10 +232,17 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		}
 	}
 
-	if err := s.act(ctx, db, &plan, pods); err != nil {
+	err = s.act(ctx, db, &plan, pods)
+	if err != nil {
 		log.FromContext(ctx).Info("Replication step failed, retrying", "action", plan.Action.Kind, "pod", plan.Action.Pod, "error", err.Error())
 		out.Condition.Message += fmt.Sprintf("; %s of %s failed: %s", plan.Action.Kind, plan.Action.Pod, conditions.Quote(err.Error(), 300))
 		out.RequeueAfter = pollChanging
+	}
+	if err == nil && switchingOver(plan) && s.switchoverYoung(db) {
+		// a failed step, or a switchover stuck for longer than
+		// fastSwitchover, waits pollChanging: no hot loop on an agent
+		// that does not answer or a target that does not catch up
+		out.RequeueAfter = pollSwitchover
 	}
 	out.Status = statusOf(plan)
 	return out, nil
