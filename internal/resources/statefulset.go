@@ -30,6 +30,21 @@ const (
 // from the manager's image (--agent-image).
 const AgentContainer = "agent-bin"
 
+// PodPredatesAgent reports whether an engine pod was made before dbkeeper
+// had replication: it has the engine container but not the init container
+// that copies the instance agent (its engine runs the image's entrypoint
+// itself). Such a Database ran one instance, its primary.
+func PodPredatesAgent(pod *corev1.Pod) bool {
+	engine, agent := false, false
+	for _, c := range pod.Spec.Containers {
+		engine = engine || c.Name == engineContainer
+	}
+	for _, c := range pod.Spec.InitContainers {
+		agent = agent || c.Name == AgentContainer
+	}
+	return engine && !agent
+}
+
 // StatefulSet is the desired StatefulSet that runs the engine under the
 // instance agent (copied from agentImage, the manager's own), requiring
 // TLS on TCP connections when tls is on (see TLSFor).

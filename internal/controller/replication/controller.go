@@ -277,7 +277,12 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[str
 		if pod := pods[name]; pod != nil {
 			inst.Exists, inst.Terminating, inst.PodReady = true, !pod.DeletionTimestamp.IsZero(), instance.PodReady(pod)
 			inst.Revision, inst.Label = pod.Labels[appsv1.ControllerRevisionHashLabelKey], pod.Labels[dbv1.LabelRole]
-			if pod.Status.PodIP != "" && !inst.Terminating {
+			if resources.PodPredatesAgent(pod) && !inst.Terminating {
+				// made before dbkeeper had replication: the only
+				// instance, the primary; the rollout moves it onto the
+				// agent
+				inst.Agent = legacyStatus(pod, inst.PodReady)
+			} else if pod.Status.PodIP != "" && !inst.Terminating {
 				st, err := s.agents.Status(ctx, db, pod)
 				if err != nil {
 					inst.Err = err.Error()
@@ -596,4 +601,17 @@ func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyCon
 	}
 	return statusOf(Plan{CurrentPrimary: r.CurrentPrimary, TargetPrimary: r.TargetPrimary, SwitchoverLSN: r.SwitchoverLSN,
 		SystemID: r.SystemID, Rows: r.Instances})
+}
+
+// legacyStatus stands for the agent of a pod made before dbkeeper had
+// replication (resources.PodPredatesAgent): such a Database ran one instance,
+// its primary, which serves while its pod is Ready. The rollout to the
+// current template restarts it once, onto the agent, with its data.
+func legacyStatus(pod *corev1.Pod, ready bool) *agent.Status {
+	st := &agent.Status{Pod: pod.Name, State: agent.StateRunning, Role: agent.RolePrimary, Ready: ready,
+		Message: "runs without the instance agent (made before dbkeeper had replication); the rollout restarts it onto the agent"}
+	if !ready {
+		st.State = agent.StateStarting
+	}
+	return st
 }

@@ -413,3 +413,34 @@ func TestDisabled(t *testing.T) {
 	assert.Equal(t, []string{"orders-0"}, f.labelled(dbv1.RolePrimary))
 	assert.Equal(t, []string{"orders-1"}, f.labelled(dbv1.RoleReplica))
 }
+
+// TestPreAgentPodUpgrade: the pod of a Database made before dbkeeper had
+// replication (no agent to ask: it runs the image's entrypoint) is its
+// primary: it is labelled at once, so the read-write Service, which now
+// selects the role, keeps reaching it, and it is restarted onto the agent
+// by the rollout. Found in review: without it, an upgraded Database
+// waited forever for an agent that is not there, with no endpoint behind
+// <name>.
+func TestPreAgentPodUpgrade(t *testing.T) {
+	f := newFixture(t, 1)
+	ctx := context.Background()
+	db := f.get()
+	name := resources.InstanceName(db, 0)
+	pod := &corev1.Pod{}
+	require.NoError(t, f.c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, pod))
+	pod.Spec.Containers = []corev1.Container{{Name: "engine", Image: "postgres:17"}}
+	pod.Labels[appsv1.ControllerRevisionHashLabelKey] = "pre-agent"
+	require.NoError(t, f.c.Update(ctx, pod))
+	s := f.syncer()
+
+	f.step(s)
+	assert.Equal(t, []string{name}, f.labelled(dbv1.RolePrimary), "the pre-agent pod is the primary behind <name>")
+	st := f.get().Status.Replication
+	require.NotNil(t, st)
+	assert.Equal(t, name, st.CurrentPrimary)
+	assert.Empty(t, f.deleted, "nothing is deleted before the primary is recorded and labelled")
+
+	f.step(s)
+	assert.Equal(t, []string{name}, f.deleted, "the rollout restarts the pre-agent pod onto the agent")
+	assert.Equal(t, dbv1.ReasonRollingUpdate, f.condition().Reason, f.condition().Message)
+}
