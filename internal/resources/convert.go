@@ -17,23 +17,24 @@ import (
 func envApply(env []corev1.EnvVar) []*corev1ac.EnvVarApplyConfiguration {
 	out := make([]*corev1ac.EnvVarApplyConfiguration, 0, len(env))
 	for i := range env {
-		out = append(out, viaJSON[corev1ac.EnvVarApplyConfiguration](&env[i]))
+		out = append(out, ViaJSON[corev1ac.EnvVarApplyConfiguration](&env[i]))
 	}
 	return out
 }
 
 func probeApply(p *corev1.Probe) *corev1ac.ProbeApplyConfiguration {
-	return viaJSON[corev1ac.ProbeApplyConfiguration](p)
+	return ViaJSON[corev1ac.ProbeApplyConfiguration](p)
 }
 
 func resourcesApply(r corev1.ResourceRequirements) *corev1ac.ResourceRequirementsApplyConfiguration {
-	return viaJSON[corev1ac.ResourceRequirementsApplyConfiguration](&r)
+	return ViaJSON[corev1ac.ResourceRequirementsApplyConfiguration](&r)
 }
 
-// viaJSON decodes the JSON of a core/v1 value into its apply configuration.
-// It panics on an error, which would be a programming error: a core/v1
-// value always encodes, and its apply configuration decodes what it encodes.
-func viaJSON[T any](in any) *T {
+// ViaJSON decodes the JSON of an API value (core/v1, or dbkeeper's own)
+// into its apply configuration T. It panics on an error, which would be a
+// programming error: an API value always encodes, and its apply
+// configuration decodes what it encodes.
+func ViaJSON[T any](in any) *T {
 	raw, err := json.Marshal(in)
 	if err != nil {
 		panic(fmt.Sprintf("encoding %T: %v", in, err))

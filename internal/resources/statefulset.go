@@ -175,7 +175,7 @@ func agentProbe(path string, tls ServerTLS, failures int32) *corev1ac.ProbeApply
 // node when there is only one.
 func affinity(db *dbv1.Database) *corev1ac.AffinityApplyConfiguration {
 	if db.Spec.Affinity != nil {
-		return viaJSON[corev1ac.AffinityApplyConfiguration](db.Spec.Affinity)
+		return ViaJSON[corev1ac.AffinityApplyConfiguration](db.Spec.Affinity)
 	}
 	return corev1ac.Affinity().WithPodAntiAffinity(corev1ac.PodAntiAffinity().
 		WithPreferredDuringSchedulingIgnoredDuringExecution(corev1ac.WeightedPodAffinityTerm().

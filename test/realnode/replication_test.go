@@ -126,14 +126,19 @@ func findCondition(db *dbv1.Database, condType string) *metav1.Condition {
 // primary with the topology whole again.
 func switchover(t *testing.T, db *dbv1.Database, target string, n int) {
 	t.Helper()
-	live := dbtest.Get(t, k8s, db)
-	patch := client.MergeFrom(live.DeepCopy())
-	if live.Annotations == nil {
-		live.Annotations = map[string]string{}
-	}
-	live.Annotations[dbv1.AnnotationSwitchoverTo] = target
-	require.NoError(t, k8s.Patch(context.Background(), live, patch))
+	requestSwitchover(t, db, target)
 	waitTopology(t, db, target, n)
+}
+
+// requestSwitchover sets the switchover annotation to target.
+func requestSwitchover(t *testing.T, db *dbv1.Database, target string) {
+	t.Helper()
+	dbtest.Patch(t, k8s, db, func(d *dbv1.Database) {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[dbv1.AnnotationSwitchoverTo] = target
+	})
 }
 
 // readOnlyRefusal says whether err is PostgreSQL refusing a write in a
@@ -402,13 +407,7 @@ func TestOperatorKilledMidSwitchover(t *testing.T) {
 	defer w.Stop()
 	for i, delay := range []time.Duration{0, 300 * time.Millisecond, 900 * time.Millisecond, 1800 * time.Millisecond, 3 * time.Second} {
 		target := resources.InstanceName(db, (i+1)%3)
-		live := dbtest.Get(t, k8s, db)
-		patch := client.MergeFrom(live.DeepCopy())
-		if live.Annotations == nil {
-			live.Annotations = map[string]string{}
-		}
-		live.Annotations[dbv1.AnnotationSwitchoverTo] = target
-		require.NoError(t, k8s.Patch(ctx, live, patch))
+		requestSwitchover(t, db, target)
 		// the switchover has begun once the target is written
 		require.Eventually(t, func() bool {
 			r := dbtest.Get(t, k8s, db).Status.Replication

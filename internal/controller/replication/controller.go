@@ -539,58 +539,10 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 
 // statusOf is status.replication of the plan.
 func statusOf(p Plan) *dbv1ac.DatabaseStatusApplyConfiguration {
-	r := dbv1ac.ReplicationStatus()
-	if p.CurrentPrimary != "" {
-		r.WithCurrentPrimary(p.CurrentPrimary)
-	}
-	if p.TargetPrimary != "" {
-		r.WithTargetPrimary(p.TargetPrimary)
-	}
-	if p.SwitchoverLSN != "" {
-		r.WithSwitchoverLSN(p.SwitchoverLSN)
-	}
-	if p.SystemID != "" {
-		r.WithSystemID(p.SystemID)
-	}
-	for _, row := range p.Rows {
-		r.WithInstances(instanceAC(row))
-	}
-	return dbv1ac.DatabaseStatus().WithReplication(r)
-}
-
-func instanceAC(row dbv1.InstanceStatus) *dbv1ac.InstanceStatusApplyConfiguration {
-	ac := dbv1ac.InstanceStatus().WithName(row.Name)
-	if row.Role != "" {
-		ac.WithRole(row.Role)
-	}
-	if row.State != "" {
-		ac.WithState(row.State)
-	}
-	if row.Ready {
-		ac.WithReady(true)
-	}
-	if row.Timeline != 0 {
-		ac.WithTimeline(row.Timeline)
-	}
-	if row.CurrentLSN != "" {
-		ac.WithCurrentLSN(row.CurrentLSN)
-	}
-	if row.ReceivedLSN != "" {
-		ac.WithReceivedLSN(row.ReceivedLSN)
-	}
-	if row.ReplayedLSN != "" {
-		ac.WithReplayedLSN(row.ReplayedLSN)
-	}
-	if row.LagBytes != nil {
-		ac.WithLagBytes(*row.LagBytes)
-	}
-	if row.WALReceiver != "" {
-		ac.WithWALReceiver(row.WALReceiver)
-	}
-	if row.Message != "" {
-		ac.WithMessage(row.Message)
-	}
-	return ac
+	return dbv1ac.DatabaseStatus().WithReplication(resources.ViaJSON[dbv1ac.ReplicationStatusApplyConfiguration](dbv1.ReplicationStatus{
+		CurrentPrimary: p.CurrentPrimary, TargetPrimary: p.TargetPrimary, SwitchoverLSN: p.SwitchoverLSN,
+		SystemID: p.SystemID, Instances: p.Rows,
+	}))
 }
 
 // CurrentStatus implements facet.Syncer.
