@@ -68,9 +68,11 @@ func TestDatabaseGoesReady(t *testing.T) {
 			refs[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
 		}
 	}
-	// initdb's superuser comes from the superuser Secret; the
-	// application's Secret is not the engine pod's.
-	assert.Equal(t, map[string]string{"POSTGRES_PASSWORD": "shop-superuser/password", "POSTGRES_USER": "shop-superuser/username"}, refs)
+	// initdb's superuser comes from the superuser Secret, the agent's
+	// token and the replication role's password from the replication
+	// Secret; the application's Secret is not the engine pod's.
+	assert.Equal(t, map[string]string{"POSTGRES_PASSWORD": "shop-superuser/password", "POSTGRES_USER": "shop-superuser/username",
+		"DBKEEPER_AGENT_TOKEN": "shop-replication/agent-token", "DBKEEPER_REPLICATION_PASSWORD": "shop-replication/password"}, refs)
 
 	pvc := &corev1.PersistentVolumeClaim{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data-shop-0"}, pvc))

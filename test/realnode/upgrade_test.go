@@ -11,10 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/secret"
+	"github.com/dbkeeper/dbkeeper/internal/controller/statefulset"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 )
@@ -80,8 +83,12 @@ func TestPreAgentDatabaseUpgrade(t *testing.T) {
 	password, err := secret.NewPassword()
 	require.NoError(t, err)
 	create(t, resources.SuperuserSecret(db, "postgres", password))
+	// applied as the previous operator's statefulset controller applied
+	// it: with its field manager, whose fields this operator's apply
+	// then replaces
 	sts := preAgentStatefulSet(t, db)
-	create(t, sts)
+	sts.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"}
+	require.NoError(t, k8s.Patch(ctx, sts, client.Apply, client.FieldOwner(facet.FieldOwner(statefulset.Name)), client.ForceOwnership))
 	key := client.ObjectKey{Namespace: ns, Name: resources.InstanceName(db, 0)}
 	pod := &corev1.Pod{}
 	require.Eventually(t, func() bool { return k8s.Get(ctx, key, pod) == nil && podReady(pod) }, timeout, time.Second,
