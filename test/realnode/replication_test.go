@@ -169,6 +169,10 @@ func TestReplicasStreamAndSwitchOver(t *testing.T) {
 	ro := serviceTarget(t, db, resources.ReadOnlyServiceName(db))
 	assert.Equal(t, "f", sqlValue(t, rw, "SELECT pg_is_in_recovery()"), "<name> reaches the primary")
 	assert.Equal(t, "t", sqlValue(t, ro, "SELECT pg_is_in_recovery()"), "<name>-ro reaches a standby")
+	// a dead standby's slot cannot keep more WAL than this on the primary
+	keep := sqlValue(t, rw, "SHOW max_slot_wal_keep_size")
+	assert.NotEqual(t, "-1", keep, "max_slot_wal_keep_size bounds what a slot keeps")
+	t.Logf("max_slot_wal_keep_size %s, wal_log_hints %s", keep, sqlValue(t, rw, "SHOW wal_log_hints"))
 	_, err := sqlOnce(ro, "CREATE TABLE refused (id int)")
 	assert.True(t, readOnlyRefusal(err), "a write through <name>-ro is refused as read-only, got %v", err)
 

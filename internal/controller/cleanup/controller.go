@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -340,6 +341,7 @@ func (r *reconciler) deleteWorkload(ctx context.Context, db *dbv1.Database) (str
 		{&corev1.Service{}, resources.ReadOnlyServiceName(db)},
 		{&corev1.Service{}, resources.HeadlessServiceName(db)},
 		{&batchv1.CronJob{}, resources.BackupName(db)},
+		{&policyv1.PodDisruptionBudget{}, resources.PodDisruptionBudgetName(db)},
 	} {
 		if err := r.deleteOrKeepNamed(ctx, db, child.obj, child.name, true); err != nil {
 			return "", err

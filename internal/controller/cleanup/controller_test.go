@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,6 +49,8 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 			pvc(meta("orders-backup", resources.ComponentBackup, ref)),   // an earlier version's owner reference
 			&corev1.Secret{ObjectMeta: meta("orders-credentials", resources.ComponentCredentials, ref)},
 			&corev1.Secret{ObjectMeta: meta("orders-superuser", resources.ComponentSuperuser)},
+			// orphaned by orphan deletion: no owner reference left
+			&policyv1.PodDisruptionBudget{ObjectMeta: meta("orders", resources.ComponentDatabase)},
 			&appsv1.StatefulSet{ObjectMeta: meta("orders", resources.ComponentDatabase, foreign)},
 		}
 	}
@@ -77,6 +80,8 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 			"the superuser Secret outlived a policy that deletes the credentials Secret")
 		assert.True(t, exists(c, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}),
 			"deleted a StatefulSet another Database owns")
+		assert.False(t, exists(c, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}),
+			"an orphaned disruption budget outlived the Database whose data went")
 	})
 
 	t.Run("Retain", func(t *testing.T) {
