@@ -14,6 +14,9 @@ IMG ?= ghcr.io/dbkeeper/dbkeeper:dev
 CHART := config/charts/dbkeeper
 HELM := $(TOOLS_BIN)/helm
 GO_TEST_FLAGS ?=
+# The real-node and integration suites each run for about 10 minutes on the
+# 2-core machine, which is go test's default limit per package.
+TEST_TIMEOUT ?= 30m
 FUZZTIME ?= 2m
 BENCH_FLAGS ?=
 # The demo's node: real (kubelet and containers; root), fake (kwok), auto.
@@ -58,7 +61,7 @@ test: tools ## Run every test: unit, integration on a real kube-apiserver, end-t
 	@if [ "$$(id -u)" = 0 ]; then images/build.sh >/dev/null; else echo "not root: no real node here; its suites will say so and skip"; fi
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	go vet ./...
-	go test -race -count=1 $(GO_TEST_FLAGS) ./...
+	go test -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 	go test -run '^$$' -fuzz FuzzBuilders -fuzztime 5000x ./internal/resources
 
 .PHONY: fuzz
