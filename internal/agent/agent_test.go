@@ -68,13 +68,18 @@ func TestStandbyArgs(t *testing.T) {
 	require.NoError(t, writeStandbySignal(dir))
 	a := &Agent{pgpass: "/tmp/p", cfg: Config{PGData: dir, Port: 5432, SocketDir: "/var/run/postgresql", PrimaryPort: 5432,
 		Command: []string{"docker-entrypoint.sh", "postgres"}, Pod: "db-1", PrimaryHost: "db.ns.svc", TLSDir: "/tls"}}
+	size, err := volumeSize(filepath.Dir(dir))
+	require.NoError(t, err)
+	keep := "max_slot_wal_keep_size=" + slotWALCap(size)
 	assert.Equal(t, []string{"docker-entrypoint.sh", "postgres", "-c", "port=5432", "-c", "unix_socket_directories=/var/run/postgresql",
+		"-c", keep,
 		"-c", "primary_conninfo=host='db.ns.svc' port=5432 user=dbkeeper_replication passfile='/tmp/p' application_name='db-1' sslmode=verify-full sslrootcert='/tls/ca.crt'",
 		"-c", "primary_slot_name=dbkeeper_db_1"}, a.serverArgs())
 	a.cfg.TLSDir = ""
-	assert.Contains(t, a.serverArgs()[7], "sslmode=prefer")
+	assert.Contains(t, a.serverArgs()[9], "sslmode=prefer")
 	require.NoError(t, os.Remove(filepath.Join(dir, standbyFile)))
-	assert.Len(t, a.serverArgs(), 6, "a primary gets no streaming settings")
+	assert.Equal(t, []string{"docker-entrypoint.sh", "postgres", "-c", "port=5432", "-c", "unix_socket_directories=/var/run/postgresql",
+		"-c", keep}, a.serverArgs(), "a primary gets no streaming settings")
 }
 
 // copy-self writes an executable copy of the running binary, atomically.
@@ -174,4 +179,15 @@ func TestStandbyStartDropsPrimarySlots(t *testing.T) {
 	dropped, err = dropStandbySlots(t.TempDir())
 	require.NoError(t, err, "a data directory without pg_replslot")
 	assert.Empty(t, dropped)
+}
+
+// TestSlotWALCap: a quarter of the data volume, at least one WAL segment,
+// and the size of a real filesystem is found.
+func TestSlotWALCap(t *testing.T) {
+	assert.Equal(t, "256MB", slotWALCap(1<<30))
+	assert.Equal(t, "2560MB", slotWALCap(10<<30))
+	assert.Equal(t, "16MB", slotWALCap(8<<20), "at least one segment")
+	size, err := volumeSize(t.TempDir())
+	require.NoError(t, err)
+	assert.Positive(t, size)
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // The files of a data directory the agent reads or writes.
@@ -177,4 +178,28 @@ func dropStandbySlots(pgdata string) ([]string, error) {
 		dropped = append(dropped, e.Name())
 	}
 	return dropped, nil
+}
+
+// slotWALCap is max_slot_wal_keep_size for a data volume of size bytes:
+// a quarter of it, at least one 16 MB segment. A standby's slot keeps WAL
+// on the primary until the standby received it, in pg_wal on this same
+// volume, so a standby gone for long would otherwise fill the primary's
+// disk and stop it; past the cap the slot is invalidated and that standby
+// is cloned again, which costs far less. A quarter leaves three quarters
+// to the data and to max_wal_size (1 GB by default), and still holds
+// hours of WAL at ordinary write rates, enough for a pod to restart or a
+// node to drain. It is read from the volume at each start, so a grown
+// volume raises it without a change to the pod template.
+func slotWALCap(size uint64) string {
+	const mb = 1 << 20
+	return strconv.FormatUint(max(size/4/mb, 16), 10) + "MB"
+}
+
+// volumeSize is the size in bytes of the filesystem that holds dir.
+func volumeSize(dir string) (uint64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return st.Blocks * uint64(st.Bsize), nil
 }

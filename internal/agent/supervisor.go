@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -70,6 +71,11 @@ func (a *Agent) fail(err error) {
 func (a *Agent) serverArgs() []string {
 	args := append([]string{}, a.cfg.Command...)
 	args = append(args, "-c", "port="+strconv.Itoa(a.cfg.Port), "-c", "unix_socket_directories="+a.cfg.SocketDir)
+	if size, err := volumeSize(filepath.Dir(a.cfg.PGData)); err == nil {
+		args = append(args, "-c", "max_slot_wal_keep_size="+slotWALCap(size))
+	} else {
+		a.log.Error(err, "Cannot size the data volume: max_slot_wal_keep_size stays unlimited")
+	}
 	if isStandby(a.cfg.PGData) {
 		args = append(args,
 			"-c", "primary_conninfo="+a.primaryConninfo(),

@@ -1,11 +1,5 @@
 package engine
 
-import (
-	"fmt"
-
-	"k8s.io/apimachinery/pkg/api/resource"
-)
-
 // ReplicationUser is the role standbys stream with (agent.ReplicationUser,
 // repeated here because the agent imports this package).
 const ReplicationUser = "dbkeeper_replication"
@@ -18,9 +12,11 @@ type Replication interface {
 	// which replaces the image's entrypoint, so it is named again.
 	Entrypoint() []string
 	// ServerArgs are the arguments of Entrypoint that start the server
-	// ready to be a primary with standbys or a standby itself, on a data
-	// volume of dataSize. TLS.TLSArgs follow them when TLS is on.
-	ServerArgs(dataSize resource.Quantity) []string
+	// ready to be a primary with standbys or a standby itself. TLS.TLSArgs
+	// follow them when TLS is on; the agent adds what depends on the
+	// instance (its port, socket, role, and the WAL a slot may keep,
+	// from the size of its volume).
+	ServerArgs() []string
 }
 
 // Entrypoint implements Replication: the official image's entrypoint
@@ -28,19 +24,11 @@ type Replication interface {
 // POSTGRES_USER and POSTGRES_PASSWORD) and then execs the server.
 func (Postgres) Entrypoint() []string { return []string{"docker-entrypoint.sh"} }
 
-// ServerArgs implements Replication: "postgres" with
-//
-//   - wal_log_hints=on, so that pg_rewind can bring a former primary back
-//     as a standby of the new one instead of cloning it again;
-//   - max_slot_wal_keep_size, a quarter of the data volume (at least one
-//     16 MB segment): a standby's slot keeps WAL on the primary until the
-//     standby received it, in pg_wal on this same volume, so a standby that
-//     is gone for long would otherwise fill the primary's disk and stop it.
-//     Past the cap the slot is invalidated and that standby is cloned again,
-//     which costs far less than a primary out of disk; a quarter leaves
-//     three quarters to the data and to max_wal_size (1 GB by default), and
-//     still holds hours of WAL at ordinary write rates, enough for a pod to
-//     restart or a node to drain.
+// ServerArgs implements Replication: "postgres" with wal_log_hints=on, so
+// that pg_rewind can bring a former primary back as a standby of the new
+// one instead of cloning it again. max_slot_wal_keep_size is the agent's
+// (a quarter of the volume it finds, so that growing the volume changes
+// no pod template and restarts nothing).
 //
 // The defaults cover the rest for up to 9 instances (the most
 // spec.replicas allows): wal_level=replica and hot_standby=on, and
@@ -48,11 +36,6 @@ func (Postgres) Entrypoint() []string { return []string{"docker-entrypoint.sh"} 
 // standbys' slots and senders plus a pg_basebackup clone (one sender and
 // one temporary slot for its WAL stream besides the base backup's sender;
 // the StatefulSet starts one pod at a time, so one clone runs at once).
-func (Postgres) ServerArgs(dataSize resource.Quantity) []string {
-	const mb = 1 << 20
-	keep := max(dataSize.Value()/4/mb, 16)
-	return []string{"postgres",
-		"-c", "wal_log_hints=on",
-		"-c", fmt.Sprintf("max_slot_wal_keep_size=%dMB", keep),
-	}
+func (Postgres) ServerArgs() []string {
+	return []string{"postgres", "-c", "wal_log_hints=on"}
 }

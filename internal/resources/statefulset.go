@@ -76,7 +76,7 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 		WithName(engineContainer).
 		WithImage(image).
 		WithCommand(append([]string{agent.Binary, "agent", "--"}, eng.Entrypoint()...)...).
-		WithArgs(eng.ServerArgs(db.Spec.DataSize())...).
+		WithArgs(eng.ServerArgs()...).
 		WithPorts(
 			corev1ac.ContainerPort().WithName(eng.PortName()).WithContainerPort(eng.Port()).WithProtocol(corev1.ProtocolTCP),
 			corev1ac.ContainerPort().WithName(agent.PortName).WithContainerPort(agent.Port).WithProtocol(corev1.ProtocolTCP)).
