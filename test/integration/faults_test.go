@@ -70,14 +70,14 @@ func TestConvergesThroughInjectedFaults(t *testing.T) {
 	for name, n := range reconcileErrors(t) {
 		assert.Equal(t, errorsSettled[name], n, "controller %s kept failing after the faults stopped", name)
 	}
+	// No controller loops: at most one reconcile per Database in the
+	// window. The replication controller polls the agents every 15 s when
+	// all is steady; any controller may still run one retry an injected
+	// failure had scheduled with backoff (measured: 4 tls reconciles over
+	// 6 Databases in 3 s, without a write). A loop, even at a 1 s period,
+	// makes three per Database.
 	for name, n := range reconcileCounts(t) {
-		if name == "replication" {
-			// It polls the agents every 15 s when all is steady: at most
-			// once per Database in the window.
-			assert.LessOrEqual(t, n-reconcilesSettled[name], float64(len(dbs)), "controller %s kept reconciling after the faults stopped", name)
-			continue
-		}
-		assert.Equal(t, reconcilesSettled[name], n, "controller %s kept reconciling after the faults stopped", name)
+		assert.LessOrEqual(t, n-reconcilesSettled[name], float64(len(dbs)), "controller %s kept reconciling after the faults stopped", name)
 	}
 
 	seen := passwords()
