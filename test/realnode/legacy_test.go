@@ -2,21 +2,21 @@ package realnode
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/secret"
+	"github.com/dbkeeper/dbkeeper/internal/controller/statefulset"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
@@ -24,8 +24,9 @@ import (
 // TestLegacyDatabaseUpgrade: a Database as dbkeeper made it before issue
 // 17 (its StatefulSet's POSTGRES_USER and POSTGRES_PASSWORD from the
 // credentials Secret, so initdb made the application's role the bootstrap
-// superuser), made here by hand, is taken over by this operator without a
-// restart of its pod: the superuser Secret and role appear,
+// superuser), made here by hand, is taken over by this operator with its
+// data (its pod restarts once, onto the agent, as every pod made before
+// replication does): the superuser Secret and role appear,
 // CredentialsReady says LegacySuperuser, the application keeps working as
 // before. The annotation then demotes the application's role to an
 // ordinary owner, with the same password, its rows and tables intact.
@@ -42,13 +43,10 @@ func TestLegacyDatabaseUpgrade(t *testing.T) {
 	creds := resources.CredentialsSecret(db, eng, password, resources.ClientTLS{})
 	create(t, creds)
 
-	// The StatefulSet of the previous operator: today's, with the old env.
-	desired, err := resources.StatefulSet(db, eng, resources.TLSOff, local.ManagerImage())
-	require.NoError(t, err)
-	raw, err := json.Marshal(desired)
-	require.NoError(t, err)
-	sts := &appsv1.StatefulSet{}
-	require.NoError(t, json.Unmarshal(raw, sts))
+	// The StatefulSet of the previous operator: without the agent (it
+	// came with replication), with the old env, applied with the
+	// statefulset controller's field manager as that operator did.
+	sts := preAgentStatefulSet(t, db)
 	ref := func(name, key string, optional bool) corev1.EnvVar {
 		sel := &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: creds.Name}, Key: key}
 		if optional {
@@ -58,14 +56,9 @@ func TestLegacyDatabaseUpgrade(t *testing.T) {
 	}
 	old := []corev1.EnvVar{ref("POSTGRES_USER", "username", false), ref("POSTGRES_PASSWORD", "password", false),
 		ref("POSTGRES_DB", "database", true), {Name: "PGDATA", Value: eng.DataMountPath() + "/pgdata"}}
-	// The agent's variables stay: today's pod needs them to start.
-	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
-		if strings.HasPrefix(e.Name, "DBKEEPER_") {
-			old = append(old, e)
-		}
-	}
 	sts.Spec.Template.Spec.Containers[0].Env = old
-	create(t, sts)
+	sts.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"}
+	require.NoError(t, k8s.Patch(ctx, sts, client.Apply, client.FieldOwner(facet.FieldOwner(statefulset.Name)), client.ForceOwnership))
 	pod := &corev1.Pod{}
 	require.Eventually(t, func() bool {
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: db.Name + "-0"}, pod); err != nil {
@@ -78,9 +71,6 @@ func TestLegacyDatabaseUpgrade(t *testing.T) {
 		}
 		return false
 	}, timeout, time.Second, "the pod of the old StatefulSet never became Ready")
-	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(sts), sts))
-	generation, revision := sts.Generation, sts.Status.UpdateRevision
-
 	t.Log("the new operator takes over")
 	startOperator(t, ns)
 	cond := waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionTrue, dbv1.ReasonLegacySuperuser)
@@ -92,15 +82,20 @@ func TestLegacyDatabaseUpgrade(t *testing.T) {
 	fillItems(t, conn)
 	assert.Equal(t, "postgres", secretValue(t, ns, resources.SuperuserSecretName(db), "username"))
 
+	// The pod ran without the agent: the rollout restarted it once onto
+	// it, with the initdb env the previous operator gave it (PinLegacyEnv).
 	after := &corev1.Pod{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(pod), after))
-	assert.Equal(t, pod.UID, after.UID, "the pod was replaced")
-	require.NotEmpty(t, after.Status.ContainerStatuses)
-	assert.Zero(t, after.Status.ContainerStatuses[0].RestartCount, "the engine restarted")
+	assert.NotEqual(t, pod.UID, after.UID, "the pod was restarted onto the agent")
+	assert.False(t, resources.PodPredatesAgent(after), "the pod runs the agent")
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(sts), sts))
-	assert.Equal(t, generation, sts.Generation, "the StatefulSet's spec changed")
-	assert.Equal(t, revision, sts.Status.UpdateRevision, "a new pod template revision")
-	assert.Equal(t, old, sts.Spec.Template.Spec.Containers[0].Env, "the initdb env changed")
+	var env []corev1.EnvVar
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		if !strings.HasPrefix(e.Name, "DBKEEPER_") {
+			env = append(env, e)
+		}
+	}
+	assert.Equal(t, old, env, "the initdb env changed")
 
 	t.Log("the user asks for the demotion")
 	dbtest.Patch(t, k8s, db, func(d *dbv1.Database) {
