@@ -53,6 +53,11 @@ func TestKilledAfterAnyWriteConverges(t *testing.T) {
 	for run := range 30 {
 		k := run%n + 1
 		t.Run(fmt.Sprintf("run=%d/k=%d", run, k), func(t *testing.T) {
+			// a namespace per run: the operators of a run see its
+			// Database only, not the ones every earlier run left (with
+			// 25 of them a restarted operator needed more than the
+			// wait to reach the new one)
+			ns := newNamespace(t)
 			first := startOperator(t, ns, "*")
 			db := createDatabase(t, newDatabase(ns, fmt.Sprintf("kill-%d", run)))
 			// The number of writes of a convergence varies a little with
