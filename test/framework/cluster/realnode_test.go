@@ -58,6 +58,31 @@ type hostState struct {
 	paths     []string
 }
 
+// baseline returns the host's state with no real node on it: it holds the
+// machine's node lock (so no other package's node runs), after undoing what
+// a dead node left (a crashed earlier run), as every Start does. Without
+// that, the dead node's changes are in the baseline and its undoing by the
+// next Start reads as a difference.
+func baseline(t *testing.T) hostState {
+	t.Helper()
+	var s hostState
+	holdingNodeLock(t, func(say func(string)) {
+		require.NoError(t, cleanupDead(say))
+		s = snapshotHost(t)
+	})
+	return s
+}
+
+// holdingNodeLock runs f holding the machine's node lock.
+func holdingNodeLock(t *testing.T, f func(say func(string))) {
+	t.Helper()
+	say := func(s string) { t.Log("cluster: " + s) }
+	l, err := acquireLock(10*time.Minute, say)
+	require.NoError(t, err)
+	defer l.release()
+	f(say)
+}
+
 func snapshotHost(t *testing.T) hostState {
 	t.Helper()
 	tables, err := nftTables()
@@ -76,6 +101,13 @@ func snapshotHost(t *testing.T) hostState {
 // assertNothingLeft checks that the host is as before and that nothing of
 // the node whose directory was dir is left.
 func assertNothingLeft(t *testing.T, before hostState, dir string) {
+	t.Helper()
+	// Under the lock: another package's node may start as soon as ours
+	// stops. Nothing is undone first: what is left is the finding.
+	holdingNodeLock(t, func(func(string)) { assertNothingLeftLocked(t, before, dir) })
+}
+
+func assertNothingLeftLocked(t *testing.T, before hostState, dir string) {
 	t.Helper()
 	assert.NoFileExists(t, "/sys/class/net/"+Bridge, "bridge left")
 	routes, err := host("", "ip", "route", "show", realServiceRange)
@@ -169,7 +201,7 @@ func tailLog(c *Cluster, name string) string { return tail(c.Log(name), 30) }
 func TestRealNode(t *testing.T) {
 	RequireRealNode(t)
 	ctx := context.Background()
-	before := snapshotHost(t)
+	before := baseline(t)
 	started := time.Now()
 	c, err := Start(ctx, realOptions(t))
 	require.NoError(t, err)
@@ -248,7 +280,7 @@ func crashChild(t *testing.T) string {
 // that CleanupRealNode (make node-down) leaves nothing.
 func TestRealNodeCrash(t *testing.T) {
 	RequireRealNode(t)
-	before := snapshotHost(t)
+	before := baseline(t)
 	dir := crashChild(t)
 	require.NoError(t, CleanupRealNode())
 	assertNothingLeft(t, before, dir)
@@ -259,7 +291,7 @@ func TestRealNodeCrash(t *testing.T) {
 // Stop leaves nothing of either.
 func TestRealNodeCrashThenStart(t *testing.T) {
 	RequireRealNode(t)
-	before := snapshotHost(t)
+	before := baseline(t)
 	dead := crashChild(t)
 	c, err := Start(context.Background(), realOptions(t))
 	require.NoError(t, err)
@@ -268,6 +300,22 @@ func TestRealNodeCrashThenStart(t *testing.T) {
 	pod := sleeper(c)
 	require.NoError(t, c.Client.Create(context.Background(), pod))
 	waitRunning(t, c, pod)
+	require.NoError(t, c.Stop())
+	assertNothingLeft(t, before, dir)
+}
+
+// TestRealNodeBaselineAfterACrash is the regression test of a CI failure:
+// a real node killed by an earlier run (a machine restart mid-test) was in
+// the host baseline, so the next Start's undoing of it read as "nftables
+// tables differ". The baseline is now taken without any node.
+func TestRealNodeBaselineAfterACrash(t *testing.T) {
+	RequireRealNode(t)
+	dead := crashChild(t)
+	before := baseline(t)
+	assert.NoDirExists(t, dead, "the baseline left the dead node's directory")
+	c, err := Start(context.Background(), realOptions(t))
+	require.NoError(t, err)
+	dir := c.Dir
 	require.NoError(t, c.Stop())
 	assertNothingLeft(t, before, dir)
 }
