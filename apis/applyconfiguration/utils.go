@@ -42,6 +42,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.DatabaseStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("DeletionStatus"):
 		return &databasev1.DeletionStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("FailoverStatus"):
+		return &databasev1.FailoverStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("HighAvailabilitySpec"):
+		return &databasev1.HighAvailabilitySpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("InstanceStatus"):
 		return &databasev1.InstanceStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("IssuerReference"):
@@ -52,6 +56,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.ServiceSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("StorageSpec"):
 		return &databasev1.StorageSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("SynchronousSpec"):
+		return &databasev1.SynchronousSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("SynchronousStatus"):
+		return &databasev1.SynchronousStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("TLSSpec"):
 		return &databasev1.TLSSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("TLSStatus"):

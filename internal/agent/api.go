@@ -8,6 +8,12 @@
 // enforces (docs/design/replication.md).
 package agent
 
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
 // Port is the TCP port of the agent's endpoint; PortName names it in the
 // container.
 const (
@@ -134,6 +140,18 @@ type Status struct {
 	Ready bool `json:"ready"`
 	// Message says what went wrong last, empty when nothing did.
 	Message string `json:"message,omitempty"`
+	// Lease is the primary lease as this agent last read it; nil without
+	// one (EnvLeaseName unset).
+	Lease *LeaseStatus `json:"lease,omitempty"`
+	// VolumeFull says the data volume has less room than a WAL segment
+	// and a checkpoint need: a failover would not help, another standby's
+	// volume is the same size.
+	VolumeFull bool `json:"volumeFull,omitempty"`
+	// VolumeAvailableBytes is the data volume's free space.
+	VolumeAvailableBytes uint64 `json:"volumeAvailableBytes,omitempty"`
+	// LastRewind is this instance's last rejoin as a standby after it had
+	// been a primary on another timeline, nil when it never did.
+	LastRewind *RewindReport `json:"lastRewind,omitempty"`
 }
 
 // BootstrapMode is how an empty data directory is filled.
@@ -173,4 +191,70 @@ type PromoteRequest struct {
 	// MinReplayedLSN, when set, refuses (409) the promotion of a standby
 	// that has not replayed up to it (the old primary's ShutdownLSN).
 	MinReplayedLSN string `json:"minReplayedLSN,omitempty"`
+	// Failover says the primary is lost: the agent answers 202 at once,
+	// then waits (up to LeaseDuration + LeaseRetryPeriod beyond what it
+	// has already observed) to take the lease over, stops its WAL
+	// receiver and promotes. Its Status says how it goes (Promoting, the
+	// lease's Error). Without Failover, promote takes a released lease
+	// (a demoted primary releases it) and answers when done.
+	Failover bool `json:"failover,omitempty"`
+}
+
+// The primary lease (issue 19). One coordination.k8s.io/v1 Lease per
+// Database, named by EnvLeaseName in EnvNamespace, says which instance may
+// be a primary. Only its holder runs as a primary; a holder that cannot
+// renew it within LeaseRenewDeadline fences itself (an immediate shutdown:
+// it stops taking writes at once), before anyone may take the lease over:
+// a taker must have seen the record unchanged for LeaseDuration on its own
+// monotonic clock, and takes it with a resourceVersion-conditional update.
+// Every agent reads the lease every LeaseRetryPeriod, standbys too, so a
+// taker's clock starts long before it is asked to promote. Rule:
+// LeaseDuration > LeaseRenewDeadline > LeaseRetryPeriod (here 15 > 10 > 2).
+const (
+	LeaseDuration      = 15 * time.Second
+	LeaseRenewDeadline = 10 * time.Second
+	LeaseRetryPeriod   = 2 * time.Second
+)
+
+// The agent's environment for the lease, set by the StatefulSet; the pod's
+// ServiceAccount may get and update that one Lease. Without EnvLeaseName
+// the agent holds no lease (a pod built before issue 19).
+const (
+	EnvNamespace = "DBKEEPER_NAMESPACE"
+	EnvLeaseName = "DBKEEPER_LEASE_NAME"
+)
+
+// StateFenced: the agent stopped its primary's server because it could not
+// renew the lease in time, or found another holder; it restarts the
+// instance as a standby (pg_rewind first) once the lease names another
+// holder. Message says why.
+const StateFenced State = "Fenced"
+
+// LeaseStatus is the lease as the agent last read it.
+type LeaseStatus struct {
+	// Holder is the holder's pod name, empty when released.
+	Holder string `json:"holder,omitempty"`
+	// Held says this agent holds it (renewed within LeaseRenewDeadline).
+	Held bool `json:"held,omitempty"`
+	// UnchangedFor is how long the record has been seen unchanged, in
+	// this agent's clock: a takeover needs LeaseDuration.
+	UnchangedFor metav1.Duration `json:"unchangedFor,omitempty"`
+	// Error is the last error reading or renewing it.
+	Error string `json:"error,omitempty"`
+}
+
+// RewindReport is what a former primary's rejoin did.
+type RewindReport struct {
+	// At is when pg_rewind finished.
+	At metav1.Time `json:"at"`
+	// DivergedLSN and DivergedTimeline are where the new primary's
+	// history left this instance's.
+	DivergedLSN      string `json:"divergedLSN,omitempty"`
+	DivergedTimeline uint32 `json:"divergedTimeline,omitempty"`
+	// EndLSN is where this instance's own WAL ended.
+	EndLSN string `json:"endLSN,omitempty"`
+	// DiscardedTransactions counts the commit records of this instance's
+	// WAL after the divergence: transactions it acknowledged that the new
+	// primary never had.
+	DiscardedTransactions int64 `json:"discardedTransactions"`
 }

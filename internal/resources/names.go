@@ -123,3 +123,11 @@ func InstanceName(db *dbv1.Database, ordinal int) string {
 func ReadOnlyServiceHost(db *dbv1.Database) string {
 	return ReadOnlyServiceName(db) + "." + db.Namespace + ".svc"
 }
+
+// LeaseName names the Database's primary Lease: only its holder's instance
+// runs as a primary (internal/agent).
+func LeaseName(db *dbv1.Database) string { return db.Name + "-primary" }
+
+// InstanceServiceAccountName names the ServiceAccount of the engine pods:
+// its Role lets the agents get and update the primary Lease, nothing else.
+func InstanceServiceAccountName(db *dbv1.Database) string { return db.Name + "-instance" }

@@ -116,6 +116,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: superuserSecret
       type:
         scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.DataDurability
+  scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Database
   map:
     fields:
@@ -159,6 +161,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.Engine
       default: postgres
+    - name: highAvailability
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.HighAvailabilitySpec
     - name: image
       type:
         scalar: string
@@ -259,6 +264,51 @@ var schemaYAML = typed.YAMLObject(`types:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.DeletionPolicy
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Engine
   scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.FailoverStatus
+  map:
+    fields:
+    - name: discardedTransactions
+      type:
+        scalar: numeric
+    - name: finishedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: from
+      type:
+        scalar: string
+    - name: fromLSN
+      type:
+        scalar: string
+    - name: lostBytes
+      type:
+        scalar: numeric
+    - name: promotedLSN
+      type:
+        scalar: string
+    - name: reason
+      type:
+        scalar: string
+    - name: startedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: to
+      type:
+        scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.HighAvailabilitySpec
+  map:
+    fields:
+    - name: failover
+      type:
+        scalar: boolean
+    - name: failoverDelay
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+    - name: maxFailoverLag
+      type:
+        namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+    - name: synchronous
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.SynchronousSpec
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.InstanceStatus
   map:
     fields:
@@ -325,9 +375,18 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - name
+    - name: lastFailover
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.FailoverStatus
+    - name: primaryLostSince
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
     - name: switchoverLSN
       type:
         scalar: string
+    - name: synchronous
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.SynchronousStatus
     - name: systemID
       type:
         scalar: string
@@ -356,6 +415,41 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: storageClassName
       type:
         scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.SynchronousMethod
+  scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.SynchronousSpec
+  map:
+    fields:
+    - name: dataDurability
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.DataDurability
+      default: Required
+    - name: method
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.SynchronousMethod
+      default: Any
+    - name: number
+      type:
+        scalar: numeric
+      default: 1
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.SynchronousStatus
+  map:
+    fields:
+    - name: degraded
+      type:
+        scalar: boolean
+    - name: number
+      type:
+        scalar: numeric
+    - name: standbyNames
+      type:
+        scalar: string
+    - name: standbys
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.TLSMode
   scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.TLSSpec

@@ -74,6 +74,7 @@ type Database struct {
 // DatabaseSpec is the desired state of a Database.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.version) || self.engine != 'postgres' || self.version in ['14', '15', '16', '17']",message="spec.version must be one of 14, 15, 16, 17 for engine postgres"
+// +kubebuilder:validation:XValidation:rule="!has(self.highAvailability) || !has(self.highAvailability.synchronous) || self.highAvailability.synchronous.dataDurability == 'Preferred' || (has(self.replicas) ? self.replicas : 1) == 0 || self.highAvailability.synchronous.number < (has(self.replicas) ? self.replicas : 1)",message="spec.highAvailability.synchronous.number must be below spec.replicas with dataDurability Required: every commit would wait for standbys that do not exist"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap)",message="spec.bootstrap cannot be added or removed after creation: it only says how the Database was first filled"
 // +kubebuilder:validation:XValidation:rule="has(self.credentials) == has(oldSelf.credentials)",message="spec.credentials cannot be added or removed after creation: the data directory was initialised with the first credentials"
 type DatabaseSpec struct {
@@ -163,7 +164,90 @@ type DatabaseSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.bootstrap is immutable: it only says how the Database was first filled"
 	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
+
+	// HighAvailability says what happens when the primary is lost
+	// (failover) and whether commits wait for standbys (synchronous
+	// replication). It matters with two or more replicas.
+	// +optional
+	HighAvailability HighAvailabilitySpec `json:"highAvailability,omitempty"`
 }
+
+// HighAvailabilitySpec is how a Database with standbys survives the loss
+// of its primary.
+type HighAvailabilitySpec struct {
+	// Failover promotes the most advanced healthy standby when the primary
+	// has been lost for FailoverDelay. Default true; false leaves a lost
+	// primary to a person (ReplicationReady says so).
+	// +optional
+	Failover *bool `json:"failover,omitempty"`
+
+	// FailoverDelay is how long the primary must be unavailable before a
+	// standby is promoted: a primary that restarts in place within it
+	// (its server or agent crashed) keeps its role. Default 10s.
+	// +optional
+	FailoverDelay *metav1.Duration `json:"failoverDelay,omitempty"`
+
+	// MaxFailoverLag is how much WAL a standby may lack (the old
+	// primary's last reported position minus what the standby received)
+	// and still be promoted by a failover; a failover that would lose
+	// more waits for a person (or for the primary). Default 16Mi; 0
+	// removes the limit.
+	// +optional
+	MaxFailoverLag *resource.Quantity `json:"maxFailoverLag,omitempty"`
+
+	// Synchronous makes each commit wait until standbys confirm it. With
+	// dataDurability Required no acknowledged commit is lost by a
+	// failover. Unset: asynchronous replication, where a failover may
+	// lose the last commits and status.replication.lastFailover says how
+	// much.
+	// +optional
+	Synchronous *SynchronousSpec `json:"synchronous,omitempty"`
+}
+
+// SynchronousSpec is synchronous replication (synchronous_standby_names).
+type SynchronousSpec struct {
+	// Method is Any (quorum: any Number standbys confirm) or First
+	// (priority: the first Number in ordinal order). Default Any.
+	// +kubebuilder:default=Any
+	// +optional
+	Method SynchronousMethod `json:"method,omitempty"`
+
+	// Number is how many standbys confirm each commit. Default 1.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=8
+	// +optional
+	Number int32 `json:"number,omitempty"`
+
+	// DataDurability is Required (commits wait when fewer than Number
+	// standbys are available: writes block, nothing acknowledged is lost)
+	// or Preferred (only available standbys are named: writes never wait
+	// for a missing one, and a failover may lose what only the primary
+	// had). Default Required.
+	// +kubebuilder:default=Required
+	// +optional
+	DataDurability DataDurability `json:"dataDurability,omitempty"`
+}
+
+// SynchronousMethod is how synchronous standbys are counted.
+// +kubebuilder:validation:Enum=Any;First
+type SynchronousMethod string
+
+// The synchronous methods.
+const (
+	SynchronousAny   SynchronousMethod = "Any"
+	SynchronousFirst SynchronousMethod = "First"
+)
+
+// DataDurability says what happens when too few standbys can confirm.
+// +kubebuilder:validation:Enum=Required;Preferred
+type DataDurability string
+
+// The data durabilities.
+const (
+	DataDurabilityRequired  DataDurability = "Required"
+	DataDurabilityPreferred DataDurability = "Preferred"
+)
 
 // TLSMode says whether the server requires TLS.
 // +kubebuilder:validation:Enum=Required;Disabled
@@ -447,12 +531,87 @@ type ReplicationStatus struct {
 	// +optional
 	SystemID string `json:"systemID,omitempty"`
 
+	// PrimaryLostSince is when the replication controller first found the
+	// current primary unavailable; a failover starts once
+	// spec.highAvailability.failoverDelay has passed. Empty while the
+	// primary is available.
+	// +optional
+	PrimaryLostSince *metav1.Time `json:"primaryLostSince,omitempty"`
+
+	// LastFailover is the running or the last failover.
+	// +optional
+	LastFailover *FailoverStatus `json:"lastFailover,omitempty"`
+
+	// Synchronous is the synchronous replication the primary runs with.
+	// +optional
+	Synchronous *SynchronousStatus `json:"synchronous,omitempty"`
+
 	// Instances lists each instance with its role and positions, in
 	// ordinal order.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	Instances []InstanceStatus `json:"instances,omitempty"`
+}
+
+// FailoverStatus is a failover: the promotion of a standby because the
+// primary was lost.
+type FailoverStatus struct {
+	// From is the lost primary, To the promoted standby.
+	From string `json:"from"`
+	To   string `json:"to"`
+
+	// Reason says how the primary was lost.
+	Reason string `json:"reason"`
+
+	// StartedAt is when the standby was chosen; FinishedAt when it
+	// accepted writes.
+	StartedAt metav1.Time `json:"startedAt"`
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+
+	// FromLSN is the lost primary's last WAL position dbkeeper saw;
+	// PromotedLSN what the promoted standby had received.
+	// +optional
+	FromLSN string `json:"fromLSN,omitempty"`
+	// +optional
+	PromotedLSN string `json:"promotedLSN,omitempty"`
+
+	// LostBytes is FromLSN minus PromotedLSN when positive: WAL the lost
+	// primary had (at least) and the promoted standby lacked. With
+	// Required synchronous replication it is WAL of no acknowledged
+	// commit.
+	// +optional
+	LostBytes int64 `json:"lostBytes,omitempty"`
+
+	// DiscardedTransactions is how many committed transactions of the old
+	// primary's timeline the promoted standby never had, counted in the
+	// old primary's own WAL when it rejoined (pg_rewind); unset until it
+	// rejoins.
+	// +optional
+	DiscardedTransactions *int64 `json:"discardedTransactions,omitempty"`
+}
+
+// SynchronousStatus is the primary's synchronous_standby_names and what
+// it means.
+type SynchronousStatus struct {
+	// StandbyNames is synchronous_standby_names as set on the primary,
+	// empty when commits wait for no standby.
+	// +optional
+	StandbyNames string `json:"standbyNames,omitempty"`
+
+	// Standbys are the instances named, Number how many of them confirm
+	// each commit.
+	// +optional
+	Standbys []string `json:"standbys,omitempty"`
+	// +optional
+	Number int32 `json:"number,omitempty"`
+
+	// Degraded says fewer standbys than spec.highAvailability.synchronous
+	// asks for are available: with Preferred, commits wait for fewer (or
+	// none); with Required, writes wait.
+	// +optional
+	Degraded bool `json:"degraded,omitempty"`
 }
 
 // InstanceStatus is one instance as its agent reported it.

@@ -13,7 +13,29 @@ const (
 	DefaultStorageSize       = "10Gi"
 	DefaultBackupStorageSize = "20Gi"
 	DefaultBackupMaxAge      = 26 * time.Hour
+	DefaultFailoverDelay     = 10 * time.Second
+	DefaultMaxFailoverLag    = "16Mi"
 )
+
+// FailoverEnabled is spec.highAvailability.failover, or its default.
+func (s *DatabaseSpec) FailoverEnabled() bool {
+	return s.HighAvailability.Failover == nil || *s.HighAvailability.Failover
+}
+
+// FailoverDelay is spec.highAvailability.failoverDelay, or its default.
+func (s *DatabaseSpec) FailoverDelay() time.Duration {
+	if d := s.HighAvailability.FailoverDelay; d != nil {
+		return d.Duration
+	}
+	return DefaultFailoverDelay
+}
+
+// MaxFailoverLag is spec.highAvailability.maxFailoverLag in bytes, or its
+// default; 0 is no limit.
+func (s *DatabaseSpec) MaxFailoverLag() int64 {
+	q := sizeOr(s.HighAvailability.MaxFailoverLag, DefaultMaxFailoverLag)
+	return q.Value()
+}
 
 // DataSize is spec.storage.size, or its default.
 func (s *DatabaseSpec) DataSize() resource.Quantity {

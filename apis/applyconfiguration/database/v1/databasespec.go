@@ -68,6 +68,10 @@ type DatabaseSpecApplyConfiguration struct {
 	TLS *TLSSpecApplyConfiguration `json:"tls,omitempty"`
 	// Bootstrap fills a new Database before it reports Ready. Immutable.
 	Bootstrap *BootstrapSpecApplyConfiguration `json:"bootstrap,omitempty"`
+	// HighAvailability says what happens when the primary is lost
+	// (failover) and whether commits wait for standbys (synchronous
+	// replication). It matters with two or more replicas.
+	HighAvailability *HighAvailabilitySpecApplyConfiguration `json:"highAvailability,omitempty"`
 }
 
 // DatabaseSpecApplyConfiguration constructs a declarative configuration of the DatabaseSpec type for use with
@@ -185,5 +189,13 @@ func (b *DatabaseSpecApplyConfiguration) WithTLS(value *TLSSpecApplyConfiguratio
 // If called multiple times, the Bootstrap field is set to the value of the last call.
 func (b *DatabaseSpecApplyConfiguration) WithBootstrap(value *BootstrapSpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
 	b.Bootstrap = value
+	return b
+}
+
+// WithHighAvailability sets the HighAvailability field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the HighAvailability field is set to the value of the last call.
+func (b *DatabaseSpecApplyConfiguration) WithHighAvailability(value *HighAvailabilitySpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
+	b.HighAvailability = value
 	return b
 }

@@ -8,6 +8,10 @@ Licensed under the Apache License, Version 2.0.
 
 package v1
 
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
 // ReplicationStatusApplyConfiguration represents a declarative configuration of the ReplicationStatus type for use
 // with apply.
 //
@@ -25,6 +29,15 @@ type ReplicationStatusApplyConfiguration struct {
 	SwitchoverLSN *string `json:"switchoverLSN,omitempty"`
 	// SystemID is the PostgreSQL system identifier every instance shares.
 	SystemID *string `json:"systemID,omitempty"`
+	// PrimaryLostSince is when the replication controller first found the
+	// current primary unavailable; a failover starts once
+	// spec.highAvailability.failoverDelay has passed. Empty while the
+	// primary is available.
+	PrimaryLostSince *metav1.Time `json:"primaryLostSince,omitempty"`
+	// LastFailover is the running or the last failover.
+	LastFailover *FailoverStatusApplyConfiguration `json:"lastFailover,omitempty"`
+	// Synchronous is the synchronous replication the primary runs with.
+	Synchronous *SynchronousStatusApplyConfiguration `json:"synchronous,omitempty"`
 	// Instances lists each instance with its role and positions, in
 	// ordinal order.
 	Instances []InstanceStatusApplyConfiguration `json:"instances,omitempty"`
@@ -65,6 +78,30 @@ func (b *ReplicationStatusApplyConfiguration) WithSwitchoverLSN(value string) *R
 // If called multiple times, the SystemID field is set to the value of the last call.
 func (b *ReplicationStatusApplyConfiguration) WithSystemID(value string) *ReplicationStatusApplyConfiguration {
 	b.SystemID = &value
+	return b
+}
+
+// WithPrimaryLostSince sets the PrimaryLostSince field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PrimaryLostSince field is set to the value of the last call.
+func (b *ReplicationStatusApplyConfiguration) WithPrimaryLostSince(value metav1.Time) *ReplicationStatusApplyConfiguration {
+	b.PrimaryLostSince = &value
+	return b
+}
+
+// WithLastFailover sets the LastFailover field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastFailover field is set to the value of the last call.
+func (b *ReplicationStatusApplyConfiguration) WithLastFailover(value *FailoverStatusApplyConfiguration) *ReplicationStatusApplyConfiguration {
+	b.LastFailover = value
+	return b
+}
+
+// WithSynchronous sets the Synchronous field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Synchronous field is set to the value of the last call.
+func (b *ReplicationStatusApplyConfiguration) WithSynchronous(value *SynchronousStatusApplyConfiguration) *ReplicationStatusApplyConfiguration {
+	b.Synchronous = value
 	return b
 }
 
