@@ -22,11 +22,26 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 // replicated is a Database of PostgreSQL 17 with n instances.
 func replicated(ns, name string, n int32) *dbv1.Database {
 	return newDatabase(ns, name, "17", func(d *dbv1.Database) { d.Spec.Replicas = ptr.To(n) })
+}
+
+// startReplicated runs an operator on a new namespace and a Database of
+// n instances there, and waits until it is Ready with <name>-0 the
+// primary and every standby streaming.
+func startReplicated(t *testing.T, name string, n int32) (*dbv1.Database, *operator.Operator) {
+	t.Helper()
+	ns := newNamespace(t)
+	op := startOperator(t, ns)
+	db := replicated(ns, name, n)
+	create(t, db)
+	waitReady(t, db)
+	waitTopology(t, db, resources.InstanceName(db, 0), int(n))
+	return db, op
 }
 
 // serviceTarget connects from the test process to one of the Database's
@@ -157,13 +172,7 @@ func readOnlyRefusal(err error) bool {
 func TestReplicasStreamAndSwitchOver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ns := newNamespace(t)
-	startOperator(t, ns)
-	db := replicated(ns, "orders", 3)
-	create(t, db)
-	waitReady(t, db)
-	primary := resources.InstanceName(db, 0)
-	waitTopology(t, db, primary, 3)
+	db, _ := startReplicated(t, "orders", 3)
 
 	rw := serviceTarget(t, db, resources.ClientServiceName(db))
 	ro := serviceTarget(t, db, resources.ReadOnlyServiceName(db))
@@ -354,13 +363,7 @@ func (p *primaries) Stop() []string {
 func TestRolloutCostsOneSwitchover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ns := newNamespace(t)
-	startOperator(t, ns)
-	db := replicated(ns, "rolled", 3)
-	create(t, db)
-	waitReady(t, db)
-	p0 := resources.InstanceName(db, 0)
-	waitTopology(t, db, p0, 3)
+	db, _ := startReplicated(t, "rolled", 3)
 	rw := serviceTarget(t, db, resources.ClientServiceName(db))
 	w, err := dbtest.StartWriter(ctx, rw, "acks")
 	require.NoError(t, err)
@@ -399,12 +402,8 @@ func TestRolloutCostsOneSwitchover(t *testing.T) {
 func TestOperatorKilledMidSwitchover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ns := newNamespace(t)
-	op := startOperator(t, ns)
-	db := replicated(ns, "killed", 3)
-	create(t, db)
-	waitReady(t, db)
-	waitTopology(t, db, resources.InstanceName(db, 0), 3)
+	db, op := startReplicated(t, "killed", 3)
+	ns := db.Namespace
 	rw := serviceTarget(t, db, resources.ClientServiceName(db))
 	w, err := dbtest.StartWriter(ctx, rw, "acks")
 	require.NoError(t, err)
