@@ -37,6 +37,13 @@ type Agent struct {
 	// fatal receives the reason the agent must exit: the postmaster
 	// exited on its own, or could not be started again.
 	fatal chan error
+	// keeper holds the primary lease; nil without one (EnvLeaseName).
+	keeper *leaseKeeper
+	// promoting says a promote runs (a second failover promote is
+	// accepted, not refused).
+	promoting bool
+	// fencedAt is when the agent last fenced its server.
+	fencedAt time.Time
 }
 
 // server is one run of the image's command.
