@@ -129,7 +129,9 @@ func (a *Agent) ensureCleanShutdown(ctx context.Context) error {
 		return nil
 	}
 	args := append([]string{"--single", "-F", "-D", a.cfg.PGData}, a.serverSettings()...)
-	args = append(args, "-c", "port="+strconv.Itoa(a.cfg.Port), "template1")
+	// its shutdown checkpoint must not remove the WAL pg_rewind reads
+	// back to the last common checkpoint.
+	args = append(args, "-c", "port="+strconv.Itoa(a.cfg.Port), "-c", "wal_keep_size="+strconv.Itoa(1<<30), "template1")
 	_, err = a.run(ctx, "postgres", args, nil)
 	if err != nil {
 		return fmt.Errorf("completing crash recovery before pg_rewind: %w", err)
@@ -153,11 +155,7 @@ func (a *Agent) pgRewind(ctx context.Context, dry bool) (string, error) {
 	if dry {
 		args = append(args, "--dry-run")
 	}
-	out, err := a.run(ctx, "pg_rewind", args, nil)
-	if err != nil {
-		return out, fmt.Errorf("pg_rewind: %w", err)
-	}
-	return out, nil
+	return a.run(ctx, "pg_rewind", args, nil)
 }
 
 // run runs a program of the server's and returns its output; a failure
