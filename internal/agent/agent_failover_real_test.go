@@ -253,6 +253,28 @@ func TestIsolatedPrimaryFencesAndRejoins(t *testing.T) {
 	sa = c.waitStatus(a3, 60*time.Second, "a running standby", runningAs(agent.RoleReplica))
 	require.NotNil(t, sa.LastRewind)
 	assert.EqualValues(t, K, sa.LastRewind.DiscardedTransactions)
+
+	// A switchover back: the demoted db-1 releases the lease after its
+	// server stopped, and db-0's promote takes it at once.
+	c.waitStatus(a3, 60*time.Second, "streaming", func(s agent.Status) bool { return s.WALReceiver == "streaming" })
+	demoted, err := c.client.Demote(ctx, b.url)
+	require.NoError(t, err)
+	assert.Equal(t, "", holder(), "the demoted primary released the lease")
+	promoteStart := time.Now()
+	var promoted agent.Status
+	waitFor(t, func() bool {
+		promoted, err = c.client.Promote(ctx, a3.url, agent.PromoteRequest{MinReplayedLSN: demoted.ShutdownLSN})
+		if agentCode(err) == http.StatusConflict && strings.Contains(err.Error(), "short of") {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}, 20*time.Second, "db-0 replayed up to db-1's shutdown checkpoint")
+	t.Logf("MEASURED switchover promote with the lease: %s", time.Since(promoteStart).Round(time.Millisecond))
+	assert.Less(t, time.Since(promoteStart), agent.LeaseDuration, "the promote waited for an expiry instead of taking the released lease")
+	assert.Equal(t, agent.RolePrimary, promoted.Role)
+	assert.Equal(t, "db-0", holder())
+	assert.True(t, promoted.Lease.Held)
 }
 
 // probeWrite connects to the server on port and writes a row in a

@@ -66,13 +66,6 @@ func Main(cfg Config, log logr.Logger) error {
 	if err := a.stopServer(stopCtx); err != nil && runErr == nil {
 		runErr = err
 	}
-	// a server that crashed restarts in place as the same holder: only a
-	// stop the agent asked for releases the lease.
-	if a.keeper != nil && runErr == nil && a.keeper.holds() {
-		if err := a.keeper.release(stopCtx); err != nil {
-			log.Error(err, "Cannot release the primary lease: another instance takes it over once it expires")
-		}
-	}
 	// a clone that was cut short empties the data directory before the
 	// agent exits.
 	opDone := make(chan struct{})
@@ -80,6 +73,15 @@ func Main(cfg Config, log logr.Logger) error {
 	select {
 	case <-opDone:
 	case <-stopCtx.Done():
+	}
+	// a server that crashed restarts in place as the same holder: only a
+	// stop the agent asked for releases the lease, once the server is down.
+	if a.keeper != nil && runErr == nil && a.keeper.holds() {
+		if err := a.stopServer(stopCtx); err != nil {
+			runErr = err
+		} else if err := a.keeper.release(stopCtx); err != nil {
+			log.Error(err, "Cannot release the primary lease: another instance takes it over once it expires")
+		}
 	}
 	shutCtx, shutCancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer shutCancel()

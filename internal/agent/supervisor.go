@@ -118,6 +118,10 @@ func (a *Agent) startServer(state State) error {
 			return err
 		}
 	}
+	// a data directory that starts a primary (or initdb's) needs the lease.
+	if a.keeper != nil && !isStandby(a.cfg.PGData) && !a.keeper.holds() {
+		return errors.New("not starting as a primary: this instance does not hold the primary lease")
+	}
 	if isStandby(a.cfg.PGData) {
 		dropped, err := dropStandbySlots(a.cfg.PGData)
 		if err != nil {
