@@ -182,10 +182,13 @@ func (k *leaseKeeper) acquire(ctx context.Context, progress func(string)) error 
 		if err == nil && v.May {
 			return nil
 		}
-		k.mu.Lock()
-		since := k.obs.Since
-		k.mu.Unlock()
-		if deadline.IsZero() && !since.IsZero() {
+		if deadline.IsZero() {
+			k.mu.Lock()
+			since := k.obs.Since
+			k.mu.Unlock()
+			if since.IsZero() { // never read: a missing lease, an unreachable API server
+				since = k.now()
+			}
 			deadline = since.Add(LeaseDuration + 2*LeaseRetryPeriod)
 		}
 		msg := v.Reason
