@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
@@ -35,9 +36,16 @@ import (
 // with their own signal handling), started from a copy of this binary.
 const childEnv = "DBKEEPER_AGENT_TEST_CHILD"
 
+// kubeconfigEnv names, in a child, the kubeconfig its lease keeper uses
+// (agent.Config.RestConfig) instead of the pod's in-cluster configuration.
+const kubeconfigEnv = "DBKEEPER_AGENT_TEST_KUBECONFIG"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		cfg, err := agent.ParseFlags(os.Args[1:], nil)
+		if kc := os.Getenv(kubeconfigEnv); err == nil && kc != "" {
+			cfg.RestConfig, err = clientcmd.BuildConfigFromFlags("", kc)
+		}
 		if err == nil {
 			err = agent.Main(cfg, zap.New(zap.UseDevMode(true)))
 		}
@@ -118,9 +126,11 @@ func (c *cluster) mkdir(path string, mode os.FileMode) {
 	require.NoError(c.t, os.Chown(path, c.uid, c.gid))
 }
 
-// start runs an agent for pod name with an empty data directory, the
-// command being the image's real entrypoint.
-func (c *cluster) start(name string) *instance {
+// start runs an agent for pod name, the command being the image's real
+// entrypoint, with env added to its environment. Its data directory is
+// empty the first time; a second start of the same name runs a new agent
+// on the data directory the first left.
+func (c *cluster) start(name string, env ...string) *instance {
 	t := c.t
 	t.Helper()
 	in := &instance{name: name, dir: filepath.Join(c.dir, name), exited: make(chan struct{})}
@@ -163,7 +173,8 @@ func (c *cluster) start(name string) *instance {
 		agent.EnvPrimaryHost+"=127.0.0.1",
 		agent.EnvTLSDir+"="+c.tlsDir,
 	)
-	in.logPath = filepath.Join(c.dir, name+".log")
+	in.cmd.Env = append(in.cmd.Env, env...)
+	in.logPath = filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano()))
 	logFile, err := os.Create(in.logPath)
 	require.NoError(t, err)
 	defer logFile.Close()
@@ -550,12 +561,39 @@ type forwarder struct {
 	port   int
 	target atomic.Int32
 	cut    atomic.Int64
+	// paused refuses connections; pause closes the open ones.
+	paused atomic.Bool
+	mu     sync.Mutex
+	open   map[net.Conn]bool
+}
+
+// pause closes every forwarded connection and refuses new ones until
+// resume: a standby streaming through it stops receiving WAL.
+func (f *forwarder) pause() {
+	f.paused.Store(true)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.open {
+		c.Close()
+	}
+}
+
+func (f *forwarder) resume() { f.paused.Store(false) }
+
+func (f *forwarder) track(c net.Conn, on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if on {
+		f.open[c] = true
+	} else {
+		delete(f.open, c)
+	}
 }
 
 func startForwarder(t *testing.T) *forwarder {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	f := &forwarder{port: ln.Addr().(*net.TCPAddr).Port}
+	f := &forwarder{port: ln.Addr().(*net.TCPAddr).Port, open: map[net.Conn]bool{}}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -565,11 +603,18 @@ func startForwarder(t *testing.T) *forwarder {
 			}
 			go func() {
 				defer conn.Close()
+				if f.paused.Load() {
+					return
+				}
 				up, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(int(f.target.Load())))
 				if err != nil {
 					return
 				}
 				defer up.Close()
+				f.track(conn, true)
+				f.track(up, true)
+				defer f.track(conn, false)
+				defer f.track(up, false)
 				go func() { _, _ = io.Copy(up, conn); up.Close() }()
 				var from io.Reader = up
 				if n := f.cut.Load(); n > 0 {

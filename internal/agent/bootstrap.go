@@ -34,13 +34,28 @@ func (a *Agent) bootstrap(req BootstrapRequest) error {
 		return conflict("the data directory is not empty (state %s): bootstrap only fills an empty one", state)
 	}
 	a.log.Info("Bootstrapping", "mode", req.Mode)
-	if req.Mode == BootstrapInitdb {
+	if req.Mode == BootstrapInitdb && a.keeper == nil {
 		defer a.op.Unlock()
 		// the image's entrypoint runs initdb, then the server.
 		if err := a.startServer(StateBootstrapping); err != nil {
 			a.setState(StateWaiting, err.Error())
 			return err
 		}
+		return nil
+	}
+	if req.Mode == BootstrapInitdb {
+		// a new primary: only once it holds the primary lease.
+		a.setState(StateBootstrapping, "waiting for the primary lease")
+		go func() {
+			defer a.op.Unlock()
+			if err := a.keeper.acquire(a.ctx, func(msg string) { a.setState(StateBootstrapping, msg) }); err != nil {
+				a.setState(StateWaiting, "initdb: "+err.Error())
+				return
+			}
+			if err := a.startServer(StateBootstrapping); err != nil {
+				a.setState(StateWaiting, err.Error())
+			}
+		}()
 		return nil
 	}
 	a.setState(StateBootstrapping, "")

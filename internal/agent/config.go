@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+
+	"k8s.io/client-go/rest"
 )
 
 // Config is what the agent runs with: its flags and environment.
@@ -36,6 +38,14 @@ type Config struct {
 	// the socket; Password ($POSTGRES_PASSWORD) is offered when asked.
 	User     string
 	Password string
+
+	// Namespace and LeaseName name the primary lease (EnvNamespace,
+	// EnvLeaseName); without LeaseName the agent holds no lease.
+	Namespace string
+	LeaseName string
+	// RestConfig reaches the API server for the lease; nil: the pod's
+	// in-cluster configuration. Tests set it.
+	RestConfig *rest.Config
 }
 
 // ParseFlags reads the agent's flags from args (the words after `agent`,
@@ -72,5 +82,10 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 		c.User = "postgres"
 	}
 	c.Password = os.Getenv("POSTGRES_PASSWORD")
+	c.Namespace = os.Getenv(EnvNamespace)
+	c.LeaseName = os.Getenv(EnvLeaseName)
+	if c.LeaseName != "" && c.Namespace == "" {
+		return c, errors.New("agent: $" + EnvLeaseName + " is set but $" + EnvNamespace + " is not")
+	}
 	return c, nil
 }

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -23,6 +22,11 @@ const (
 // (only for a Database without TLS: with TLS the hba file is the
 // operator's ConfigMap, which holds its own line).
 var replicationHBA = "host replication " + ReplicationUser + " all scram-sha-256"
+
+// rewindHBA lets a former primary's pg_rewind read the primary's files as
+// ReplicationUser (through the functions the replication controller
+// grants it), again only without TLS.
+var rewindHBA = "host postgres " + ReplicationUser + " all scram-sha-256"
 
 // hasCluster says the data directory holds a cluster.
 func hasCluster(pgdata string) bool {
@@ -86,31 +90,34 @@ func writeStandbySignal(pgdata string) error {
 	return nil
 }
 
-// ensureReplicationHBA appends replicationHBA to the data directory's
-// pg_hba.conf unless a line already says it; changed says it appended.
+// ensureReplicationHBA appends replicationHBA and rewindHBA to the data
+// directory's pg_hba.conf unless lines already say them; changed says it
+// appended.
 func ensureReplicationHBA(pgdata string) (changed bool, err error) {
 	path := filepath.Join(pgdata, hbaFile)
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return false, fmt.Errorf("reading %s: %w", hbaFile, err)
 	}
-	want := strings.Join(strings.Fields(replicationHBA), " ")
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if strings.Join(strings.Fields(sc.Text()), " ") == want {
-			f.Close()
-			return false, nil
-		}
+	have := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		have[strings.Join(strings.Fields(line), " ")] = true
 	}
-	f.Close()
-	if err := sc.Err(); err != nil {
-		return false, fmt.Errorf("reading %s: %w", hbaFile, err)
+	var add strings.Builder
+	if !have[strings.Join(strings.Fields(replicationHBA), " ")] {
+		fmt.Fprintf(&add, "\n# dbkeeper: standbys stream as %s\n%s\n", ReplicationUser, replicationHBA)
 	}
-	f, err = os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if !have[strings.Join(strings.Fields(rewindHBA), " ")] {
+		fmt.Fprintf(&add, "\n# dbkeeper: a former primary's pg_rewind reads as %s\n%s\n", ReplicationUser, rewindHBA)
+	}
+	if add.Len() == 0 {
+		return false, nil
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		return false, fmt.Errorf("writing %s: %w", hbaFile, err)
 	}
-	_, err = fmt.Fprintf(f, "\n# dbkeeper: standbys stream as %s\n%s\n", ReplicationUser, replicationHBA)
+	_, err = f.WriteString(add.String())
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -193,6 +200,20 @@ func dropStandbySlots(pgdata string) ([]string, error) {
 func slotWALCap(size uint64) string {
 	const mb = 1 << 20
 	return strconv.FormatUint(max(size/4/mb, 16), 10) + "MB"
+}
+
+// volumeFullBelow is the free space under which the data volume is full:
+// a few WAL segments and a checkpoint's worth.
+const volumeFullBelow = 64 << 20
+
+// volumeAvailable is the space unprivileged writers may still use on the
+// filesystem that holds dir.
+func volumeAvailable(dir string) (uint64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return st.Bavail * uint64(st.Bsize), nil
 }
 
 // volumeSize is the size in bytes of the filesystem that holds dir.

@@ -110,9 +110,13 @@ func (a *Agent) handlePromote(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := a.requestContext(r)
 	defer cancel()
-	s, err := a.promote(ctx, req)
+	s, accepted, err := a.promote(ctx, req)
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	if accepted {
+		writeJSON(w, http.StatusAccepted, s)
 		return
 	}
 	writeJSON(w, http.StatusOK, s)

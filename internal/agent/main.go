@@ -20,10 +20,22 @@ func Main(cfg Config, log logr.Logger) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
 	a := newAgent(ctx, cfg, log)
+	var err error
+	if a.keeper, err = newLeaseKeeper(cfg, log); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	if a.keeper != nil {
+		a.keeper.onFence = a.fence
+		// the lease outlives the agent's context: a SIGTERM stops the
+		// server first, renewing meanwhile, then releases it.
+		leaseCtx, leaseCancel := context.WithCancel(context.Background())
+		defer leaseCancel()
+		go a.keeper.run(leaseCtx)
+		go a.keeper.watchdog(leaseCtx)
+	}
 	go a.reaper.run(ctx)
 	go a.watchCerts(ctx)
 
-	var err error
 	if a.pgpass, err = writePgpass(cfg.ReplicationPassword); err != nil {
 		return err
 	}
@@ -62,6 +74,15 @@ func Main(cfg Config, log logr.Logger) error {
 	case <-opDone:
 	case <-stopCtx.Done():
 	}
+	// a server that crashed restarts in place as the same holder: only a
+	// stop the agent asked for releases the lease, once the server is down.
+	if a.keeper != nil && runErr == nil && a.keeper.holds() {
+		if err := a.stopServer(stopCtx); err != nil {
+			runErr = err
+		} else if err := a.keeper.release(stopCtx); err != nil {
+			log.Error(err, "Cannot release the primary lease: another instance takes it over once it expires")
+		}
+	}
 	shutCtx, shutCancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer shutCancel()
 	if err := hs.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -74,10 +95,30 @@ func Main(cfg Config, log logr.Logger) error {
 	return nil
 }
 
-// begin starts the server of a data directory that holds a cluster, or
-// waits for a bootstrap request when it is empty.
+// begin starts the server of a data directory that holds a cluster (one
+// that would start as a primary only once the agent holds the primary
+// lease, see startPrimary), or waits for a bootstrap request when it is
+// empty.
 func (a *Agent) begin() {
 	if hasCluster(a.cfg.PGData) {
+		// standby.signal is written back only after a rejoin's rewind, and
+		// a standby fenced while promoting never wrote as a primary: a
+		// standby either way.
+		if isStandby(a.cfg.PGData) {
+			if err := a.clearFenced(); err != nil {
+				a.fail(err)
+				return
+			}
+		}
+		if a.keeper != nil && !isStandby(a.cfg.PGData) {
+			a.setState(StateStarting, "reading the primary lease")
+			go func() {
+				a.op.Lock()
+				defer a.op.Unlock()
+				a.startPrimary()
+			}()
+			return
+		}
 		if err := a.startServer(StateStarting); err != nil {
 			a.fail(err)
 		}

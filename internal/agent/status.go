@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,13 @@ func (a *Agent) status(ctx context.Context) Status {
 		pid = a.srv.cmd.Process.Pid
 	}
 	a.mu.Unlock()
+	if a.keeper != nil {
+		s.Lease = a.keeper.status()
+	}
+	s.LastRewind = a.lastRewind()
+	if avail, err := volumeAvailable(filepath.Dir(a.cfg.PGData)); err == nil {
+		s.VolumeAvailableBytes, s.VolumeFull = avail, avail < volumeFullBelow
+	}
 	// initdb's temporary server answers on the same socket: only the
 	// server the agent runs says the instance's status.
 	if pid != 0 && postmasterPID(a.cfg.PGData) == pid {

@@ -37,6 +37,13 @@ type Agent struct {
 	// fatal receives the reason the agent must exit: the postmaster
 	// exited on its own, or could not be started again.
 	fatal chan error
+	// keeper holds the primary lease; nil without one (EnvLeaseName).
+	keeper *leaseKeeper
+	// promoting says a promote runs (a second failover promote is
+	// accepted, not refused).
+	promoting bool
+	// fencedAt is when the agent last fenced its server.
+	fencedAt time.Time
 }
 
 // server is one run of the image's command.
@@ -110,6 +117,10 @@ func (a *Agent) startServer(state State) error {
 		if _, err := ensureReplicationHBA(a.cfg.PGData); err != nil {
 			return err
 		}
+	}
+	// a data directory that starts a primary (or initdb's) needs the lease.
+	if a.keeper != nil && !isStandby(a.cfg.PGData) && !a.keeper.holds() {
+		return errors.New("not starting as a primary: this instance does not hold the primary lease")
 	}
 	if isStandby(a.cfg.PGData) {
 		dropped, err := dropStandbySlots(a.cfg.PGData)

@@ -1,0 +1,117 @@
+package agent_test
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
+)
+
+// TestFrozenAgentFencesAndLeaseOnRestart: a primary's agent stopped
+// (SIGSTOP) longer than the renew deadline fences its server as soon as it
+// runs again (its watchdog is a timer on the monotonic clock, not the
+// renew loop); restarted, it takes the lease that still names it (nobody
+// was promoted) and runs as the primary again. A server that crashes does
+// not release the lease (the agent restarts in place as the same holder);
+// a SIGTERM (pod deletion) releases it after the server stopped.
+func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and a kube-apiserver; skipped under -short")
+	}
+	env, restCfg, err := envtest.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	leases := kubernetes.NewForConfigOrDie(restCfg).CoordinationV1().Leases(leaseNS)
+	ctx := context.Background()
+	_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leaseName, Namespace: leaseNS}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	holder := func() string {
+		l, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
+		require.NoError(t, err)
+		if l.Spec.HolderIdentity != nil {
+			return *l.Spec.HolderIdentity
+		}
+		return ""
+	}
+
+	c := newCluster(t)
+	kc := operator.WriteKubeconfig(t, restCfg, c.dir)
+	require.NoError(t, os.Chown(kc, c.uid, c.gid))
+	aEnv := []string{agent.EnvNamespace + "=" + leaseNS, agent.EnvLeaseName + "=" + leaseName, kubeconfigEnv + "=" + kc}
+	a := c.start("db-0", aEnv...)
+	_, err = c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	require.NoError(t, err)
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
+	require.Equal(t, "db-0", holder())
+	mustExec(t, sql(t, a), "CREATE TABLE t (id bigint PRIMARY KEY)")
+	require.NoError(t, probeWrite(ctx, a.port))
+
+	// Frozen longer than the renew deadline.
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
+	time.Sleep(agent.LeaseRenewDeadline + 2*time.Second)
+	require.NoError(t, probeWrite(ctx, a.port), "the server runs on while its agent is frozen (the documented limit)")
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
+	resumed := time.Now()
+	var refused time.Duration
+	waitFor(t, func() bool {
+		if probeWrite(ctx, a.port) != nil {
+			refused = time.Since(resumed)
+			return true
+		}
+		return false
+	}, 5*time.Second, "writes refused after the agent resumed")
+	t.Logf("MEASURED writes refused %s after the frozen agent resumed", refused.Round(time.Millisecond))
+	assert.Less(t, refused, time.Second+500*time.Millisecond, "the watchdog fences right after the agent resumes")
+	s := c.waitStatus(a, 5*time.Second, "fenced", func(s agent.Status) bool { return s.State == agent.StateFenced })
+	t.Logf("db-0: %s", s.Message)
+	assert.Contains(t, s.Message, "renew deadline")
+	assert.False(t, s.Lease.Held)
+
+	// Nobody took the lease; the fenced agent does not release it on
+	// SIGTERM (it does not hold it), and a new agent takes it back and
+	// starts the primary.
+	time.Sleep(agent.LeaseRetryPeriod)
+	assert.Equal(t, agent.StateFenced, c.status(a).State, "a fenced server must not start as a primary again in place")
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	<-a.exited
+	assert.Equal(t, 0, a.cmd.ProcessState.ExitCode())
+	assert.Equal(t, "db-0", holder())
+	a = c.start("db-0", aEnv...)
+	c.waitStatus(a, 60*time.Second, "the primary again", runningAs(agent.RolePrimary))
+	require.NoError(t, probeWrite(ctx, a.port))
+	assert.True(t, c.status(a).Lease.Held)
+
+	// A crash keeps the lease.
+	pid := postmasterPID(a.pgdata)
+	require.Positive(t, pid)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	select {
+	case <-a.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not exit after its server died")
+	}
+	assert.NotEqual(t, 0, a.cmd.ProcessState.ExitCode())
+	assert.Equal(t, "db-0", holder(), "a crash released the lease")
+	a = c.start("db-0", aEnv...)
+	restarted := time.Now()
+	c.waitStatus(a, 60*time.Second, "the primary again after the crash", runningAs(agent.RolePrimary))
+	t.Logf("restarted as the primary after a crash in %s", time.Since(restarted).Round(time.Millisecond))
+
+	// SIGTERM releases it, after the server stopped.
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	<-a.exited
+	assert.Equal(t, 0, a.cmd.ProcessState.ExitCode())
+	assert.Equal(t, 0, postmasterPID(a.pgdata))
+	assert.Equal(t, "", holder(), "a stopped primary releases the lease")
+}

@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// fenceKillAfter is how long a fence waits for the postmaster's immediate
+// shutdown before it kills the server's process group.
+const fenceKillAfter = time.Second
+
+// fencedMarker is the file, beside the data directory on its volume, that
+// says the instance fenced itself as a primary: its data directory must
+// not start as a primary unless the lease still names it, and rejoins
+// another holder with pg_rewind. It survives restarts of the container.
+func (a *Agent) fencedMarker() string {
+	return filepath.Join(filepath.Dir(a.cfg.PGData), "dbkeeper-fenced")
+}
+
+func (a *Agent) isFenced() bool {
+	_, err := os.Stat(a.fencedMarker())
+	return err == nil
+}
+
+func (a *Agent) clearFenced() error {
+	if err := os.Remove(a.fencedMarker()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing the fence marker: %w", err)
+	}
+	return nil
+}
+
+// fence stops the server at once because the primary lease is lost
+// (reason): SIGQUIT to the postmaster (an immediate shutdown: no session
+// commits anything more), SIGKILL of its process group when it still
+// runs fenceKillAfter later. The instance then waits, Fenced, for another
+// holder of the lease and rejoins it as a standby.
+func (a *Agent) fence(reason string) {
+	at := time.Now()
+	a.mu.Lock()
+	srv := a.srv
+	if srv != nil {
+		srv.expected = true
+	}
+	a.fencedAt = at
+	a.state, a.message = StateFenced, fmt.Sprintf("fenced at %s: %s", at.UTC().Format(time.RFC3339Nano), reason)
+	a.mu.Unlock()
+	if err := os.WriteFile(a.fencedMarker(), []byte(at.UTC().Format(time.RFC3339Nano)+" "+reason+"\n"), 0o600); err != nil {
+		a.log.Error(err, "Cannot write the fence marker")
+	}
+	if srv != nil {
+		pid := srv.cmd.Process.Pid
+		a.log.Info("Fencing: immediate shutdown of the server", "pid", pid, "reason", reason)
+		_ = syscall.Kill(pid, syscall.SIGQUIT)
+		select {
+		case <-srv.done:
+		case <-time.After(fenceKillAfter):
+			a.log.Info("The server outlived its immediate shutdown: killing its process group", "pid", pid)
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			<-srv.done
+		}
+		// backends of a killed postmaster are in its group too.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	a.log.Info("Fenced", "reason", reason, "stopped", time.Since(at).Round(time.Millisecond))
+	go a.rejoinWhenLost()
+}
+
+// rejoinWhenLost waits until the lease names another holder, then rejoins
+// it as a standby (pg_rewind first), retrying with backoff.
+func (a *Agent) rejoinWhenLost() {
+	a.op.Lock()
+	defer a.op.Unlock()
+	a.rejoin()
+}
+
+// rejoin (under a.op) waits for another holder of the lease and rejoins it
+// as a standby, retrying with backoff until it streams or the agent stops.
+func (a *Agent) rejoin() {
+	backoff := LeaseRetryPeriod
+	for {
+		a.mu.Lock()
+		base := a.message
+		stopping := a.stopping
+		a.mu.Unlock()
+		if stopping || a.ctx.Err() != nil {
+			return
+		}
+		holder := ""
+		if a.keeper != nil {
+			if _, err := a.keeper.read(a.ctx); err == nil {
+				holder = a.keeper.observation().Record.Holder
+			}
+		}
+		if holder != "" && holder != a.cfg.Pod {
+			err := a.rewindAndStart()
+			if err == nil {
+				return
+			}
+			a.log.Error(err, "Cannot rejoin as a standby: retrying", "in", backoff)
+			a.setState(StateFenced, fmt.Sprintf("rejoining %s as a standby: %v", holder, err))
+		} else {
+			a.setState(StateFenced, withoutSuffix(base)+"; waiting for another instance to hold the primary lease")
+			backoff = LeaseRetryPeriod
+		}
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// withoutSuffix drops what rejoin appended to a Fenced message.
+func withoutSuffix(msg string) string {
+	const s = "; waiting for another instance to hold the primary lease"
+	if len(msg) >= len(s) && msg[len(msg)-len(s):] == s {
+		return msg[:len(msg)-len(s)]
+	}
+	return msg
+}

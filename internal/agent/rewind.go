@@ -1,0 +1,234 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// rewindTimeout bounds one pg_rewind, pg_waldump or single-user recovery.
+const rewindTimeout = 10 * time.Minute
+
+// rewindReportPath is where the last RewindReport is kept, beside the data
+// directory on its volume, so that it survives restarts.
+func (a *Agent) rewindReportPath() string {
+	return filepath.Join(filepath.Dir(a.cfg.PGData), "dbkeeper-rewind.json")
+}
+
+// lastRewind reads the persisted RewindReport, nil when there is none.
+func (a *Agent) lastRewind() *RewindReport {
+	b, err := os.ReadFile(a.rewindReportPath())
+	if err != nil {
+		return nil
+	}
+	var r RewindReport
+	if json.Unmarshal(b, &r) != nil {
+		return nil
+	}
+	return &r
+}
+
+// rewindAndStart makes the stopped former primary a standby of
+// PrimaryHost: it completes crash recovery (single-user mode, with the
+// server's own settings), finds where the histories diverged, counts the
+// transactions its own WAL committed after that, rewinds the data
+// directory to the source's history, and starts the server as a standby.
+// "no rewind required" skips the rewind.
+func (a *Agent) rewindAndStart() error {
+	ctx, cancel := context.WithTimeout(a.ctx, rewindTimeout)
+	defer cancel()
+	// single-user mode refuses standby.signal; the fence marker keeps a
+	// restart from starting this data directory as a primary meanwhile.
+	if err := os.Remove(filepath.Join(a.cfg.PGData, standbyFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", standbyFile, err)
+	}
+	if err := a.ensureCleanShutdown(ctx); err != nil {
+		return err
+	}
+	out, err := a.pgRewind(ctx, true)
+	if err != nil {
+		return err
+	}
+	var report *RewindReport
+	if !strings.Contains(out, "no rewind required") {
+		lsn, tli, ok := parseDivergence(out)
+		if !ok {
+			return fmt.Errorf("pg_rewind --dry-run did not say where the servers diverged: %s", errorLine(out))
+		}
+		report = &RewindReport{DivergedLSN: lsn, DivergedTimeline: tli}
+		n, end, err := a.countCommits(ctx, lsn, tli)
+		if err != nil {
+			return err
+		}
+		report.DiscardedTransactions, report.EndLSN = n, end
+		a.log.Info("Rewinding", "divergedLSN", lsn, "divergedTimeline", tli, "endLSN", end, "discardedTransactions", n)
+		if _, err := a.pgRewind(ctx, false); err != nil {
+			return err
+		}
+		report.At = metav1.Now()
+		b, _ := json.Marshal(report)
+		if err := os.WriteFile(a.rewindReportPath(), b, 0o600); err != nil {
+			return fmt.Errorf("writing the rewind report: %w", err)
+		}
+	} else {
+		a.log.Info("No rewind required: starting as a standby")
+	}
+	if err := writeStandbySignal(a.cfg.PGData); err != nil {
+		return err
+	}
+	if err := a.clearFenced(); err != nil {
+		return err
+	}
+	if err := a.startServer(StateStarting); err != nil {
+		return err
+	}
+	if report != nil {
+		a.mu.Lock()
+		a.message = fmt.Sprintf("rejoined as a standby after pg_rewind: %d transactions after %s on timeline %d discarded",
+			report.DiscardedTransactions, report.DivergedLSN, report.DivergedTimeline)
+		a.mu.Unlock()
+	}
+	return nil
+}
+
+// serverSettings are the -c settings of the server's command
+// (wal_log_hints among them, which pg_rewind needs recorded in pg_control).
+func (a *Agent) serverSettings() []string {
+	var out []string
+	for i, arg := range a.cfg.Command {
+		if arg == "-c" && i+1 < len(a.cfg.Command) {
+			out = append(out, "-c", a.cfg.Command[i+1])
+		}
+	}
+	return out
+}
+
+// ensureCleanShutdown runs crash recovery of a data directory that was not
+// shut down cleanly (a fenced or crashed primary) in single-user mode, as
+// pg_rewind would, but with the server's settings.
+func (a *Agent) ensureCleanShutdown(ctx context.Context) error {
+	cd, err := a.controlData(ctx)
+	if err != nil {
+		return err
+	}
+	if st := cd["Database cluster state"]; st == "shut down" || st == "shut down in recovery" {
+		return nil
+	}
+	args := append([]string{"--single", "-F", "-D", a.cfg.PGData}, a.serverSettings()...)
+	// its shutdown checkpoint must not remove the WAL pg_rewind reads
+	// back to the last common checkpoint.
+	args = append(args, "-c", "port="+strconv.Itoa(a.cfg.Port), "-c", "wal_keep_size="+strconv.Itoa(1<<30), "template1")
+	_, err = a.run(ctx, "postgres", args, nil)
+	if err != nil {
+		return fmt.Errorf("completing crash recovery before pg_rewind: %w", err)
+	}
+	return nil
+}
+
+// sourceServer is pg_rewind's connection to the primary.
+func (a *Agent) sourceServer() string {
+	ci := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres passfile=%s application_name=%s",
+		conninfoValue(a.cfg.PrimaryHost), a.cfg.PrimaryPort, ReplicationUser, conninfoValue(a.pgpass), conninfoValue(a.cfg.Pod+"-rewind"))
+	if a.cfg.TLSDir != "" {
+		return ci + " sslmode=verify-full sslrootcert=" + conninfoValue(a.cfg.TLSDir+"/ca.crt")
+	}
+	return ci + " sslmode=prefer"
+}
+
+// pgRewind runs pg_rewind (a dry run when dry) and returns its output.
+func (a *Agent) pgRewind(ctx context.Context, dry bool) (string, error) {
+	args := []string{"--target-pgdata=" + a.cfg.PGData, "--source-server=" + a.sourceServer(), "--no-ensure-shutdown"}
+	if dry {
+		args = append(args, "--dry-run")
+	}
+	return a.run(ctx, "pg_rewind", args, nil)
+}
+
+// run runs a program of the server's and returns its output; a failure
+// carries the line that says why.
+func (a *Agent) run(ctx context.Context, name string, args []string, stdin io.Reader) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdin = stdin
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	if err := a.reaper.start(cmd); err != nil {
+		return "", fmt.Errorf("running %s: %w", name, err)
+	}
+	if err := a.reaper.wait(cmd); err != nil {
+		return out.String(), fmt.Errorf("%s: %w: %s", name, err, errorLine(out.String()))
+	}
+	return out.String(), nil
+}
+
+var divergedRE = regexp.MustCompile(`servers diverged at WAL location ([0-9A-Fa-f]+/[0-9A-Fa-f]+) on timeline (\d+)`)
+
+// parseDivergence finds pg_rewind's "servers diverged at WAL location X on
+// timeline N".
+func parseDivergence(out string) (lsn string, tli uint32, ok bool) {
+	m := divergedRE.FindStringSubmatch(out)
+	if m == nil {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(m[2], 10, 32)
+	if err != nil {
+		return "", 0, false
+	}
+	return m[1], uint32(n), true
+}
+
+// countCommits counts the commit records of this instance's WAL on
+// timeline tli from lsn on, and returns the position of its last record.
+// pg_waldump exits non-zero at the end of the WAL; what it printed counts.
+func (a *Agent) countCommits(ctx context.Context, lsn string, tli uint32) (int64, string, error) {
+	cmd := exec.CommandContext(ctx, "pg_waldump", "--path="+filepath.Join(a.cfg.PGData, "pg_wal"),
+		"--timeline="+strconv.FormatUint(uint64(tli), 10), "--start="+lsn)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	if err := a.reaper.start(cmd); err != nil {
+		return 0, "", fmt.Errorf("running pg_waldump: %w", err)
+	}
+	waitErr := a.reaper.wait(cmd)
+	n, end := countCommitRecords(out.String())
+	if waitErr != nil && end == "" {
+		a.log.Info("No WAL record after the divergence", "lsn", lsn, "timeline", tli, "pg_waldump", errorLine(errOut.String()))
+	}
+	return n, end, nil
+}
+
+var waldumpLSNRE = regexp.MustCompile(`lsn: ([0-9A-Fa-f]+/[0-9A-Fa-f]+)`)
+
+// countCommitRecords counts the transaction commit records in pg_waldump's
+// output, and returns the position of the last record.
+func countCommitRecords(out string) (int64, string) {
+	var n int64
+	end := ""
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := waldumpLSNRE.FindStringSubmatch(line); m != nil {
+			end = m[1]
+		}
+		if strings.HasPrefix(line, "rmgr: Transaction") &&
+			(strings.Contains(line, "desc: COMMIT ") || strings.Contains(line, "desc: COMMIT_PREPARED ")) {
+			n++
+		}
+	}
+	return n, end
+}
