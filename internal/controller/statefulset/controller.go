@@ -45,6 +45,9 @@ const Name = "statefulset"
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;patch;update
 
 // ReasonVolumeGrowing is the reason of the Event of a data PVC that
 // dbkeeper asks for the grown spec.storage.size.
@@ -121,6 +124,9 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	desired, err := resources.StatefulSet(db, eng, resources.TLSFor(db, live).On(), s.agentImage)
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
+	}
+	if err := s.syncLeaseAccess(ctx, db); err != nil {
+		return facet.Outcome{}, err
 	}
 	resources.PinClaimTemplate(desired, live)
 	resources.PinLegacyEnv(desired, live)
