@@ -65,6 +65,10 @@ const (
 	ReasonSwitchoverCompleted = "SwitchoverCompleted"
 	ReasonPodDeleted          = "PodDeleted"
 	ReasonRoleLabelled        = "RoleLabelled"
+	ReasonFailoverStarted     = "FailoverStarted"
+	ReasonFailoverAborted     = "FailoverAborted"
+	ReasonFailoverCompleted   = "FailoverCompleted"
+	ReasonDiscarded           = "TransactionsDiscarded"
 )
 
 // How often the agents are polled: while something changes, and when all
@@ -77,6 +81,10 @@ const (
 	// usually possible at once, and each poll the read-write Service
 	// waits is write unavailability.
 	pollSwitchover = 200 * time.Millisecond
+	// pollLost is the pace while the primary is lost: its failover starts
+	// as soon as spec.highAvailability.failoverDelay has passed (a
+	// running failover goes at pollSwitchover).
+	pollLost = time.Second
 )
 
 // fastSwitchover is how long a switchover is polled at pollSwitchover.
@@ -165,6 +173,10 @@ type syncer struct {
 	// started maps each Database to when its running switchover started,
 	// for the summary Event (lost on restart).
 	started sync.Map
+	// answers maps each Database's UID and pod name to its agent's last
+	// answer (lost on restart): what a primary that stopped answering
+	// last said (a full volume refuses a failover).
+	answers sync.Map
 }
 
 // Sync implements facet.Syncer.
@@ -177,6 +189,12 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	out := facet.Outcome{Condition: plan.Condition, Status: statusOf(plan), RequeueAfter: pollSteady}
 	if plan.Changing {
 		out.RequeueAfter = pollChanging
+	}
+	if plan.PrimaryLostSince != nil {
+		out.RequeueAfter = pollLost
+		if plan.Requeue > 0 && plan.Requeue < pollLost {
+			out.RequeueAfter = plan.Requeue
+		}
 	}
 	t := dbv1.ConditionReplicationReady
 
@@ -193,11 +211,27 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 			"Switching over from %s to %s: %s", plan.Action.From, plan.Action.Pod, plan.Action.Why)
 		out.RequeueAfter = pollSwitchover
 		return out, nil
+	case ActStartFailover:
+		s.started.Store(db.UID, s.now())
+		if err := s.writer.ApplyCondition(ctx, db, plan.Condition, out.Status); err != nil {
+			return facet.Outcome{}, err
+		}
+		f := plan.LastFailover
+		log.FromContext(ctx).Info("Starting failover", "from", f.From, "to", f.To, "fromLSN", f.FromLSN, "promotedLSN", f.PromotedLSN, "lostBytes", f.LostBytes, "reason", f.Reason)
+		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonFailoverStarted, "Failover",
+			"Failing over from %s to %s: %s; %s received %s, %s was last seen at %s (%d bytes lacked)",
+			f.From, f.To, f.Reason, f.To, f.PromotedLSN, f.From, orUnknown(f.FromLSN), f.LostBytes)
+		out.RequeueAfter = pollSwitchover
+		return out, nil
+	case ActAbortFailover:
+		s.started.Delete(db.UID)
+		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonFailoverAborted, "Failover",
+			"Gave up the failover from %s to %s: %s", plan.Action.From, plan.Action.Pod, plan.Action.Why)
 	case ActAbortSwitchover:
 		s.started.Delete(db.UID)
 		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonSwitchoverAbandoned, "Switchover",
 			"Gave up the switchover from %s to %s before demoting anything: %s", plan.Action.From, plan.Action.Pod, plan.Action.Why)
-	case ActFinishSwitchover, ActRecordLSN:
+	case ActFinishSwitchover, ActRecordLSN, ActFinishFailover:
 		if err := s.writer.ApplyCondition(ctx, db, plan.Condition, out.Status); err != nil {
 			return facet.Outcome{}, err
 		}
@@ -207,6 +241,12 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		}
 		db.Status.Replication.CurrentPrimary = plan.CurrentPrimary
 		db.Status.Replication.SwitchoverLSN = plan.SwitchoverLSN
+	}
+
+	if f := plan.LastFailover; f != nil && f.DiscardedTransactions != nil &&
+		(db.Status.Replication == nil || db.Status.Replication.LastFailover == nil || db.Status.Replication.LastFailover.DiscardedTransactions == nil) {
+		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonDiscarded, "Failover",
+			"%s rejoined as a standby: %d of its committed transactions were never on %s and were discarded", f.From, *f.DiscardedTransactions, f.To)
 	}
 
 	if err := s.applyLabels(ctx, db, pods, plan.Labels); err != nil {
@@ -258,7 +298,7 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[str
 	if err != nil {
 		return Input{}, nil, fmt.Errorf("getting StatefulSet %s: %w", resources.StatefulSetName(db), err)
 	}
-	in := Input{DB: db}
+	in := Input{DB: db, Now: s.now()}
 	if sts != nil {
 		in.UpdateRevision = sts.Status.UpdateRevision
 	}
@@ -284,10 +324,15 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[str
 				inst.Agent = legacyStatus(pod, inst.PodReady)
 			} else if pod.Status.PodIP != "" && !inst.Terminating {
 				st, err := s.agents.Status(ctx, db, pod)
+				key := string(db.UID) + "/" + name
 				if err != nil {
 					inst.Err = err.Error()
+					if v, ok := s.answers.Load(key); ok {
+						inst.LastAnswer = v.(*agent.Status)
+					}
 				} else {
 					inst.Agent = &st
+					s.answers.Store(key, &st)
 				}
 			}
 		}
@@ -382,8 +427,14 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 		if err := needPod(); err != nil {
 			return err
 		}
-		if _, err := s.agents.Promote(ctx, db, pod, a.LSN); err != nil {
+		st, err := s.agents.Promote(ctx, db, pod, agent.PromoteRequest{MinReplayedLSN: a.LSN, Failover: a.Failover})
+		if err != nil {
 			return err
+		}
+		if a.Failover {
+			// asked again on every poll until it reports being the primary
+			log.FromContext(ctx).V(1).Info("Asked for a failover promotion", "pod", a.Pod, "state", st.State)
+			return nil
 		}
 		s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonPromoted, "Switchover",
 			"Promoted %s after it replayed up to %s", a.Pod, a.LSN)
@@ -395,6 +446,15 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 		s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonSwitchoverCompleted, "Switchover",
 			"Switched over from %s to %s at %s%s", a.From, a.Pod, a.LSN, took)
 		return s.removeAnnotation(ctx, db, a.Pod)
+	case ActFinishFailover:
+		took := ""
+		if v, ok := s.started.LoadAndDelete(db.UID); ok {
+			took = fmt.Sprintf(" in %s", s.now().Sub(v.(time.Time)).Round(time.Millisecond))
+		}
+		f := plan.LastFailover
+		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonFailoverCompleted, "Failover",
+			"Failed over from %s to %s%s: %s takes writes at %s; %s was last seen at %s, %d bytes of its WAL were not received",
+			a.From, a.Pod, took, a.Pod, a.LSN, a.From, orUnknown(f.FromLSN), f.LostBytes)
 	case ActRemoveAnnotation:
 		return s.removeAnnotation(ctx, db, a.Pod)
 	case ActDeletePod:
@@ -542,6 +602,7 @@ func statusOf(p Plan) *dbv1ac.DatabaseStatusApplyConfiguration {
 	return dbv1ac.DatabaseStatus().WithReplication(resources.ViaJSON[dbv1ac.ReplicationStatusApplyConfiguration](dbv1.ReplicationStatus{
 		CurrentPrimary: p.CurrentPrimary, TargetPrimary: p.TargetPrimary, SwitchoverLSN: p.SwitchoverLSN,
 		SystemID: p.SystemID, Instances: p.Rows,
+		PrimaryLostSince: p.PrimaryLostSince, LastFailover: p.LastFailover, Synchronous: p.Synchronous,
 	}))
 }
 
@@ -552,7 +613,8 @@ func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyCon
 		return nil
 	}
 	return statusOf(Plan{CurrentPrimary: r.CurrentPrimary, TargetPrimary: r.TargetPrimary, SwitchoverLSN: r.SwitchoverLSN,
-		SystemID: r.SystemID, Rows: r.Instances})
+		SystemID: r.SystemID, Rows: r.Instances,
+		PrimaryLostSince: r.PrimaryLostSince, LastFailover: r.LastFailover, Synchronous: r.Synchronous})
 }
 
 // legacyStatus stands for the agent of a pod made before dbkeeper had
