@@ -88,7 +88,9 @@ func TestDecideFailover(t *testing.T) {
 		},
 		"pod deleted: the delay has not passed": {
 			db: lostDB(9 * time.Second), insts: with(gone(0)), reason: dbv1.ReasonPrimaryLost, message: "in 1s",
-			check: func(t *testing.T, p Plan) { assert.Equal(t, now.Add(-9*time.Second), p.PrimaryLostSince.Time, "the loss's start moved") },
+			check: func(t *testing.T, p Plan) {
+				assert.Equal(t, now.Add(-9*time.Second), p.PrimaryLostSince.Time, "the loss's start moved")
+			},
 		},
 		"pod deleted, the delay passed: the most advanced standby is promoted": {
 			db: lostDB(10 * time.Second), insts: with(gone(0)), action: ActStartFailover, pod: "orders-1", reason: dbv1.ReasonFailingOver,
@@ -173,13 +175,13 @@ func TestDecideFailover(t *testing.T) {
 			action: ActStartFailover, pod: "orders-2",
 		},
 		"the best candidate lacks more than maxFailoverLag": {
-			db: lostDB(time.Minute, func(db *dbv1.Database) { db.Spec.HighAvailability.MaxFailoverLag = ptr.To(resource.MustParse("128")) }),
+			db:     lostDB(time.Minute, func(db *dbv1.Database) { db.Spec.HighAvailability.MaxFailoverLag = ptr.To(resource.MustParse("128")) }),
 			insts:  with(gone(0)),
 			reason: dbv1.ReasonFailoverRefused, message: "spec.highAvailability.maxFailoverLag is 128 bytes",
 		},
 		"maxFailoverLag 0 is no limit": {
-			db: lostDB(time.Minute, func(db *dbv1.Database) { db.Spec.HighAvailability.MaxFailoverLag = ptr.To(resource.MustParse("0")) }),
-			insts: with(gone(0), inst(1, received("orders-1", "0/10", "0/10"), ""), inst(2, received("orders-2", "0/8", "0/8"), "")),
+			db:     lostDB(time.Minute, func(db *dbv1.Database) { db.Spec.HighAvailability.MaxFailoverLag = ptr.To(resource.MustParse("0")) }),
+			insts:  with(gone(0), inst(1, received("orders-1", "0/10", "0/10"), ""), inst(2, received("orders-2", "0/8", "0/8"), "")),
 			action: ActStartFailover, pod: "orders-1",
 			check: func(t *testing.T, p Plan) { assert.Equal(t, int64(0x1000-0x10), p.LastFailover.LostBytes) },
 		},
