@@ -136,7 +136,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 
 // SetupDisabled implements controller.Controller.
 func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
-	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
+	return facet.SetupDisabledWith(mgr, Name, c.ConditionType(), noFailoverDisabled, o)
 }
 
 // podChanged lets through the pod events that can change the topology:
@@ -156,6 +156,15 @@ func podChanged() predicate.Predicate {
 		},
 	}
 }
+
+// What a paused Database and a disabled controller mean for failover.
+const (
+	noFailoverPaused   = "no failover while paused: a lost primary is not replaced until spec.paused is false"
+	noFailoverDisabled = "no failover: a lost primary is not replaced, no switchover runs, and the role labels stay as they are"
+)
+
+// PausedConsequence implements facet.PauseConsequence.
+func (s *syncer) PausedConsequence() string { return noFailoverPaused }
 
 // syncer keeps the replication topology.
 type syncer struct {
