@@ -22,6 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/klog/v2"
@@ -199,7 +200,8 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if plan.Changing {
 		out.RequeueAfter = pollChanging
 	}
-	if plan.PrimaryLostSince != nil {
+	if plan.PrimaryLostSince != nil && plan.Condition.Reason == dbv1.ReasonPrimaryLost {
+		// a failover starts once the delay has passed
 		out.RequeueAfter = pollLost
 		if plan.Requeue > 0 && plan.Requeue < pollLost {
 			out.RequeueAfter = plan.Requeue
@@ -263,7 +265,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	}
 
 	if plan.EnsureSQL {
-		if msg, err := s.ensureSQL(ctx, db, plan); err != nil {
+		if msg, err := s.ensureSQL(ctx, db, &plan); err != nil {
 			out.Condition = conditions.False(t, dbv1.ReasonInstanceUnhealthy,
 				fmt.Sprintf("keeping the replication role and slots on the primary %s failed: %s", plan.CurrentPrimary, conditions.Quote(err.Error(), 300)))
 			out.RequeueAfter = pollChanging
@@ -278,6 +280,21 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 				out.Condition.Message += "; " + msg
 			}
 			out.RequeueAfter = pollChanging
+		}
+	}
+
+	if w := plan.Synchronous; plan.EnsureSQL && w != nil && w.Degraded {
+		if spec := db.Spec.HighAvailability.Synchronous; spec != nil && spec.DataDurability != dbv1.DataDurabilityPreferred {
+			msg := fmt.Sprintf("synchronous replication is degraded: fewer than %d of the standbys %s stream, commits wait until enough do (spec.highAvailability.synchronous.dataDurability Required)",
+				w.Number, strings.Join(w.Standbys, ", "))
+			if out.Condition.Status == metav1.ConditionTrue {
+				out.Condition = conditions.False(t, dbv1.ReasonInstanceUnhealthy, msg)
+			} else {
+				out.Condition.Message += "; " + msg
+			}
+		} else {
+			out.Condition.Message += fmt.Sprintf("; synchronous replication is degraded: commits wait for %d standby(s) (%q), fewer than spec.highAvailability.synchronous.number (Preferred)",
+				w.Number, w.StandbyNames)
 		}
 	}
 
@@ -500,7 +517,7 @@ func (s *syncer) removeAnnotation(ctx context.Context, db *dbv1.Database, primar
 // password, as a SCRAM verifier) and one physical slot per standby on the
 // primary, and drops dbkeeper's inactive slots of instances that no
 // longer exist. It returns what it waits for, "" when all is in place.
-func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan Plan) (string, error) {
+func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan *Plan) (string, error) {
 	name := resources.ReplicationSecretName(db)
 	sec, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
 	if err != nil {
@@ -520,8 +537,9 @@ func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan Plan) (s
 		return "", fmt.Errorf("no connector to the Databases' servers")
 	}
 	sum := sha256.Sum256([]byte(password))
-	fingerprint := plan.CurrentPrimary + "|" + hex.EncodeToString(sum[:]) + "|" + strings.Join(plan.Slots, ",")
+	fingerprint := plan.CurrentPrimary + "|" + hex.EncodeToString(sum[:]) + "|" + strings.Join(plan.Slots, ",") + "|" + standbyNames(plan.WantSynchronous)
 	if v, ok := s.ensured.Load(db.UID); ok && v.(string) == fingerprint {
+		plan.Synchronous = plan.WantSynchronous
 		return "", nil
 	}
 	conn, err := instance.ConnectAsSuperuser(ctx, s.instances, s.reader, db, "")
@@ -584,6 +602,13 @@ func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan Plan) (s
 		}
 		log.FromContext(ctx).Info("Dropped the replication slot of a removed instance", "slot", slot)
 	}
+	if err := ensureRewindGrants(ctx, conn); err != nil {
+		return "", err
+	}
+	if err := ensureSynchronous(ctx, conn, standbyNames(plan.WantSynchronous)); err != nil {
+		return "", err
+	}
+	plan.Synchronous = plan.WantSynchronous
 	if pending == "" {
 		s.ensured.Store(db.UID, fingerprint)
 	}

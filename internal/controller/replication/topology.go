@@ -116,6 +116,9 @@ type Plan struct {
 	PrimaryLostSince *metav1.Time
 	LastFailover     *dbv1.FailoverStatus
 	Synchronous      *dbv1.SynchronousStatus
+	// WantSynchronous is the synchronous replication EnsureSQL sets on
+	// the primary (nil: none); Synchronous becomes it once set.
+	WantSynchronous *dbv1.SynchronousStatus
 }
 
 func replicas(db *dbv1.Database) int {
@@ -314,6 +317,7 @@ func decideSteady(p *Plan, in Input, byName map[string]*Instance, primaries []st
 		}
 	}
 	p.EnsureSQL = true
+	p.WantSynchronous = synchronousFor(db, in.Instances, p.CurrentPrimary)
 
 	// Standbys to create.
 	var unhealthy []string
