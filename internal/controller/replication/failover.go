@@ -30,6 +30,8 @@ func lost(inst *Instance) (bool, string) {
 			msg += ": " + conditions.Quote(inst.Agent.Message, 120)
 		}
 		return true, msg
+	case inst.Agent != nil && inst.Agent.Lease != nil && inst.Agent.Lease.Holder != "" && inst.Agent.Lease.Holder != inst.Name:
+		return true, fmt.Sprintf("its agent sees the primary lease held by %s", inst.Agent.Lease.Holder)
 	case inst.PodReady && inst.Agent == nil:
 		return false, "status unreadable, pod Ready: no failover (" + conditions.Quote(inst.Err, 120) + ")"
 	case inst.PodReady:
@@ -166,6 +168,15 @@ func decideLost(p *Plan, in Input, byName map[string]*Instance, prim *Instance, 
 	refuse := func(format string, args ...any) {
 		p.Condition = conditions.False(t, dbv1.ReasonFailoverRefused, lostMsg+": no failover: "+fmt.Sprintf(format, args...)+other)
 	}
+	// An instance that already runs as the primary holding the lease (a
+	// failover target that took it over after its failover was given up)
+	// is recorded, whatever the settings: the lease decided.
+	for _, name := range primaries {
+		if h := byName[name]; name != p.CurrentPrimary && h.healthyPrimary() && h.Agent.Lease != nil && h.Agent.Lease.Held {
+			startFailover(p, in, h, lastPrimaryLSN(st, prim), fmt.Sprintf("the primary %s was lost: %s; %s holds the primary lease and runs as the primary", p.CurrentPrimary, why, name))
+			return
+		}
+	}
 	n := replicas(db)
 	if n < 2 {
 		refuse("spec.replicas is %d, there is no standby to promote", n)
@@ -239,15 +250,25 @@ func decideLost(p *Plan, in Input, byName map[string]*Instance, prim *Instance, 
 		p.Requeue = wait
 		return
 	}
-	reason := fmt.Sprintf("the primary %s was lost: %s", p.CurrentPrimary, why)
-	p.LastFailover = &dbv1.FailoverStatus{From: p.CurrentPrimary, To: best.Name, Reason: reason,
-		StartedAt: metav1.Time{Time: in.Now}, FromLSN: from, PromotedLSN: best.Agent.ReceivedLSN, LostBytes: lack}
-	p.TargetPrimary = best.Name
+	startFailover(p, in, best, from, fmt.Sprintf("the primary %s was lost: %s", p.CurrentPrimary, why))
+}
+
+// startFailover records the failover from the current primary to target
+// (status first: the target is promoted only once it is recorded).
+func startFailover(p *Plan, in Input, target *Instance, from, reason string) {
+	pos := target.Agent.ReceivedLSN
+	if target.Agent.Role == agent.RolePrimary {
+		pos = target.Agent.CurrentLSN
+	}
+	lack := lacks(from, pos)
+	p.LastFailover = &dbv1.FailoverStatus{From: p.CurrentPrimary, To: target.Name, Reason: reason,
+		StartedAt: metav1.Time{Time: in.Now}, FromLSN: from, PromotedLSN: pos, LostBytes: lack}
+	p.TargetPrimary = target.Name
 	p.SwitchoverLSN = ""
-	p.Action = Action{Kind: ActStartFailover, Pod: best.Name, From: p.CurrentPrimary, Why: reason}
-	p.Condition = conditions.False(t, dbv1.ReasonFailingOver, fmt.Sprintf(
+	p.Action = Action{Kind: ActStartFailover, Pod: target.Name, From: p.CurrentPrimary, Why: reason}
+	p.Condition = conditions.False(dbv1.ConditionReplicationReady, dbv1.ReasonFailingOver, fmt.Sprintf(
 		"failing over from %s to %s: %s; %s received %s, the lost primary was last seen at %s (%d bytes it lacks)",
-		p.CurrentPrimary, best.Name, reason, best.Name, best.Agent.ReceivedLSN, orUnknown(from), lack))
+		p.CurrentPrimary, target.Name, reason, target.Name, orUnknown(pos), orUnknown(from), lack))
 }
 
 func orUnknown(lsn string) string {

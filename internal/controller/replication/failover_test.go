@@ -143,6 +143,17 @@ func TestDecideFailover(t *testing.T) {
 			},
 		},
 
+		"an instance already primary with the lease is recorded at once, whatever the settings": {
+			db: lostDB(0, func(db *dbv1.Database) { db.Spec.HighAvailability.Failover = ptr.To(false) }),
+			insts: with(inst(0, withLease(primaryAt("orders-0", "0/1000"), "orders-1", false), ""),
+				inst(1, withLease(primaryAt("orders-1", "0/1100"), "orders-1", true), ""), inst(2, received("orders-2", "0/E00", "0/E00"), "")),
+			action: ActStartFailover, pod: "orders-1", reason: dbv1.ReasonFailingOver, message: "orders-1 holds the primary lease",
+			check: func(t *testing.T, p Plan) {
+				assert.Equal(t, "0/1100", p.LastFailover.PromotedLSN)
+				assert.Zero(t, p.LastFailover.LostBytes)
+			},
+		},
+
 		// Refusals, each naming its field.
 		"one replica: no standby": {
 			db: lostDB(time.Minute, func(db *dbv1.Database) { db.Spec.Replicas = ptr.To[int32](1) }), insts: []Instance{gone(0)},
