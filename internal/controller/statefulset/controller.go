@@ -9,8 +9,10 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -80,6 +82,15 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		For(&dbv1.Database{}, builder.WithPredicates(predicate.Or(facet.DatabaseChanged(), primaryChanged()))).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		// The primary Lease changes with every renewal (every 2 s): only
+		// its deletion is news (it is created again at once: the holder
+		// fences itself when it cannot renew).
+		Owns(&coordinationv1.Lease{}, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+		})).
 		// The engine pods say why replicas are not ready; they belong to
 		// the StatefulSet, so they map to the Database by their labels.
 		// The manager caches only the pods dbkeeper labelled.
