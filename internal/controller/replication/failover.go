@@ -179,7 +179,8 @@ func decideLost(p *Plan, in Input, byName map[string]*Instance, prim *Instance, 
 	}
 	n := replicas(db)
 	if n < 2 {
-		refuse("spec.replicas is %d, there is no standby to promote", n)
+		refuse("spec.replicas is %d, there is no standby to promote; dbkeeper waits for it", n)
+		p.Condition.Reason = dbv1.ReasonInstanceUnhealthy // one instance: a restart, not a refusal
 		return
 	}
 	if !db.Spec.FailoverEnabled() {

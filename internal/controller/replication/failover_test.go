@@ -157,7 +157,7 @@ func TestDecideFailover(t *testing.T) {
 		// Refusals, each naming its field.
 		"one replica: no standby": {
 			db: lostDB(time.Minute, func(db *dbv1.Database) { db.Spec.Replicas = ptr.To[int32](1) }), insts: []Instance{gone(0)},
-			reason: dbv1.ReasonFailoverRefused, message: "spec.replicas is 1",
+			reason: dbv1.ReasonInstanceUnhealthy, message: "no failover: spec.replicas is 1",
 		},
 		"failover switched off": {
 			db: lostDB(time.Minute, func(db *dbv1.Database) { db.Spec.HighAvailability.Failover = ptr.To(false) }), insts: with(gone(0)),
