@@ -4,7 +4,11 @@
 // the standbys, keeps the replication role and one slot per standby on the
 // primary, labels the pods with their role (the read-write Service selects
 // the primary, the read-only one the replicas), and carries out
-// switchovers and OnDelete rollouts. It owns the ReplicationReady
+// switchovers and OnDelete rollouts, fails over to the most advanced
+// healthy standby when the primary has been lost for
+// spec.highAvailability.failoverDelay (the agents' primary Lease makes
+// sure only one instance ever runs as the primary), and keeps
+// synchronous_standby_names on the primary. It owns the ReplicationReady
 // condition and status.replication. Every decision is Decide's, a pure
 // function of status and the agents' answers, one step per reconcile.
 package replication
