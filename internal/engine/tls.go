@@ -43,7 +43,9 @@ func (Postgres) TLSArgs(certFile, keyFile, hbaFile string) []string {
 // own processes as the image's initdb does; TCP needs TLS and a SCRAM
 // password, for the standbys' streaming too (the "replication" pseudo
 // database matches no "all" line, so ReplicationUser gets a line of its
-// own); plaintext TCP is refused with the server's "pg_hba.conf rejects
+// own, and one for the postgres database, which pg_rewind reads a former
+// primary's new source from: "all" covers it today, the line says so on
+// purpose); plaintext TCP is refused with the server's "pg_hba.conf rejects
 // connection ... no encryption".
 func (Postgres) HostBasedAuth() string {
 	return strings.Join([]string{
@@ -52,6 +54,7 @@ func (Postgres) HostBasedAuth() string {
 		"local    all          all                            trust",
 		"hostssl  all          all                   all      scram-sha-256",
 		"hostssl  replication  " + ReplicationUser + "  all      scram-sha-256",
+		"hostssl  postgres     " + ReplicationUser + "  all      scram-sha-256",
 		"host     all          all                   all      reject",
 		"",
 	}, "\n")

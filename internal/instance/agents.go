@@ -29,9 +29,11 @@ type Agents interface {
 	// Demote asks the agent of the primary pod to stop taking writes and
 	// restart as a standby.
 	Demote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.DemoteResponse, error)
-	// Promote asks the agent of the standby pod to promote its server once
-	// it replayed up to minReplayedLSN (when not empty).
-	Promote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, minReplayedLSN string) (agent.Status, error)
+	// Promote asks the agent of the standby pod to promote its server: a
+	// switchover's once it replayed up to req.MinReplayedLSN (when not
+	// empty), a failover's (req.Failover) once it took the primary lease
+	// over, which the agent answers (202) before it is done.
+	Promote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.PromoteRequest) (agent.Status, error)
 }
 
 // agentTimeout bounds one call to an agent; a demote or promote waits for
@@ -87,14 +89,14 @@ func (a PodAgents) Demote(ctx context.Context, db *dbv1.Database, pod *corev1.Po
 }
 
 // Promote implements Agents.
-func (a PodAgents) Promote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, minReplayedLSN string) (agent.Status, error) {
+func (a PodAgents) Promote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.PromoteRequest) (agent.Status, error) {
 	c, base, err := a.client(ctx, db, pod)
 	if err != nil {
 		return agent.Status{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, agentActionTimeout)
 	defer cancel()
-	return c.Promote(ctx, base, agent.PromoteRequest{MinReplayedLSN: minReplayedLSN})
+	return c.Promote(ctx, base, req)
 }
 
 // client is the agent client of pod and its base URL.

@@ -13,8 +13,10 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -226,6 +228,10 @@ func CacheOptions(namespaces []string, syncPeriod time.Duration) cache.Options {
 			&corev1.Secret{}:                byLabel,
 			&corev1.ConfigMap{}:             byLabel,
 			&policyv1.PodDisruptionBudget{}: byLabel,
+			&corev1.ServiceAccount{}:        byLabel,
+			&rbacv1.Role{}:                  byLabel,
+			&rbacv1.RoleBinding{}:           byLabel,
+			&coordinationv1.Lease{}:         byLabel,
 			secretMeta:                      byLabel,
 		},
 	}

@@ -89,6 +89,10 @@ func TestGolden(t *testing.T) {
 			"superuser-secret":   resources.SuperuserSecret(db, eng.Superuser(), "not-a-real-password"),
 			"cronjob":            cron,
 			"backup-pvc":         resources.BackupPVC(db),
+			"instance-sa":        resources.InstanceServiceAccount(db),
+			"instance-role":      resources.InstanceRole(db),
+			"instance-rb":        resources.InstanceRoleBinding(db),
+			"lease":              resources.LeaseObject(db),
 		}
 		tlsSts, err := resources.StatefulSet(db, eng, resources.TLSOn, testAgentImage)
 		require.NoError(t, err)
@@ -154,7 +158,12 @@ func assertRestricted(t *testing.T, pod *corev1ac.PodSpecApplyConfiguration, uid
 	for _, v := range pod.Volumes {
 		assert.Nil(t, v.HostPath, "volume %s: hostPath is not allowed", *v.Name)
 	}
-	assert.Equal(t, ptr.To(false), pod.AutomountServiceAccountToken, "no pod of a Database talks to the Kubernetes API: it gets no token")
+	if pod.ServiceAccountName != nil {
+		// the engine pods: their agent holds the primary Lease
+		assert.Equal(t, ptr.To(true), pod.AutomountServiceAccountToken, "an engine pod's agent needs its token for the primary Lease")
+	} else {
+		assert.Equal(t, ptr.To(false), pod.AutomountServiceAccountToken, "no other pod of a Database talks to the Kubernetes API: it gets no token")
+	}
 }
 
 func TestRestrictedPodSecurity(t *testing.T) {

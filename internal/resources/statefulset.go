@@ -83,16 +83,19 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 		WithEnv(envApply(eng.Env(SuperuserSecretName(db)))...).
 		WithEnv(envApply(agentEnv(db, tls))...).
 		WithResources(resourcesApply(db.Spec.Resources)).
-		WithReadinessProbe(agentProbe(agent.ReadyPath, tls, 3)).
+		WithReadinessProbe(readinessProbe(tls)).
 		WithLivenessProbe(agentProbe(agent.HealthPath, tls, 6)).
 		WithSecurityContext(restrictedContainer(eng.User())).
 		WithVolumeMounts(
 			corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(eng.DataMountPath()),
 			corev1ac.VolumeMount().WithName(agentVolume).WithMountPath(agent.BinDir).WithReadOnly(true))
 
+	// The agent reads and renews the primary Lease with the pod's
+	// ServiceAccount token (InstanceRole: that one Lease, nothing else).
 	pod := corev1ac.PodSpec().
 		WithEnableServiceLinks(false).
-		WithAutomountServiceAccountToken(false).
+		WithServiceAccountName(InstanceServiceAccountName(db)).
+		WithAutomountServiceAccountToken(true).
 		WithTerminationGracePeriodSeconds(60).
 		WithSecurityContext(restrictedPod(eng.User())).
 		WithAffinity(affinity(db)).
@@ -146,12 +149,32 @@ func agentEnv(db *dbv1.Database, tls ServerTLS) []corev1.EnvVar {
 		{Name: agent.EnvToken, ValueFrom: secretKey(AgentTokenKey)},
 		{Name: agent.EnvReplicationPassword, ValueFrom: secretKey(ReplicationPasswordKey)},
 		{Name: agent.EnvPrimaryHost, Value: ClientServiceHost(db)},
+		{Name: agent.EnvNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
+		{Name: agent.EnvLeaseName, Value: LeaseName(db)},
 	}
 	if tls {
 		// The TLS volume holds tls.crt, tls.key and ca.crt (addServerTLS).
 		env = append(env, corev1.EnvVar{Name: agent.EnvTLSDir, Value: TLSMountPath})
 	}
 	return env
+}
+
+// The readiness probe's pace: a frozen agent (or one whose server stopped
+// taking connections) makes the pod NotReady within about
+// readinessPeriod*readinessFailures + readinessTimeout = 5 s, so the
+// Services and the replication controller see it long before the primary
+// lease could be taken over (agent.LeaseDuration).
+const (
+	readinessPeriod   = 2
+	readinessTimeout  = 1
+	readinessFailures = 2
+)
+
+// readinessProbe is the agent's ReadyPath at the readiness pace.
+func readinessProbe(tls ServerTLS) *corev1ac.ProbeApplyConfiguration {
+	return agentProbe(agent.ReadyPath, tls, readinessFailures).
+		WithPeriodSeconds(readinessPeriod).
+		WithTimeoutSeconds(readinessTimeout)
 }
 
 // agentProbe is an HTTP probe of the agent's path, over HTTPS when the

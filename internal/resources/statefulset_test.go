@@ -88,7 +88,6 @@ func TestEnginePodUnderLoad(t *testing.T) {
 			sts, err := resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Resources = tc.resources }), eng, resources.TLSOff, testAgentImage)
 			require.NoError(t, err)
 			pod := sts.Spec.Template.Spec
-			assert.Equal(t, ptr.To(false), pod.AutomountServiceAccountToken)
 			shm := volume(pod, "shm")
 			require.NotNil(t, shm, "no shm volume")
 			require.NotNil(t, shm.EmptyDir)

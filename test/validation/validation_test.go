@@ -188,6 +188,21 @@ func TestCreateRefused(t *testing.T) {
 			want: []string{"spec.replicas: Invalid value", "should be less than or equal to 9"},
 		},
 		{
+			name: "synchronous Required with as many standbys to wait for as instances",
+			spec: map[string]any{"replicas": int64(2), "highAvailability": map[string]any{"synchronous": map[string]any{"number": int64(2)}}},
+			want: []string{"spec: Invalid value", "spec.highAvailability.synchronous.number must be below spec.replicas with dataDurability Required"},
+		},
+		{
+			name: "synchronous Required on one instance (default replicas)",
+			spec: map[string]any{"highAvailability": map[string]any{"synchronous": map[string]any{"dataDurability": "Required"}}},
+			want: []string{"spec: Invalid value", "spec.highAvailability.synchronous.number must be below spec.replicas"},
+		},
+		{
+			name: "synchronous number 0",
+			spec: map[string]any{"replicas": int64(3), "highAvailability": map[string]any{"synchronous": map[string]any{"number": int64(0)}}},
+			want: []string{"spec.highAvailability.synchronous.number: Invalid value", "should be greater than or equal to 1"},
+		},
+		{
 			name: "affinity of the wrong shape",
 			spec: map[string]any{"affinity": map[string]any{"podAntiAffinity": map[string]any{
 				"preferredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{"weight": "heavy"}}}}},
@@ -675,6 +690,14 @@ func TestValidCreateAccepted(t *testing.T) {
 		{name: "schedule names", spec: map[string]any{"backup": map[string]any{"schedule": "30 2 * JAN-DEC MON-FRI"}}},
 		{name: "retention bounds", spec: map[string]any{"backup": map[string]any{"retention": int64(1000)}}},
 		{name: "maxAge compound", spec: map[string]any{"backup": map[string]any{"maxAge": "1h30m"}}},
+		{name: "synchronous Required, number below replicas", spec: map[string]any{"replicas": int64(3),
+			"highAvailability": map[string]any{"synchronous": map[string]any{"method": "First", "number": int64(2)}}}},
+		{name: "synchronous Preferred may ask for more standbys than there are", spec: map[string]any{"replicas": int64(2),
+			"highAvailability": map[string]any{"synchronous": map[string]any{"number": int64(3), "dataDurability": "Preferred"}}}},
+		{name: "synchronous on zero replicas", spec: map[string]any{"replicas": int64(0),
+			"highAvailability": map[string]any{"synchronous": map[string]any{"number": int64(1)}}}},
+		{name: "failover settings", spec: map[string]any{"replicas": int64(3), "highAvailability": map[string]any{
+			"failover": false, "failoverDelay": "30s", "maxFailoverLag": "0"}}},
 		{name: "deletionPolicy WipeOut", spec: map[string]any{"deletionPolicy": "WipeOut"}},
 		{name: "deletionPolicy DoNotDelete", spec: map[string]any{"deletionPolicy": "DoNotDelete"}},
 		{name: "name of 45 characters", dbName: "a" + strings.Repeat("b", 44)},

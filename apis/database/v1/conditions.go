@@ -267,4 +267,14 @@ const (
 	// ReasonRollingUpdate: instances restart one by one on a new pod
 	// template, standbys first, the primary last after a switchover.
 	ReasonRollingUpdate = "RollingUpdate"
+	// ReasonPrimaryLost: the primary is lost (status.replication.
+	// primaryLostSince); a failover starts once
+	// spec.highAvailability.failoverDelay has passed.
+	ReasonPrimaryLost = "PrimaryLost"
+	// ReasonFailoverRefused: the primary is lost and no standby is
+	// promoted; the message says why and which field decides it.
+	ReasonFailoverRefused = "FailoverRefused"
+	// ReasonFailingOver: a standby is being promoted in the lost primary's
+	// place (status.replication.lastFailover).
+	ReasonFailingOver = "FailingOver"
 )

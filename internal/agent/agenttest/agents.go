@@ -5,6 +5,13 @@
 // promote change roles, timelines and positions as a real switchover
 // does. Instances are kept per Database (by UID) and pod name, so an
 // instance keeps its data when its pod is replaced, as with a volume.
+//
+// The primary lease is modelled too: initdb and a switchover's promote
+// take it, demote releases it. A failover's promote (PromoteRequest's
+// Failover) answers at once, as the agent's 202 does, and completes on a
+// later status once the holder no longer renews (its server stopped or
+// fenced, its agent unreachable); the primary it replaces is then fenced
+// if it still ran, until Rejoin makes it a standby (pg_rewind).
 package agenttest
 
 import (
@@ -12,8 +19,10 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -31,9 +40,11 @@ type Agents struct {
 }
 
 type cluster struct {
-	systemID  string
-	wal       uint64
-	timeline  uint32
+	systemID string
+	wal      uint64
+	timeline uint32
+	// holder holds the primary lease, "" when released.
+	holder    string
 	instances map[string]*member
 }
 
@@ -45,6 +56,18 @@ type member struct {
 	stopped     bool
 	// paused: the WAL receiver does not run, so replay falls behind.
 	paused bool
+	// fenced: the agent stopped its primary's server (lease lost).
+	fenced bool
+	// volumeFull: the data volume has no room.
+	volumeFull bool
+	// promoting: a failover's promote waits to take the lease over.
+	promoting  bool
+	lastRewind *agent.RewindReport
+}
+
+// renews says the member, as the lease's holder, keeps renewing it.
+func (m *member) renews() bool {
+	return m != nil && m.role == agent.RolePrimary && !m.stopped && !m.fenced && !m.unreachable
 }
 
 // New returns Agents with no instance yet.
@@ -66,7 +89,7 @@ func (c *cluster) primary() (string, *member) {
 	var name string
 	var found *member
 	for n, m := range c.instances {
-		if m.role == agent.RolePrimary && !m.stopped {
+		if m.role == agent.RolePrimary && !m.stopped && !m.fenced {
 			if found != nil {
 				return "", nil
 			}
@@ -84,7 +107,24 @@ func (c *cluster) status(pod string) agent.Status {
 	if m == nil || m.role == "" {
 		return agent.Status{Pod: pod, State: agent.StateWaiting, DataEmpty: true}
 	}
-	s := agent.Status{Pod: pod, State: agent.StateRunning, Role: m.role, SystemID: c.systemID, Timeline: m.timeline, Ready: true}
+	if m.promoting {
+		c.takeOver(pod, m)
+	}
+	s := agent.Status{Pod: pod, State: agent.StateRunning, Role: m.role, SystemID: c.systemID, Timeline: m.timeline, Ready: true,
+		VolumeFull: m.volumeFull, LastRewind: m.lastRewind,
+		Lease: &agent.LeaseStatus{Holder: c.holder, Held: c.holder == pod && m.renews()}}
+	if m.volumeFull {
+		s.VolumeAvailableBytes = 1 << 20
+	}
+	if m.fenced {
+		s.State, s.Ready, s.Message = agent.StateFenced, false, "could not renew the primary lease in time: the server was stopped"
+		return s
+	}
+	if m.promoting {
+		s.State, s.Ready = agent.StatePromoting, false
+		s.ReceivedLSN, s.ReplayedLSN = LSN(m.replayed), LSN(m.replayed)
+		return s
+	}
 	if m.stopped {
 		s.State, s.Ready, s.Message = agent.StateFailed, false, "the server is stopped"
 		return s
@@ -144,6 +184,7 @@ func (a *Agents) Bootstrap(_ context.Context, db *dbv1.Database, pod *corev1.Pod
 		}
 		c.wal, c.timeline = 0x3000060, 1
 		c.instances[pod.Name] = &member{role: agent.RolePrimary, timeline: 1, unreachable: c.instances[pod.Name] != nil && c.instances[pod.Name].unreachable}
+		c.holder = pod.Name
 	case agent.BootstrapClone:
 		if _, p := c.primary(); p == nil {
 			return agent.Status{}, refused(http.StatusServiceUnavailable, "no primary to clone")
@@ -179,11 +220,34 @@ func (a *Agents) Demote(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (
 		}
 	}
 	m.role, m.replayed = agent.RoleReplica, shutdown
+	if c.holder == pod.Name {
+		c.holder = "" // released once the server stopped
+	}
 	return agent.DemoteResponse{ShutdownLSN: LSN(shutdown), Status: c.status(pod.Name)}, nil
 }
 
+// takeOver completes the failover promote of pod once the lease's holder
+// no longer renews: pod takes the lease, a primary still running is
+// fenced, and pod becomes the primary of a new timeline from what it had
+// received.
+func (c *cluster) takeOver(pod string, m *member) {
+	if c.holder != "" && c.holder != pod && c.instances[c.holder].renews() {
+		return
+	}
+	for n, o := range c.instances {
+		if n != pod && o.role == agent.RolePrimary && !o.stopped {
+			o.fenced = true
+		}
+	}
+	c.holder = pod
+	c.timeline++
+	c.wal = m.replayed + 0x60
+	m.promoting, m.role, m.timeline, m.paused = false, agent.RolePrimary, c.timeline, false
+}
+
 // Promote implements instance.Agents.
-func (a *Agents) Promote(_ context.Context, db *dbv1.Database, pod *corev1.Pod, minReplayedLSN string) (agent.Status, error) {
+func (a *Agents) Promote(_ context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.PromoteRequest) (agent.Status, error) {
+	minReplayedLSN := req.MinReplayedLSN
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c, err := a.reach(db, pod)
@@ -203,7 +267,18 @@ func (a *Agents) Promote(_ context.Context, db *dbv1.Database, pod *corev1.Pod, 
 			return agent.Status{}, refused(http.StatusConflict, "%s replayed %s, not %s", pod.Name, LSN(m.replayed), minReplayedLSN)
 		}
 	}
+	if req.Failover {
+		if !m.promoting {
+			a.calls = append(a.calls, "promote "+pod.Name+" failover")
+		}
+		m.promoting = true
+		return c.status(pod.Name), nil
+	}
+	if c.holder != "" && c.holder != pod.Name && c.instances[c.holder].renews() {
+		return agent.Status{}, refused(http.StatusConflict, "the primary lease is held by %s", c.holder)
+	}
 	a.calls = append(a.calls, "promote "+pod.Name)
+	c.holder = pod.Name
 	c.timeline++
 	c.wal += 0x60
 	m.role, m.timeline = agent.RolePrimary, c.timeline
@@ -278,4 +353,47 @@ func (a *Agents) Roles(db *dbv1.Database) map[string]agent.Role {
 		}
 	}
 	return out
+}
+
+// SetFenced makes the agent of the primary pod report that it fenced
+// itself (its server stopped: it lost the lease), or not.
+func (a *Agents) SetFenced(db *dbv1.Database, pod string, fenced bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m := a.cluster(db).instances[pod]; m != nil {
+		m.fenced = fenced
+	}
+}
+
+// SetVolumeFull makes the agent of pod report a full data volume, or not.
+func (a *Agents) SetVolumeFull(db *dbv1.Database, pod string, full bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m := a.cluster(db).instances[pod]; m != nil {
+		m.volumeFull = full
+	}
+}
+
+// Rejoin makes the former primary pod a standby of the current primary,
+// as its agent does with pg_rewind, reporting discarded transactions of
+// its own timeline that the new primary never had.
+func (a *Agents) Rejoin(db *dbv1.Database, pod string, at time.Time, discarded int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.cluster(db)
+	m := c.instances[pod]
+	if m == nil {
+		return
+	}
+	diverged := c.wal
+	m.role, m.stopped, m.fenced, m.paused = agent.RoleReplica, false, false, false
+	m.lastRewind = &agent.RewindReport{At: metav1.NewTime(at), DivergedLSN: LSN(diverged), DivergedTimeline: c.timeline - 1,
+		EndLSN: LSN(m.replayed), DiscardedTransactions: discarded}
+}
+
+// Holder is the pod holding db's primary lease, "" when released.
+func (a *Agents) Holder(db *dbv1.Database) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cluster(db).holder
 }

@@ -13,8 +13,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -49,6 +51,9 @@ const Name = "cleanup"
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;delete
 
 // waitRetry is how often cleanup looks again while it waits for the
 // StatefulSet and its pods to go.
@@ -342,6 +347,11 @@ func (r *reconciler) deleteWorkload(ctx context.Context, db *dbv1.Database) (str
 		{&corev1.Service{}, resources.HeadlessServiceName(db)},
 		{&batchv1.CronJob{}, resources.BackupName(db)},
 		{&policyv1.PodDisruptionBudget{}, resources.PodDisruptionBudgetName(db)},
+		// the primary Lease and what lets the agents hold it
+		{&coordinationv1.Lease{}, resources.LeaseName(db)},
+		{&rbacv1.RoleBinding{}, resources.InstanceRoleName(db)},
+		{&rbacv1.Role{}, resources.InstanceRoleName(db)},
+		{&corev1.ServiceAccount{}, resources.InstanceServiceAccountName(db)},
 	} {
 		if err := r.deleteOrKeepNamed(ctx, db, child.obj, child.name, true); err != nil {
 			return "", err

@@ -7,8 +7,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,6 +53,10 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 			&corev1.Secret{ObjectMeta: meta("orders-superuser", resources.ComponentSuperuser)},
 			// orphaned by orphan deletion: no owner reference left
 			&policyv1.PodDisruptionBudget{ObjectMeta: meta("orders", resources.ComponentDatabase)},
+			&coordinationv1.Lease{ObjectMeta: meta("orders-primary", resources.ComponentDatabase)},
+			&rbacv1.Role{ObjectMeta: meta("orders-instance", resources.ComponentDatabase)},
+			&rbacv1.RoleBinding{ObjectMeta: meta("orders-instance", resources.ComponentDatabase)},
+			&corev1.ServiceAccount{ObjectMeta: meta("orders-instance", resources.ComponentDatabase)},
 			&appsv1.StatefulSet{ObjectMeta: meta("orders", resources.ComponentDatabase, foreign)},
 		}
 	}
@@ -82,6 +88,14 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 			"deleted a StatefulSet another Database owns")
 		assert.False(t, exists(c, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}),
 			"an orphaned disruption budget outlived the Database whose data went")
+		for _, obj := range []client.Object{
+			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-primary"}},
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-instance"}},
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-instance"}},
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-instance"}},
+		} {
+			assert.False(t, exists(c, obj), "an orphaned %T outlived the Database whose data went", obj)
+		}
 	})
 
 	t.Run("Retain", func(t *testing.T) {

@@ -22,6 +22,9 @@ type Disabled struct {
 	Client        client.Client
 	Writer        *Writer
 	ConditionType string
+	// Consequence, when not empty, is appended to the condition's message:
+	// what not having the controller means (no failover).
+	Consequence string
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -33,14 +36,23 @@ func (d *Disabled) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	if !db.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	cond := conditions.Unknown(d.ConditionType, dbv1.ReasonControllerDisabled,
-		"the controller of this condition is disabled with --controllers; nothing keeps this facet")
+	msg := "the controller of this condition is disabled with --controllers; nothing keeps this facet"
+	if d.Consequence != "" {
+		msg += "; " + d.Consequence
+	}
+	cond := conditions.Unknown(d.ConditionType, dbv1.ReasonControllerDisabled, msg)
 	return ctrl.Result{}, d.Writer.ApplyCondition(ctx, db, cond, nil)
 }
 
 // SetupDisabled registers the stand-in of a disabled controller.
 func SetupDisabled(mgr ctrl.Manager, controllerName, conditionType string, o Options) error {
-	d := &Disabled{Client: mgr.GetClient(), Writer: NewWriter(mgr, controllerName), ConditionType: conditionType}
+	return SetupDisabledWith(mgr, controllerName, conditionType, "", o)
+}
+
+// SetupDisabledWith is SetupDisabled whose condition also says what having
+// no controller means (Disabled.Consequence).
+func SetupDisabledWith(mgr ctrl.Manager, controllerName, conditionType, consequence string, o Options) error {
+	d := &Disabled{Client: mgr.GetClient(), Writer: NewWriter(mgr, controllerName), ConditionType: conditionType, Consequence: consequence}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(controllerName+"-disabled").
 		For(&dbv1.Database{}, ForDatabase()).

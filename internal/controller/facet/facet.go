@@ -99,6 +99,12 @@ type Syncer interface {
 	CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration
 }
 
+// PauseConsequence is a Syncer that says what a pause means for its facet
+// beyond "left as they are" (no failover): the Paused condition says it.
+type PauseConsequence interface {
+	PausedConsequence() string
+}
+
 // Reconciler runs a Syncer for each Database and reports its condition.
 type Reconciler struct {
 	Client        client.Client
@@ -128,7 +134,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil // its arrival is an update that brings us back
 	}
 	if db.Spec.Paused {
-		cond := conditions.Unknown(r.ConditionType, dbv1.ReasonPaused, "spec.paused is true: the children are left as they are")
+		msg := "spec.paused is true: the children are left as they are"
+		if c, ok := r.Syncer.(PauseConsequence); ok {
+			msg += "; " + c.PausedConsequence()
+		}
+		cond := conditions.Unknown(r.ConditionType, dbv1.ReasonPaused, msg)
 		return ctrl.Result{}, r.Writer.ApplyCondition(ctx, db, cond, r.Syncer.CurrentStatus(db))
 	}
 

@@ -4,7 +4,11 @@
 // the standbys, keeps the replication role and one slot per standby on the
 // primary, labels the pods with their role (the read-write Service selects
 // the primary, the read-only one the replicas), and carries out
-// switchovers and OnDelete rollouts. It owns the ReplicationReady
+// switchovers and OnDelete rollouts, fails over to the most advanced
+// healthy standby when the primary has been lost for
+// spec.highAvailability.failoverDelay (the agents' primary Lease makes
+// sure only one instance ever runs as the primary), and keeps
+// synchronous_standby_names on the primary. It owns the ReplicationReady
 // condition and status.replication. Every decision is Decide's, a pure
 // function of status and the agents' answers, one step per reconcile.
 package replication
@@ -22,6 +26,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/klog/v2"
@@ -65,6 +70,10 @@ const (
 	ReasonSwitchoverCompleted = "SwitchoverCompleted"
 	ReasonPodDeleted          = "PodDeleted"
 	ReasonRoleLabelled        = "RoleLabelled"
+	ReasonFailoverStarted     = "FailoverStarted"
+	ReasonFailoverAborted     = "FailoverAborted"
+	ReasonFailoverCompleted   = "FailoverCompleted"
+	ReasonDiscarded           = "TransactionsDiscarded"
 )
 
 // How often the agents are polled: while something changes, and when all
@@ -77,6 +86,10 @@ const (
 	// usually possible at once, and each poll the read-write Service
 	// waits is write unavailability.
 	pollSwitchover = 200 * time.Millisecond
+	// pollLost is the pace while the primary is lost: its failover starts
+	// as soon as spec.highAvailability.failoverDelay has passed (a
+	// running failover goes at pollSwitchover).
+	pollLost = time.Second
 )
 
 // fastSwitchover is how long a switchover is polled at pollSwitchover.
@@ -128,7 +141,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 
 // SetupDisabled implements controller.Controller.
 func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
-	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
+	return facet.SetupDisabledWith(mgr, Name, c.ConditionType(), noFailoverDisabled, o)
 }
 
 // podChanged lets through the pod events that can change the topology:
@@ -149,6 +162,15 @@ func podChanged() predicate.Predicate {
 	}
 }
 
+// What a paused Database and a disabled controller mean for failover.
+const (
+	noFailoverPaused   = "no failover while paused: a lost primary is not replaced until spec.paused is false"
+	noFailoverDisabled = "no failover: a lost primary is not replaced, no switchover runs, and the role labels stay as they are"
+)
+
+// PausedConsequence implements facet.PauseConsequence.
+func (s *syncer) PausedConsequence() string { return noFailoverPaused }
+
 // syncer keeps the replication topology.
 type syncer struct {
 	client client.Client
@@ -165,6 +187,10 @@ type syncer struct {
 	// started maps each Database to when its running switchover started,
 	// for the summary Event (lost on restart).
 	started sync.Map
+	// answers maps each Database's UID and pod name to its agent's last
+	// answer (lost on restart): what a primary that stopped answering
+	// last said (a full volume refuses a failover).
+	answers sync.Map
 }
 
 // Sync implements facet.Syncer.
@@ -177,6 +203,13 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	out := facet.Outcome{Condition: plan.Condition, Status: statusOf(plan), RequeueAfter: pollSteady}
 	if plan.Changing {
 		out.RequeueAfter = pollChanging
+	}
+	if plan.PrimaryLostSince != nil && plan.Condition.Reason == dbv1.ReasonPrimaryLost {
+		// a failover starts once the delay has passed
+		out.RequeueAfter = pollLost
+		if plan.Requeue > 0 && plan.Requeue < pollLost {
+			out.RequeueAfter = plan.Requeue
+		}
 	}
 	t := dbv1.ConditionReplicationReady
 
@@ -193,11 +226,27 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 			"Switching over from %s to %s: %s", plan.Action.From, plan.Action.Pod, plan.Action.Why)
 		out.RequeueAfter = pollSwitchover
 		return out, nil
+	case ActStartFailover:
+		s.started.Store(db.UID, s.now())
+		if err := s.writer.ApplyCondition(ctx, db, plan.Condition, out.Status); err != nil {
+			return facet.Outcome{}, err
+		}
+		f := plan.LastFailover
+		log.FromContext(ctx).Info("Starting failover", "from", f.From, "to", f.To, "fromLSN", f.FromLSN, "promotedLSN", f.PromotedLSN, "lostBytes", f.LostBytes, "reason", f.Reason)
+		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonFailoverStarted, "Failover",
+			"Failing over from %s to %s: %s; %s received %s, %s was last seen at %s (%d bytes lacked)",
+			f.From, f.To, f.Reason, f.To, f.PromotedLSN, f.From, orUnknown(f.FromLSN), f.LostBytes)
+		out.RequeueAfter = pollSwitchover
+		return out, nil
+	case ActAbortFailover:
+		s.started.Delete(db.UID)
+		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonFailoverAborted, "Failover",
+			"Gave up the failover from %s to %s: %s", plan.Action.From, plan.Action.Pod, plan.Action.Why)
 	case ActAbortSwitchover:
 		s.started.Delete(db.UID)
 		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonSwitchoverAbandoned, "Switchover",
 			"Gave up the switchover from %s to %s before demoting anything: %s", plan.Action.From, plan.Action.Pod, plan.Action.Why)
-	case ActFinishSwitchover, ActRecordLSN:
+	case ActFinishSwitchover, ActRecordLSN, ActFinishFailover:
 		if err := s.writer.ApplyCondition(ctx, db, plan.Condition, out.Status); err != nil {
 			return facet.Outcome{}, err
 		}
@@ -209,12 +258,18 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		db.Status.Replication.SwitchoverLSN = plan.SwitchoverLSN
 	}
 
+	if f := plan.LastFailover; f != nil && f.DiscardedTransactions != nil &&
+		(db.Status.Replication == nil || db.Status.Replication.LastFailover == nil || db.Status.Replication.LastFailover.DiscardedTransactions == nil) {
+		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonDiscarded, "Failover",
+			"%s rejoined as a standby: %d of its committed transactions were never on %s and were discarded", f.From, *f.DiscardedTransactions, f.To)
+	}
+
 	if err := s.applyLabels(ctx, db, pods, plan.Labels); err != nil {
 		return facet.Outcome{}, err
 	}
 
 	if plan.EnsureSQL {
-		if msg, err := s.ensureSQL(ctx, db, plan); err != nil {
+		if msg, err := s.ensureSQL(ctx, db, &plan); err != nil {
 			out.Condition = conditions.False(t, dbv1.ReasonInstanceUnhealthy,
 				fmt.Sprintf("keeping the replication role and slots on the primary %s failed: %s", plan.CurrentPrimary, conditions.Quote(err.Error(), 300)))
 			out.RequeueAfter = pollChanging
@@ -229,6 +284,21 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 				out.Condition.Message += "; " + msg
 			}
 			out.RequeueAfter = pollChanging
+		}
+	}
+
+	if w := plan.Synchronous; plan.EnsureSQL && w != nil && w.Degraded {
+		if spec := db.Spec.HighAvailability.Synchronous; spec != nil && spec.DataDurability != dbv1.DataDurabilityPreferred {
+			msg := fmt.Sprintf("synchronous replication is degraded: fewer than %d of the standbys %s stream, commits wait until enough do (spec.highAvailability.synchronous.dataDurability Required)",
+				w.Number, strings.Join(w.Standbys, ", "))
+			if out.Condition.Status == metav1.ConditionTrue {
+				out.Condition = conditions.False(t, dbv1.ReasonInstanceUnhealthy, msg)
+			} else {
+				out.Condition.Message += "; " + msg
+			}
+		} else {
+			out.Condition.Message += fmt.Sprintf("; synchronous replication is degraded: commits wait for %d standby(s) (%q), fewer than spec.highAvailability.synchronous.number (Preferred)",
+				w.Number, w.StandbyNames)
 		}
 	}
 
@@ -258,7 +328,7 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[str
 	if err != nil {
 		return Input{}, nil, fmt.Errorf("getting StatefulSet %s: %w", resources.StatefulSetName(db), err)
 	}
-	in := Input{DB: db}
+	in := Input{DB: db, Now: s.now()}
 	if sts != nil {
 		in.UpdateRevision = sts.Status.UpdateRevision
 	}
@@ -284,10 +354,15 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[str
 				inst.Agent = legacyStatus(pod, inst.PodReady)
 			} else if pod.Status.PodIP != "" && !inst.Terminating {
 				st, err := s.agents.Status(ctx, db, pod)
+				key := string(db.UID) + "/" + name
 				if err != nil {
 					inst.Err = err.Error()
+					if v, ok := s.answers.Load(key); ok {
+						inst.LastAnswer = v.(*agent.Status)
+					}
 				} else {
 					inst.Agent = &st
+					s.answers.Store(key, &st)
 				}
 			}
 		}
@@ -382,8 +457,14 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 		if err := needPod(); err != nil {
 			return err
 		}
-		if _, err := s.agents.Promote(ctx, db, pod, a.LSN); err != nil {
+		st, err := s.agents.Promote(ctx, db, pod, agent.PromoteRequest{MinReplayedLSN: a.LSN, Failover: a.Failover})
+		if err != nil {
 			return err
+		}
+		if a.Failover {
+			// asked again on every poll until it reports being the primary
+			log.FromContext(ctx).V(1).Info("Asked for a failover promotion", "pod", a.Pod, "state", st.State)
+			return nil
 		}
 		s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonPromoted, "Switchover",
 			"Promoted %s after it replayed up to %s", a.Pod, a.LSN)
@@ -395,6 +476,15 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 		s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonSwitchoverCompleted, "Switchover",
 			"Switched over from %s to %s at %s%s", a.From, a.Pod, a.LSN, took)
 		return s.removeAnnotation(ctx, db, a.Pod)
+	case ActFinishFailover:
+		took := ""
+		if v, ok := s.started.LoadAndDelete(db.UID); ok {
+			took = fmt.Sprintf(" in %s", s.now().Sub(v.(time.Time)).Round(time.Millisecond))
+		}
+		f := plan.LastFailover
+		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonFailoverCompleted, "Failover",
+			"Failed over from %s to %s%s: %s takes writes at %s; %s was last seen at %s, %d bytes of its WAL were not received",
+			a.From, a.Pod, took, a.Pod, a.LSN, a.From, orUnknown(f.FromLSN), f.LostBytes)
 	case ActRemoveAnnotation:
 		return s.removeAnnotation(ctx, db, a.Pod)
 	case ActDeletePod:
@@ -431,7 +521,7 @@ func (s *syncer) removeAnnotation(ctx context.Context, db *dbv1.Database, primar
 // password, as a SCRAM verifier) and one physical slot per standby on the
 // primary, and drops dbkeeper's inactive slots of instances that no
 // longer exist. It returns what it waits for, "" when all is in place.
-func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan Plan) (string, error) {
+func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan *Plan) (string, error) {
 	name := resources.ReplicationSecretName(db)
 	sec, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
 	if err != nil {
@@ -451,8 +541,9 @@ func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan Plan) (s
 		return "", fmt.Errorf("no connector to the Databases' servers")
 	}
 	sum := sha256.Sum256([]byte(password))
-	fingerprint := plan.CurrentPrimary + "|" + hex.EncodeToString(sum[:]) + "|" + strings.Join(plan.Slots, ",")
+	fingerprint := plan.CurrentPrimary + "|" + hex.EncodeToString(sum[:]) + "|" + strings.Join(plan.Slots, ",") + "|" + standbyNames(plan.WantSynchronous)
 	if v, ok := s.ensured.Load(db.UID); ok && v.(string) == fingerprint {
+		plan.Synchronous = plan.WantSynchronous
 		return "", nil
 	}
 	conn, err := instance.ConnectAsSuperuser(ctx, s.instances, s.reader, db, "")
@@ -515,6 +606,13 @@ func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan Plan) (s
 		}
 		log.FromContext(ctx).Info("Dropped the replication slot of a removed instance", "slot", slot)
 	}
+	if err := ensureRewindGrants(ctx, conn); err != nil {
+		return "", err
+	}
+	if err := ensureSynchronous(ctx, conn, standbyNames(plan.WantSynchronous)); err != nil {
+		return "", err
+	}
+	plan.Synchronous = plan.WantSynchronous
 	if pending == "" {
 		s.ensured.Store(db.UID, fingerprint)
 	}
@@ -542,6 +640,7 @@ func statusOf(p Plan) *dbv1ac.DatabaseStatusApplyConfiguration {
 	return dbv1ac.DatabaseStatus().WithReplication(resources.ViaJSON[dbv1ac.ReplicationStatusApplyConfiguration](dbv1.ReplicationStatus{
 		CurrentPrimary: p.CurrentPrimary, TargetPrimary: p.TargetPrimary, SwitchoverLSN: p.SwitchoverLSN,
 		SystemID: p.SystemID, Instances: p.Rows,
+		PrimaryLostSince: p.PrimaryLostSince, LastFailover: p.LastFailover, Synchronous: p.Synchronous,
 	}))
 }
 
@@ -552,7 +651,8 @@ func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyCon
 		return nil
 	}
 	return statusOf(Plan{CurrentPrimary: r.CurrentPrimary, TargetPrimary: r.TargetPrimary, SwitchoverLSN: r.SwitchoverLSN,
-		SystemID: r.SystemID, Rows: r.Instances})
+		SystemID: r.SystemID, Rows: r.Instances,
+		PrimaryLostSince: r.PrimaryLostSince, LastFailover: r.LastFailover, Synchronous: r.Synchronous})
 }
 
 // legacyStatus stands for the agent of a pod made before dbkeeper had

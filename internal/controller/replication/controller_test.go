@@ -41,6 +41,8 @@ type fixture struct {
 	revision string
 	// deleted are the pods the controller deleted, in order.
 	deleted []string
+	// gone are pods the StatefulSet does not bring back (a node lost).
+	gone map[string]bool
 }
 
 func newFixture(t *testing.T, n int32) *fixture {
@@ -76,7 +78,7 @@ func (f *fixture) pods() {
 		err := f.c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, pod)
 		exists := err == nil
 		switch {
-		case ord < want && !exists:
+		case ord < want && !exists && !f.gone[name]:
 			pod = &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name, UID: types.UID(fmt.Sprintf("%s-%d", name, time.Now().UnixNano())),
 					Labels: resources.PodSelectorLabels(db)},
@@ -403,13 +405,15 @@ func TestRolloutSingleInstance(t *testing.T) {
 // the role labels alone.
 func TestDisabled(t *testing.T) {
 	f, _ := converged(t, 2)
-	d := &facet.Disabled{Client: f.c, Writer: facet.WriterFor(f.c, f.events, Name), ConditionType: dbv1.ConditionReplicationReady}
+	d := &facet.Disabled{Client: f.c, Writer: facet.WriterFor(f.c, f.events, Name), ConditionType: dbv1.ConditionReplicationReady,
+		Consequence: noFailoverDisabled}
 	f.agents.SetUnreachable(f.db, "orders-0", true)
 	_, err := d.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.db)})
 	require.NoError(t, err)
 	c := f.condition()
 	assert.Equal(t, metav1.ConditionUnknown, c.Status)
 	assert.Equal(t, dbv1.ReasonControllerDisabled, c.Reason)
+	assert.Contains(t, c.Message, "no failover")
 	assert.Equal(t, []string{"orders-0"}, f.labelled(dbv1.RolePrimary))
 	assert.Equal(t, []string{"orders-1"}, f.labelled(dbv1.RoleReplica))
 }

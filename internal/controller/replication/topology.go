@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -37,6 +38,9 @@ type Instance struct {
 	// (no pod, no IP, terminating) or did not answer (Err says why).
 	Agent *agent.Status
 	Err   string
+	// LastAnswer is the agent's last answer this manager saw, when it
+	// did not answer now (the full volume of a primary that went away).
+	LastAnswer *agent.Status
 }
 
 // Input is everything a decision is made from.
@@ -46,6 +50,8 @@ type Input struct {
 	Instances []Instance
 	// UpdateRevision is the StatefulSet's status.updateRevision.
 	UpdateRevision string
+	// Now is the time of the decision (primaryLostSince, failoverDelay).
+	Now time.Time
 }
 
 // ActionKind is what the controller does next.
@@ -64,6 +70,9 @@ const (
 	ActFinishSwitchover ActionKind = "FinishSwitchover"
 	ActRemoveAnnotation ActionKind = "RemoveAnnotation"
 	ActDeletePod        ActionKind = "DeletePod"
+	ActStartFailover    ActionKind = "StartFailover"
+	ActAbortFailover    ActionKind = "AbortFailover"
+	ActFinishFailover   ActionKind = "FinishFailover"
 )
 
 // Action is one step.
@@ -78,6 +87,8 @@ type Action struct {
 	LSN string
 	// Why says why, for Events.
 	Why string
+	// Failover: Promote's PromoteRequest.Failover (the primary is lost).
+	Failover bool
 }
 
 // Plan is the decision of one reconcile.
@@ -96,6 +107,18 @@ type Plan struct {
 	Condition metav1.Condition
 	// Changing says something is in progress: look again soon.
 	Changing bool
+	// Requeue, when not zero, is when to look again at the latest (a
+	// failover delay that ends).
+	Requeue time.Duration
+	// PrimaryLostSince, LastFailover and Synchronous are
+	// status.replication's after the action; PrimaryLostSince is set only
+	// while the primary is lost (and its failover runs).
+	PrimaryLostSince *metav1.Time
+	LastFailover     *dbv1.FailoverStatus
+	Synchronous      *dbv1.SynchronousStatus
+	// WantSynchronous is the synchronous replication EnsureSQL sets on
+	// the primary (nil: none); Synchronous becomes it once set.
+	WantSynchronous *dbv1.SynchronousStatus
 }
 
 func replicas(db *dbv1.Database) int {
@@ -134,6 +157,17 @@ func parseLSN(s string) (uint64, bool) {
 
 func (i *Instance) reportsPrimary() bool {
 	return i.Agent != nil && i.Agent.Role == agent.RolePrimary
+}
+
+// claimsPrimary: the instance reports being a primary that may run as
+// one: not fenced, and not while its agent sees another holder of the
+// primary lease (a former primary that has yet to rejoin as a standby).
+func (i *Instance) claimsPrimary() bool {
+	if !i.reportsPrimary() || i.Agent.State == agent.StateFenced {
+		return false
+	}
+	l := i.Agent.Lease
+	return l == nil || l.Holder == "" || l.Holder == i.Name
 }
 
 // healthyPrimary: the instance runs as a primary and takes connections.
@@ -182,13 +216,14 @@ func Decide(in Input) Plan {
 	if db.Status.Replication != nil {
 		st = *db.Status.Replication
 	}
-	p := Plan{CurrentPrimary: st.CurrentPrimary, TargetPrimary: st.TargetPrimary, SwitchoverLSN: st.SwitchoverLSN, SystemID: st.SystemID}
+	p := Plan{CurrentPrimary: st.CurrentPrimary, TargetPrimary: st.TargetPrimary, SwitchoverLSN: st.SwitchoverLSN, SystemID: st.SystemID,
+		LastFailover: st.LastFailover.DeepCopy(), Synchronous: st.Synchronous.DeepCopy()}
 	byName := map[string]*Instance{}
 	var primaries []string
 	for i := range in.Instances {
 		inst := &in.Instances[i]
 		byName[inst.Name] = inst
-		if inst.reportsPrimary() {
+		if inst.claimsPrimary() {
 			primaries = append(primaries, inst.Name)
 		}
 	}
@@ -196,6 +231,8 @@ func Decide(in Input) Plan {
 	t := dbv1.ConditionReplicationReady
 
 	switch {
+	case failingOver(&st):
+		decideFailover(&p, in, byName)
 	case p.TargetPrimary != "" && p.CurrentPrimary != "" && p.TargetPrimary != p.CurrentPrimary:
 		decideSwitchover(&p, db, byName, primaries)
 	case n == 0:
@@ -217,6 +254,7 @@ func Decide(in Input) Plan {
 			}
 		}
 	}
+	copyDiscarded(&p, byName)
 	p.Rows = rows(in, p.CurrentPrimary)
 	p.Labels = labels(in, p, len(primaries))
 	return p
@@ -268,20 +306,8 @@ func decideSteady(p *Plan, in Input, byName map[string]*Instance, primaries []st
 	n := replicas(db)
 	p.TargetPrimary = p.CurrentPrimary
 	prim := byName[p.CurrentPrimary]
-	if prim == nil || !prim.healthyPrimary() {
-		why := "it does not exist"
-		if prim != nil {
-			why = prim.problem()
-			if why == "" && prim.Agent != nil {
-				why = fmt.Sprintf("it reports role %q", prim.Agent.Role)
-			}
-		}
-		p.Changing = true
-		p.Condition = conditions.False(t, dbv1.ReasonInstanceUnhealthy, fmt.Sprintf(
-			"the primary %s is not available: %s; dbkeeper waits for it (no failover)", p.CurrentPrimary, why))
-		if len(primaries) == 1 && primaries[0] != p.CurrentPrimary {
-			p.Condition.Message += fmt.Sprintf("; %s reports being a primary and is not selected", primaries[0])
-		}
+	if prim == nil || !prim.healthyPrimary() || !prim.claimsPrimary() {
+		decideLost(p, in, byName, prim, primaries)
 		return
 	}
 	// The slots of the standbys that should exist.
@@ -291,6 +317,7 @@ func decideSteady(p *Plan, in Input, byName map[string]*Instance, primaries []st
 		}
 	}
 	p.EnsureSQL = true
+	p.WantSynchronous = synchronousFor(db, in.Instances, p.CurrentPrimary)
 
 	// Standbys to create.
 	var unhealthy []string
@@ -586,16 +613,35 @@ func rows(in Input, current string) []dbv1.InstanceStatus {
 			}
 		case inst.Err != "":
 			row.State, row.Message = StateUnreachable, conditions.Quote(inst.Err, 200)
+			row.CurrentLSN = lastCurrentLSN(in.DB, inst.Name, current)
 		case !inst.Exists:
 			row.Message = "the pod does not exist"
+			row.CurrentLSN = lastCurrentLSN(in.DB, inst.Name, current)
 		case inst.Terminating:
 			row.Message = "the pod is being deleted"
+			row.CurrentLSN = lastCurrentLSN(in.DB, inst.Name, current)
 		default:
 			row.Message = "the pod has no IP yet"
 		}
 		out = append(out, row)
 	}
 	return out
+}
+
+// lastCurrentLSN is the last current position recorded for the primary
+// pod, kept while it does not answer: a failover reports what the promoted
+// standby lacked of it.
+func lastCurrentLSN(db *dbv1.Database, pod, current string) string {
+	r := db.Status.Replication
+	if r == nil || pod != current {
+		return ""
+	}
+	for _, row := range r.Instances {
+		if row.Name == pod {
+			return row.CurrentLSN
+		}
+	}
+	return ""
 }
 
 // labels are the role labels: primary on the recorded primary that alone
@@ -610,7 +656,8 @@ func labels(in Input, p Plan, primaries int) map[string]string {
 		}
 		role := ""
 		switch {
-		case inst.Name == p.CurrentPrimary && !switching && primaries == 1 && inst.healthyPrimary():
+		case inst.Name == p.CurrentPrimary && !switching && primaries == 1 && inst.healthyPrimary() &&
+			(inst.Agent.Lease == nil || inst.Agent.Lease.Held):
 			role = dbv1.RolePrimary
 		case inst.streaming() && inst.Name != p.CurrentPrimary && primaries <= 1:
 			role = dbv1.RoleReplica

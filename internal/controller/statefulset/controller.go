@@ -9,8 +9,10 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -45,6 +47,9 @@ const Name = "statefulset"
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;patch;update
 
 // ReasonVolumeGrowing is the reason of the Event of a data PVC that
 // dbkeeper asks for the grown spec.storage.size.
@@ -77,6 +82,15 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		For(&dbv1.Database{}, builder.WithPredicates(predicate.Or(facet.DatabaseChanged(), primaryChanged()))).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		// The primary Lease changes with every renewal (every 2 s): only
+		// its deletion is news (it is created again at once: the holder
+		// fences itself when it cannot renew).
+		Owns(&coordinationv1.Lease{}, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+		})).
 		// The engine pods say why replicas are not ready; they belong to
 		// the StatefulSet, so they map to the Database by their labels.
 		// The manager caches only the pods dbkeeper labelled.
@@ -121,6 +135,9 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	desired, err := resources.StatefulSet(db, eng, resources.TLSFor(db, live).On(), s.agentImage)
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
+	}
+	if err := s.syncLeaseAccess(ctx, db); err != nil {
+		return facet.Outcome{}, err
 	}
 	resources.PinClaimTemplate(desired, live)
 	resources.PinLegacyEnv(desired, live)

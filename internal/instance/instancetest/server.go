@@ -44,6 +44,10 @@ type server struct {
 	reloads   int
 	// slots are the physical replication slots, by name.
 	slots map[string]bool
+	// syncNames is synchronous_standby_names (ALTER SYSTEM).
+	syncNames string
+	// grants are the EXECUTE grants on functions, as "role function".
+	grants map[string]bool
 }
 
 // New returns Servers with no server yet.
@@ -173,6 +177,8 @@ var (
 	slotsRE    = regexp.MustCompile(`^SELECT .* FROM pg_catalog\.pg_replication_slots WHERE slot_name LIKE 'dbkeeper\\_%'$`)
 	addSlotRE  = regexp.MustCompile(`^SELECT pg_catalog\.pg_create_physical_replication_slot\('(.*)', true\)$`)
 	dropSlotRE = regexp.MustCompile(`^SELECT pg_catalog\.pg_drop_replication_slot\('(.*)'\)$`)
+	syncSetRE  = regexp.MustCompile(`^ALTER SYSTEM SET synchronous_standby_names = '(.*)'$`)
+	grantFnRE  = regexp.MustCompile(`^GRANT EXECUTE ON FUNCTION (.*) TO "(.*)"$`)
 )
 
 func (c *conn) Close(context.Context) error { return nil }
@@ -184,6 +190,10 @@ func (c *conn) QueryValue(_ context.Context, sql string) (*string, bool, error) 
 		c.srv.reloads++
 		t := "t"
 		return &t, true, nil
+	}
+	if sql == "SHOW synchronous_standby_names" {
+		v := c.srv.syncNames
+		return &v, true, nil
 	}
 	if sql == (engine.Postgres{}).BootstrapSuperuser() {
 		return &c.srv.bootstrap, true, nil
@@ -256,6 +266,19 @@ func (c *conn) Exec(_ context.Context, sql string) ([]string, error) {
 		}
 		delete(srv.slots, m[1])
 		return nil, nil
+	case syncSetRE.MatchString(sql):
+		srv.syncNames = strings.ReplaceAll(syncSetRE.FindStringSubmatch(sql)[1], "''", "'")
+		return nil, nil
+	case grantFnRE.MatchString(sql):
+		m := grantFnRE.FindStringSubmatch(sql)
+		if srv.roles[m[2]] == nil {
+			return nil, &pgconn.PgError{Severity: "ERROR", Code: "42704", Message: fmt.Sprintf("role %q does not exist", m[2])}
+		}
+		if srv.grants == nil {
+			srv.grants = map[string]bool{}
+		}
+		srv.grants[m[2]+" "+m[1]] = true
+		return nil, nil
 	case createDBRE.MatchString(sql):
 		m := createDBRE.FindStringSubmatch(sql)
 		srv.databases[m[1]] = m[2]
@@ -313,4 +336,31 @@ func (s *Servers) Slots(db *dbv1.Database) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// SynchronousStandbyNames is synchronous_standby_names on the server of db
+// as ALTER SYSTEM set it.
+func (s *Servers) SynchronousStandbyNames(db *dbv1.Database) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if srv := s.servers[types.NamespacedName{Namespace: db.Namespace, Name: db.Name}]; srv != nil {
+		return srv.syncNames
+	}
+	return ""
+}
+
+// Executes are the functions role was granted EXECUTE on, sorted.
+func (s *Servers) Executes(db *dbv1.Database, role string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	if srv := s.servers[types.NamespacedName{Namespace: db.Namespace, Name: db.Name}]; srv != nil {
+		for g := range srv.grants {
+			if fn, ok := strings.CutPrefix(g, role+" "); ok {
+				out = append(out, fn)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -1,0 +1,349 @@
+package replication
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
+)
+
+// lost says whether the recorded primary inst (nil: no such instance) is
+// lost, a failover's reason, and why not when it is not: an instance that
+// is not a healthy primary but may still be one (a Ready pod whose agent
+// did not answer this time) is waited for, never failed over.
+func lost(inst *Instance) (bool, string) {
+	switch {
+	case inst == nil || !inst.Exists:
+		return true, "its pod does not exist"
+	case inst.Terminating:
+		return true, "its pod is being deleted"
+	case inst.Agent != nil && inst.Agent.State == agent.StateFenced:
+		msg := "its agent fenced it (it stopped its server: it could not keep the primary lease)"
+		if inst.Agent.Message != "" {
+			msg += ": " + conditions.Quote(inst.Agent.Message, 120)
+		}
+		return true, msg
+	case inst.Agent != nil && inst.Agent.Lease != nil && inst.Agent.Lease.Holder != "" && inst.Agent.Lease.Holder != inst.Name:
+		return true, fmt.Sprintf("its agent sees the primary lease held by %s", inst.Agent.Lease.Holder)
+	case inst.PodReady && inst.Agent == nil:
+		return false, "status unreadable, pod Ready: no failover (" + conditions.Quote(inst.Err, 120) + ")"
+	case inst.PodReady:
+		return false, "its pod is Ready, its agent reports " + describe(inst.Agent) + ": no failover while the pod is Ready"
+	case inst.Agent == nil && inst.Err != "":
+		return true, "its pod is not Ready and its agent does not answer: " + conditions.Quote(inst.Err, 120)
+	case inst.Agent == nil:
+		return true, "its pod is not Ready and has no IP"
+	case inst.Agent.State != agent.StateRunning || inst.Agent.Role != agent.RolePrimary:
+		return true, "its pod is not Ready and its agent reports " + describe(inst.Agent)
+	}
+	return false, "its pod is not Ready, its agent reports a running primary: waiting for it"
+}
+
+// describe is an agent's answer in a few words.
+func describe(a *agent.Status) string {
+	s := fmt.Sprintf("%s, role %q", a.State, a.Role)
+	if a.Message != "" {
+		s += ": " + conditions.Quote(a.Message, 120)
+	}
+	return s
+}
+
+// lastAnswer is what inst's agent answered now, or last (this manager's
+// memory), nil when it never did.
+func (i *Instance) lastAnswer() *agent.Status {
+	if i.Agent != nil {
+		return i.Agent
+	}
+	return i.LastAnswer
+}
+
+// failoverCandidate says why inst cannot be promoted by a failover, ""
+// when it can: it runs as a Ready standby of the Database's system. Its
+// WAL receiver need not stream (the primary it streamed from is lost).
+func failoverCandidate(inst *Instance, systemID string, n int) string {
+	switch {
+	case inst.Ordinal >= n:
+		return fmt.Sprintf("its ordinal %d is not below spec.replicas %d", inst.Ordinal, n)
+	case !inst.Exists:
+		return "its pod does not exist"
+	case inst.Terminating:
+		return "its pod is being deleted"
+	case inst.Agent == nil && inst.Err != "":
+		return "its agent does not answer"
+	case inst.Agent == nil:
+		return "its pod has no IP"
+	case inst.Agent.State != agent.StateRunning:
+		return "it is " + string(inst.Agent.State)
+	case inst.Agent.Role != agent.RoleReplica:
+		return fmt.Sprintf("it reports role %q", inst.Agent.Role)
+	case !inst.Agent.Ready || !inst.PodReady:
+		return "it is not ready"
+	case systemID != "" && inst.Agent.SystemID != systemID:
+		return fmt.Sprintf("its system identifier %s is not the Database's %s", inst.Agent.SystemID, systemID)
+	}
+	return ""
+}
+
+// moreAdvanced orders candidates: received position first, then replayed,
+// then name.
+func moreAdvanced(a, b *Instance) int {
+	ra, _ := parseLSN(a.Agent.ReceivedLSN)
+	rb, _ := parseLSN(b.Agent.ReceivedLSN)
+	if c := cmp.Compare(rb, ra); c != 0 {
+		return c
+	}
+	pa, _ := parseLSN(a.Agent.ReplayedLSN)
+	pb, _ := parseLSN(b.Agent.ReplayedLSN)
+	if c := cmp.Compare(pb, pa); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Name, b.Name)
+}
+
+// lastPrimaryLSN is the lost primary's last WAL position dbkeeper saw: its
+// row in status.replication.instances, or what it answers now when that is
+// further.
+func lastPrimaryLSN(st dbv1.ReplicationStatus, prim *Instance) string {
+	lsn := ""
+	for _, row := range st.Instances {
+		if row.Name == st.CurrentPrimary {
+			lsn = row.CurrentLSN
+		}
+	}
+	if prim != nil && prim.Agent != nil && prim.Agent.CurrentLSN != "" {
+		a, ok1 := parseLSN(prim.Agent.CurrentLSN)
+		b, ok2 := parseLSN(lsn)
+		if ok1 && (!ok2 || a > b) {
+			lsn = prim.Agent.CurrentLSN
+		}
+	}
+	return lsn
+}
+
+// lacks is how much WAL of from the standby did not receive, 0 when it
+// has it all or a position is unknown.
+func lacks(from, received string) int64 {
+	f, ok1 := parseLSN(from)
+	r, ok2 := parseLSN(received)
+	if !ok1 || !ok2 || r >= f {
+		return 0
+	}
+	return int64(f - r)
+}
+
+// decideLost: the recorded primary is not a healthy primary. It is either
+// waited for (not lost, or lost for less than failoverDelay), or a failover
+// starts, or one is refused with the field that refuses it.
+func decideLost(p *Plan, in Input, byName map[string]*Instance, prim *Instance, primaries []string) {
+	db := in.DB
+	t := dbv1.ConditionReplicationReady
+	st := dbv1.ReplicationStatus{}
+	if db.Status.Replication != nil {
+		st = *db.Status.Replication
+	}
+	p.Changing = true
+	isLost, why := lost(prim)
+	other := ""
+	if len(primaries) == 1 && primaries[0] != p.CurrentPrimary {
+		other = fmt.Sprintf("; %s reports being a primary and is not selected", primaries[0])
+	}
+	if !isLost {
+		p.Condition = conditions.False(t, dbv1.ReasonInstanceUnhealthy, fmt.Sprintf(
+			"the primary %s is not available: %s%s", p.CurrentPrimary, why, other))
+		return
+	}
+	p.PrimaryLostSince = st.PrimaryLostSince
+	if p.PrimaryLostSince == nil {
+		p.PrimaryLostSince = &metav1.Time{Time: in.Now}
+	}
+	since := p.PrimaryLostSince.Time
+	lostMsg := fmt.Sprintf("the primary %s is lost since %s (%s)", p.CurrentPrimary, since.UTC().Format(time.RFC3339), why)
+	refuse := func(format string, args ...any) {
+		p.Condition = conditions.False(t, dbv1.ReasonFailoverRefused, lostMsg+": no failover: "+fmt.Sprintf(format, args...)+other)
+	}
+	// An instance that already runs as the primary holding the lease (a
+	// failover target that took it over after its failover was given up)
+	// is recorded, whatever the settings: the lease decided.
+	for _, name := range primaries {
+		if h := byName[name]; name != p.CurrentPrimary && h.healthyPrimary() && h.Agent.Lease != nil && h.Agent.Lease.Held {
+			startFailover(p, in, h, lastPrimaryLSN(st, prim), fmt.Sprintf("the primary %s was lost: %s; %s holds the primary lease and runs as the primary", p.CurrentPrimary, why, name))
+			return
+		}
+	}
+	n := replicas(db)
+	if n < 2 {
+		refuse("spec.replicas is %d, there is no standby to promote; dbkeeper waits for it", n)
+		p.Condition.Reason = dbv1.ReasonInstanceUnhealthy // one instance: a restart, not a refusal
+		return
+	}
+	if !db.Spec.FailoverEnabled() {
+		refuse("spec.highAvailability.failover is false; promote a standby with the annotation %s once the old primary is gone for good", dbv1.AnnotationSwitchoverTo)
+		return
+	}
+	if prim != nil {
+		if last := prim.lastAnswer(); last != nil && last.VolumeFull {
+			refuse("its data volume is full (%d bytes free), and every standby's is the same size; grow spec.storage.size", last.VolumeAvailableBytes)
+			return
+		}
+	}
+
+	var candidates []*Instance
+	var rejected []string
+	for i := range in.Instances {
+		inst := &in.Instances[i]
+		if inst.Name == p.CurrentPrimary {
+			continue
+		}
+		if why := failoverCandidate(inst, p.SystemID, n); why != "" {
+			if inst.Ordinal < n {
+				rejected = append(rejected, inst.Name+": "+why)
+			}
+			continue
+		}
+		candidates = append(candidates, inst)
+	}
+	if len(candidates) == 0 {
+		refuse("no standby can be promoted (%s)", strings.Join(rejected, "; "))
+		return
+	}
+	slices.SortFunc(candidates, moreAdvanced)
+
+	// With Required synchronous replication every acknowledged commit is on
+	// k of the named standbys S: any |S|-k+1 of them include one that has
+	// it, and the most advanced of those has them all.
+	if sync := db.Spec.HighAvailability.Synchronous; sync != nil && sync.DataDurability != dbv1.DataDurabilityPreferred &&
+		st.Synchronous != nil && len(st.Synchronous.Standbys) > 0 {
+		named, k := st.Synchronous.Standbys, int(st.Synchronous.Number)
+		var answering []*Instance
+		for _, c := range candidates {
+			if slices.Contains(named, c.Name) {
+				answering = append(answering, c)
+			}
+		}
+		need := len(named) - k + 1
+		if len(answering) < need {
+			refuse("spec.highAvailability.synchronous.dataDurability is Required and only %d of the synchronous standbys %s can be promoted; %d are needed (status.replication.synchronous: %d of %d confirm each commit) to be sure none acknowledged is lost",
+				len(answering), strings.Join(named, ", "), need, k, len(named))
+			return
+		}
+		candidates = answering
+	}
+
+	best := candidates[0]
+	from := lastPrimaryLSN(st, prim)
+	lack := lacks(from, best.Agent.ReceivedLSN)
+	if limit := db.Spec.MaxFailoverLag(); limit > 0 && lack > limit {
+		refuse("the most advanced standby %s received %s, %d bytes behind the lost primary's last position %s; spec.highAvailability.maxFailoverLag is %d bytes",
+			best.Name, best.Agent.ReceivedLSN, lack, from, limit)
+		return
+	}
+	if wait := db.Spec.FailoverDelay() - in.Now.Sub(since); wait > 0 {
+		p.Condition = conditions.False(t, dbv1.ReasonPrimaryLost, fmt.Sprintf(
+			"%s: %s will be promoted in %s unless the primary comes back (spec.highAvailability.failoverDelay %s)%s",
+			lostMsg, best.Name, wait.Round(100*time.Millisecond), db.Spec.FailoverDelay(), other))
+		p.Requeue = wait
+		return
+	}
+	startFailover(p, in, best, from, fmt.Sprintf("the primary %s was lost: %s", p.CurrentPrimary, why))
+}
+
+// startFailover records the failover from the current primary to target
+// (status first: the target is promoted only once it is recorded).
+func startFailover(p *Plan, in Input, target *Instance, from, reason string) {
+	pos := target.Agent.ReceivedLSN
+	if target.Agent.Role == agent.RolePrimary {
+		pos = target.Agent.CurrentLSN
+	}
+	lack := lacks(from, pos)
+	p.LastFailover = &dbv1.FailoverStatus{From: p.CurrentPrimary, To: target.Name, Reason: reason,
+		StartedAt: metav1.Time{Time: in.Now}, FromLSN: from, PromotedLSN: pos, LostBytes: lack}
+	p.TargetPrimary = target.Name
+	p.SwitchoverLSN = ""
+	p.Action = Action{Kind: ActStartFailover, Pod: target.Name, From: p.CurrentPrimary, Why: reason}
+	p.Condition = conditions.False(dbv1.ConditionReplicationReady, dbv1.ReasonFailingOver, fmt.Sprintf(
+		"failing over from %s to %s: %s; %s received %s, the lost primary was last seen at %s (%d bytes it lacks)",
+		p.CurrentPrimary, target.Name, reason, target.Name, orUnknown(pos), orUnknown(from), lack))
+}
+
+func orUnknown(lsn string) string {
+	if lsn == "" {
+		return "an unknown position"
+	}
+	return lsn
+}
+
+// failingOver says a failover runs: status.replication.lastFailover names
+// the target and has not finished.
+func failingOver(st *dbv1.ReplicationStatus) bool {
+	return st != nil && st.LastFailover != nil && st.LastFailover.FinishedAt == nil &&
+		st.TargetPrimary != "" && st.LastFailover.To == st.TargetPrimary && st.TargetPrimary != st.CurrentPrimary
+}
+
+// decideFailover: a failover runs. No demote (the old primary is lost):
+// the target is asked to promote (Failover: it takes the lease over when
+// it may) on every poll until it reports being the primary. An old
+// primary that comes back holding the lease first ends it.
+func decideFailover(p *Plan, in Input, byName map[string]*Instance) {
+	t := dbv1.ConditionReplicationReady
+	p.Changing = true
+	p.PrimaryLostSince = in.DB.Status.Replication.PrimaryLostSince
+	old, target := byName[p.CurrentPrimary], byName[p.TargetPrimary]
+	msg := func(reason, s string, args ...any) {
+		p.Condition = conditions.False(t, reason,
+			fmt.Sprintf("failing over from %s to %s: ", p.CurrentPrimary, p.TargetPrimary)+fmt.Sprintf(s, args...))
+	}
+	targetPrimary := target != nil && target.Agent != nil && target.Agent.Role == agent.RolePrimary && target.Agent.State == agent.StateRunning
+	if !targetPrimary && old != nil && old.healthyPrimary() && old.PodReady && (old.Agent.Lease == nil || old.Agent.Lease.Held) {
+		p.Action = Action{Kind: ActAbortFailover, Pod: p.TargetPrimary, From: p.CurrentPrimary,
+			Why: fmt.Sprintf("%s came back as a healthy primary holding the lease before %s was promoted", p.CurrentPrimary, p.TargetPrimary)}
+		p.LastFailover.Reason += "; aborted: " + p.Action.Why
+		p.Condition = conditions.False(t, dbv1.ReasonInstanceUnhealthy, fmt.Sprintf(
+			"the failover from %s to %s was aborted: %s; %s stays the primary", p.CurrentPrimary, p.TargetPrimary, p.Action.Why, p.CurrentPrimary))
+		p.TargetPrimary, p.PrimaryLostSince = p.CurrentPrimary, nil
+		return
+	}
+	if targetPrimary {
+		now := metav1.Time{Time: in.Now}
+		p.LastFailover.FinishedAt = &now
+		p.Action = Action{Kind: ActFinishFailover, Pod: p.TargetPrimary, From: p.CurrentPrimary, LSN: target.Agent.CurrentLSN}
+		p.CurrentPrimary, p.PrimaryLostSince = p.TargetPrimary, nil
+		p.Condition = conditions.False(t, dbv1.ReasonFailingOver, fmt.Sprintf("%s is the primary after a failover from %s", p.CurrentPrimary, p.LastFailover.From))
+		return
+	}
+	if target == nil || !target.Exists || target.Agent == nil {
+		why := "its pod does not exist"
+		if target != nil && target.Exists {
+			why = "its agent does not answer"
+		}
+		msg(dbv1.ReasonFailingOver, "waiting for %s: %s", p.TargetPrimary, why)
+		return
+	}
+	p.Action = Action{Kind: ActPromote, Pod: p.TargetPrimary, From: p.CurrentPrimary, Failover: true}
+	state := string(target.Agent.State)
+	if l := target.Agent.Lease; l != nil && l.Error != "" {
+		state += ", lease: " + conditions.Quote(l.Error, 120)
+	}
+	msg(dbv1.ReasonFailingOver, "promoting %s (%s) once it holds the primary lease", p.TargetPrimary, state)
+}
+
+// copyDiscarded records, once the lost primary rejoined as a standby
+// (pg_rewind), how many of its transactions the promoted standby never had.
+func copyDiscarded(p *Plan, byName map[string]*Instance) {
+	f := p.LastFailover
+	if f == nil || f.DiscardedTransactions != nil {
+		return
+	}
+	old := byName[f.From]
+	if old == nil || old.Agent == nil || old.Agent.LastRewind == nil || !old.Agent.LastRewind.At.After(f.StartedAt.Time) {
+		return
+	}
+	n := old.Agent.LastRewind.DiscardedTransactions
+	f.DiscardedTransactions = &n
+}
