@@ -10,9 +10,10 @@ import (
 // synchronousFor is the synchronous replication the primary should run
 // with: nil without spec.highAvailability.synchronous (commits wait for no
 // standby). With Required durability it names every standby with an
-// ordinal below spec.replicas whose pod exists (never a removed
-// instance): commits wait for Number of them, also when fewer stream
-// (writes then block: Degraded). With Preferred it names only the
+// ordinal below spec.replicas, its pod existing or not (a standby being
+// recreated is still one the commits must reach; a removed instance, at or
+// above spec.replicas, is never named): commits wait for Number of them,
+// also when fewer stream (writes then block: Degraded). With Preferred it names only the
 // standbys that stream, and asks at most as many as there are: none
 // streaming, commits wait for nobody (Degraded).
 func synchronousFor(db *dbv1.Database, insts []Instance, primary string) *dbv1.SynchronousStatus {
@@ -26,7 +27,7 @@ func synchronousFor(db *dbv1.Database, insts []Instance, primary string) *dbv1.S
 	streaming := 0
 	for i := range insts {
 		inst := &insts[i]
-		if inst.Name == primary || inst.Ordinal >= n || !inst.Exists {
+		if inst.Name == primary || inst.Ordinal >= n {
 			continue
 		}
 		if inst.streaming() {
