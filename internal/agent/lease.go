@@ -78,7 +78,8 @@ func newLeaseKeeper(cfg Config, log logr.Logger) (*leaseKeeper, error) {
 
 // record is what observe compares of a lease.
 func record(l *coordinationv1.Lease) leaseRecord {
-	r := leaseRecord{Holder: ptr.Deref(l.Spec.HolderIdentity, ""), ResourceVersion: l.ResourceVersion}
+	r := leaseRecord{Holder: ptr.Deref(l.Spec.HolderIdentity, ""), ResourceVersion: l.ResourceVersion,
+		ReleasedBy: l.Annotations[AnnotationReleasedBy]}
 	if l.Spec.RenewTime != nil {
 		r.RenewTime = l.Spec.RenewTime.Time
 	}
@@ -119,6 +120,14 @@ func (k *leaseKeeper) write(ctx context.Context, l *coordinationv1.Lease, holder
 	if holder != "" && prev != holder {
 		l.Spec.AcquireTime = &now
 		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	}
+	if holder == "" {
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[AnnotationReleasedBy] = prev
+	} else {
+		delete(l.Annotations, AnnotationReleasedBy)
 	}
 	l.Spec.HolderIdentity = ptr.To(holder)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(LeaseDuration / time.Second))

@@ -175,6 +175,12 @@ func TestKeeperReleasesOnlyItsOwnLease(t *testing.T) {
 	_, err := f.tryTake(ctx)
 	require.NoError(t, err)
 	require.NoError(t, f.release(ctx))
-	assert.Equal(t, "", ptr.Deref(f.get(t).Spec.HolderIdentity, ""))
+	released := f.get(t)
+	assert.Equal(t, "", ptr.Deref(released.Spec.HolderIdentity, ""))
+	assert.Equal(t, f.self, released.Annotations[AnnotationReleasedBy], "who released it: the last primary")
 	assert.False(t, f.holds())
+
+	_, err = f.tryTake(ctx)
+	require.NoError(t, err)
+	assert.NotContains(t, f.get(t).Annotations, AnnotationReleasedBy, "a held lease names no releaser")
 }

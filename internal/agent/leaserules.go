@@ -15,7 +15,14 @@ type leaseRecord struct {
 	Holder          string
 	RenewTime       time.Time
 	ResourceVersion string
+	// ReleasedBy is the last holder of a released lease (the annotation
+	// AnnotationReleasedBy), empty when it was never held.
+	ReleasedBy string
 }
+
+// AnnotationReleasedBy, on the primary Lease, names the instance that
+// released it: the last primary, whose data is the newest.
+const AnnotationReleasedBy = "database.dbkeeper.io/released-by"
 
 // leaseObservation is the last record read and when, on this agent's
 // clock, it was first seen as it is.
@@ -125,9 +132,13 @@ const (
 // itself before (its data directory may be behind the lease's holder's):
 // it then takes only a lease that still names it, never a released one
 // (another instance held it since, and released it), and rejoins any
-// other holder. An instance that was not fenced takes its own, a released
-// one, or one unchanged for LeaseDuration; it rejoins a holder that
-// renews.
+// other holder. An instance that was not fenced takes its own, or a
+// released one that it released itself or nobody held; it rejoins a
+// holder that renews, and waits for one that does not, or for the
+// instance that released the lease: that one was the primary after it,
+// and starting this older data as the primary would discard that
+// primary's commits. Taking a lease over from a silent holder is a
+// failover, which only the operator starts (a promote).
 func decideStart(self string, fenced bool, o leaseObservation, now time.Time) (startVerdict, string) {
 	if o.Since.IsZero() {
 		return startWait, "the lease was not read yet"
@@ -143,14 +154,18 @@ func decideStart(self string, fenced bool, o leaseObservation, now time.Time) (s
 			return startRejoin, fmt.Sprintf("the lease names %s", h)
 		}
 	}
-	v := mayTake(self, o, now)
-	if v.May {
-		return startTake, v.Reason
-	}
-	if o.Since.After(o.First) {
+	switch {
+	case h == self:
+		return startTake, "this instance holds it"
+	case h == "" && (o.Record.ReleasedBy == "" || o.Record.ReleasedBy == self):
+		return startTake, "it is released"
+	case h == "":
+		return startWait, fmt.Sprintf("the lease was released by %s, the primary after this instance: waiting for it to come back (or for the operator)", o.Record.ReleasedBy)
+	case o.Since.After(o.First):
 		// the record changed while this agent watched: its holder renews
 		// it.
 		return startRejoin, fmt.Sprintf("the lease names %s, which renews it", h)
 	}
-	return startWait, v.Reason
+	return startWait, fmt.Sprintf("the lease names %s, unchanged for %s: waiting for it to renew (or for the operator to fail over)",
+		h, o.unchangedFor(now).Round(time.Second))
 }

@@ -125,6 +125,11 @@ func TestDecideStart(t *testing.T) {
 	seen := func(holder string, first, since time.Duration) leaseObservation {
 		return leaseObservation{Record: leaseRecord{Holder: holder, ResourceVersion: "5"}, Since: at(since), First: at(first)}
 	}
+	released := func(by string) leaseObservation {
+		o := seen("", 0, 0)
+		o.Record.ReleasedBy = by
+		return o
+	}
 	for _, tc := range []struct {
 		name   string
 		fenced bool
@@ -137,7 +142,9 @@ func TestDecideStart(t *testing.T) {
 		{"released (a switchover's or pod deletion's release, a new Database)", false, seen("", 0, 0), 0, startTake},
 		{"another's, just started watching", false, seen("db-1", 0, 0), 3 * time.Second, startWait},
 		{"another's, renewed while watching", false, seen("db-1", 0, 2*time.Second), 3 * time.Second, startRejoin},
-		{"another's, unchanged for LeaseDuration", false, seen("db-1", 0, 0), LeaseDuration, startTake},
+		{"released by itself (its own pod deletion)", false, released("db-0"), 0, startTake},
+		{"released by the primary after it: that one's data is newer", false, released("db-1"), time.Hour, startWait},
+		{"another's, unchanged for LeaseDuration: a failover is the operator's", false, seen("db-1", 0, 0), LeaseDuration, startWait},
 		{"fenced, own lease: nobody promoted since", true, seen("db-0", 0, 0), 0, startTake},
 		{"fenced, released: someone held it since", true, seen("", 0, 0), time.Minute, startWait},
 		{"fenced, another's", true, seen("db-1", 0, 0), 0, startRejoin},
