@@ -60,7 +60,7 @@ type Writer struct {
 	// timeout bounds one connection attempt and one INSERT, 0 none.
 	timeout time.Duration
 	cancel  context.CancelFunc
-	done   chan struct{}
+	done    chan struct{}
 
 	mu     sync.Mutex
 	acked  []int64

@@ -72,7 +72,7 @@ func (c *Container) scan() error {
 		}
 	}
 	for _, pid := range c.Pids {
-		if c.Postmaster != 0 && parent(pid) == c.Postmaster && strings.Contains(cmdline(pid), "walreceiver") {
+		if c.Postmaster != 0 && parent(pid) == c.Postmaster && strings.Contains(Cmdline(pid), "walreceiver") {
 			c.WALReceiver = pid
 		}
 	}
@@ -114,16 +114,16 @@ func comm(pid int) string {
 	return strings.TrimSpace(string(data))
 }
 
-// cmdline is pid's command line, its arguments joined by spaces (a
+// Cmdline is pid's command line, its arguments joined by spaces (a
 // PostgreSQL child's is its process title).
-func cmdline(pid int) string {
+func Cmdline(pid int) string {
 	data, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	return strings.TrimSpace(strings.ReplaceAll(string(data), "\x00", " "))
 }
 
-// state is pid's scheduler state letter (R, S, D, T, t, Z...), "" when it
+// State is pid's scheduler state letter (R, S, D, T, t, Z...), "" when it
 // is gone.
-func state(pid int) string {
+func State(pid int) string {
 	f := strings.Fields(statusField(pid, "State"))
 	if len(f) == 0 {
 		return ""
@@ -150,7 +150,13 @@ func (c *Container) Describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "container %s of %s:", c.ID[:min(12, len(c.ID))], c.Pod)
 	for _, pid := range c.Pids {
-		fmt.Fprintf(&b, "\n  %d (ppid %d, %s) %s", pid, parent(pid), state(pid), cmdline(pid))
+		fmt.Fprintf(&b, "\n  %d (ppid %d, %s) %s", pid, parent(pid), State(pid), Cmdline(pid))
 	}
 	return b.String()
+}
+
+// Alive reports whether pid exists and is not a zombie.
+func Alive(pid int) bool {
+	s := State(pid)
+	return s != "" && s != "Z"
 }

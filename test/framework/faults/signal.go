@@ -126,12 +126,12 @@ func waitStopped(pids []int) error {
 	deadline := time.Now().Add(2 * time.Second)
 	for _, pid := range pids {
 		for {
-			s := state(pid)
+			s := State(pid)
 			if s == "" || s == "T" || s == "t" || s == "Z" {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("pid %d (%s) not stopped after SIGSTOP: state %s", pid, cmdline(pid), s)
+				return fmt.Errorf("pid %d (%s) not stopped after SIGSTOP: state %s", pid, Cmdline(pid), s)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
