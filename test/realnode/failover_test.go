@@ -131,9 +131,12 @@ type injected struct {
 	// to, when set, is the standby the failover must promote.
 	to string
 	// fenceBy is when the old primary must have stopped taking writes
-	// at the latest (its last write acknowledged before); zero: no bound
+	// at the latest (its last write acknowledged before); nil: no bound
 	// (it may legitimately restart in place and take writes again).
 	fenceBy func() time.Time
+	// lostAt, when set, is when the primary was lost, later than the
+	// fault's start (which prepared it first).
+	lostAt time.Time
 }
 
 // faultKind is one way to lose the primary.
@@ -193,11 +196,13 @@ var faultKinds = []faultKind{
 		acks := h.w.AckCount()
 		require.Eventually(h.t, func() bool { return h.w.AckCount() > acks+100 }, timeout, 50*time.Millisecond,
 			"writes while %s lags", lagging)
+		lost := time.Now()
 		thaw, err := h.inj.Freeze(context.Background(), h.db.Namespace, primary)
 		require.NoError(h.t, err)
 		h.t.Cleanup(func() { _ = thaw() })
 		return injected{heal: func() { require.NoError(h.t, thaw()); require.NoError(h.t, resume()) },
-			healAfter: freezeFor, failover: true, to: ahead}
+			healAfter: lost.Sub(at) + freezeFor, failover: true, to: ahead, lostAt: lost,
+			fenceBy: func() time.Time { return lost.Add(freezeFor) }}
 	}},
 }
 
@@ -271,18 +276,30 @@ func (h *ha) run(kind faultKind, i int) {
 		f.heal()
 		t.Logf("fault %s run %d: healed %s after the fault", kind.name, i, time.Since(at).Round(time.Millisecond))
 	}
+	if !f.lostAt.IsZero() {
+		at = f.lostAt
+	}
+	if f.failover {
+		require.Eventually(t, func() bool {
+			r := dbtest.Get(t, k8s, h.db).Status.Replication
+			return r.CurrentPrimary != "" && r.CurrentPrimary != old
+		}, convergeTimeout, 100*time.Millisecond, "a standby is promoted after %s of %s", kind.name, old)
+	}
 	// writes stop (at once, or once an isolated primary fenced itself),
-	// then resume
+	// then resume: the longest gap since the fault is the outage
 	var stopped, resumed time.Time
 	require.Eventually(t, func() bool {
 		stopped, resumed = h.w.Outage(at)
-		return !resumed.IsZero() && resumed.Sub(stopped) >= time.Second && time.Since(resumed) > time.Second
+		return !resumed.IsZero() && resumed.Sub(stopped) >= 500*time.Millisecond && time.Since(resumed) > time.Second
 	}, convergeTimeout, 50*time.Millisecond, "writes through <name> stop after %s, then are accepted again", kind.name)
 	d := resumed.Sub(at)
 	h.measured[kind.name] = append(h.measured[kind.name], d)
 	t.Logf("MEASURED failover %s run %d: loss→write %s (writes unavailable %s, from %s after the fault)", kind.name, i,
 		d.Round(time.Millisecond), resumed.Sub(stopped).Round(time.Millisecond), stopped.Sub(at).Round(time.Millisecond))
 	if f.fenceBy != nil {
+		// past the bound, and past the writer's timeout of an INSERT sent
+		// just before it
+		time.Sleep(time.Until(f.fenceBy().Add(writeTimeout)))
 		last, ok := fence.LastAck()
 		require.True(t, ok)
 		assert.False(t, last.After(f.fenceBy()), "the old primary %s took a write %s after the fault, later than its bound %s",
