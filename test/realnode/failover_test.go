@@ -504,17 +504,21 @@ func (h *ha) volumeFull(i int) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = unfill() })
 	// long enough for a failover to have started: the delay, a lease, more
+	// a condition (ReplicationReady, whichever says it) names the
+	// instance and its full volume
 	var said string
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		live := dbtest.Get(ct, k8s, h.db)
-		cond := findCondition(live, dbv1.ConditionReplicationReady)
-		if assert.NotNil(ct, cond) {
-			said = cond.Reason + ": " + cond.Message
-			assert.Contains(ct, strings.ToLower(cond.Message), "full", "ReplicationReady says the volume is full: %s", said)
-			assert.Contains(ct, cond.Message, old, "ReplicationReady names the instance: %s", said)
+		var all []string
+		for _, c := range live.Status.Conditions {
+			all = append(all, fmt.Sprintf("%s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message))
+			if c.Status != metav1.ConditionTrue && strings.Contains(strings.ToLower(c.Message), "full") && strings.Contains(c.Message, old) {
+				said = all[len(all)-1]
+			}
 		}
+		assert.NotEmpty(ct, said, "no condition says the volume of %s is full: %q", old, all)
 	}, timeout, 500*time.Millisecond)
-	t.Logf("fault volume-full run %d: ReplicationReady %s", i, said)
+	t.Logf("fault volume-full run %d: %s", i, said)
 	for time.Since(at) < haFailoverDelay+agent.LeaseDuration+10*time.Second {
 		r := dbtest.Get(t, k8s, h.db).Status.Replication
 		require.Equal(t, old, r.CurrentPrimary, "no failover on a full volume")
@@ -612,6 +616,12 @@ func (h *ha) operatorKilledMidFailover() {
 		require.NoError(t, thaw())
 		primary := h.converged()
 		t.Logf("operator killed mid-failover run %d: primary %s → %s", i+1, old, primary)
+		// frozen past the lease, the old primary fenced itself at the
+		// latest when thawed: a standby took over
+		assert.NotEqual(t, old, primary, "a standby was promoted")
+		if lf := dbtest.Get(t, k8s, h.db).Status.Replication.LastFailover; assert.NotNil(t, lf, "lastFailover") {
+			assert.Equal(t, primary, lf.To, "lastFailover.to")
+		}
 		h.assertOnlyPrimaryWrites(primary)
 	}
 }
