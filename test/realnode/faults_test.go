@@ -87,6 +87,9 @@ func TestFaultHelpers(t *testing.T) {
 	_, err = sqlWithin(st, "SELECT 1", 3*time.Second)
 	assert.Error(t, err, "a frozen instance does not answer")
 	require.NoError(t, thaw())
+	for _, pid := range frozen.Pids {
+		assert.NotContains(t, []string{"T", "t"}, procState(pid), "pid %d (%s) continued", pid, procCmdline(pid))
+	}
 	assert.Equal(t, "1", sqlValue(t, st, "SELECT 1"), "a thawed instance answers")
 
 	for _, kill := range []struct {

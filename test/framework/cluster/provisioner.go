@@ -105,9 +105,7 @@ func (p *provisioner) reclaim(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
 		return ctrl.Result{}, nil
 	}
-	if err := p.client.Delete(ctx, pv); client.IgnoreNotFound(err) != nil {
-		return ctrl.Result{}, err
-	}
+	// the directory first: a failure is retried while the volume exists
 	if pv.Spec.Local != nil {
 		if err := unmountSized(pv.Spec.Local.Path); err != nil {
 			return ctrl.Result{}, fmt.Errorf("volume %s: %w", pv.Name, err)
@@ -115,6 +113,9 @@ func (p *provisioner) reclaim(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		if err := os.RemoveAll(pv.Spec.Local.Path); err != nil {
 			return ctrl.Result{}, fmt.Errorf("removing the directory of volume %s: %w", pv.Name, err)
 		}
+	}
+	if err := p.client.Delete(ctx, pv); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
 }

@@ -451,8 +451,13 @@ func TestRealNodeVolume(t *testing.T) {
 	claim = &corev1.PersistentVolumeClaim{}
 	require.NoError(t, c.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "sized"}, claim))
 	require.NoError(t, c.Client.Delete(ctx, claim))
-	require.Eventually(t, func() bool { _, err := os.Stat(path); return os.IsNotExist(err) }, time.Minute, 100*time.Millisecond,
-		"the released sized volume is unmounted and removed")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := os.Stat(path)
+		left := &corev1.PersistentVolumeClaim{}
+		claimErr := c.Client.Get(ctx, client.ObjectKeyFromObject(claim), left)
+		assert.True(ct, os.IsNotExist(err), "the released sized volume %s is unmounted and removed; its volume: %s; its claim: %v %v %v",
+			path, describeVolume(c, claim.Spec.VolumeName), claimErr, left.Finalizers, left.DeletionTimestamp)
+	}, 3*time.Minute, 100*time.Millisecond, "kube-controller-manager releases a volume within its sync periods")
 	assert.Empty(t, mountsUnder(path), "mounts left at %s", path)
 }
 
@@ -477,4 +482,13 @@ func sizedVolume(t *testing.T, c *Cluster, name, size string) string {
 	}, time.Minute, 100*time.Millisecond, "claim %s bound", name)
 	require.NotNil(t, pv.Spec.Local, "not a local volume: %+v", pv.Spec.PersistentVolumeSource)
 	return pv.Spec.Local.Path
+}
+
+// describeVolume says what a PersistentVolume is now, for a failure.
+func describeVolume(c *Cluster, name string) string {
+	pv := &corev1.PersistentVolume{}
+	if err := c.Client.Get(context.Background(), client.ObjectKey{Name: name}, pv); err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("phase %s, deleting %v, finalizers %v", pv.Status.Phase, pv.DeletionTimestamp != nil, pv.Finalizers)
 }
