@@ -137,6 +137,9 @@ type injected struct {
 	// lostAt, when set, is when the primary was lost, later than the
 	// fault's start (which prepared it first).
 	lostAt time.Time
+	// finally, when set, undoes the rest of the fault once writes were
+	// accepted again.
+	finally func()
 }
 
 // faultKind is one way to lose the primary.
@@ -200,7 +203,9 @@ var faultKinds = []faultKind{
 		thaw, err := h.inj.Freeze(context.Background(), h.db.Namespace, primary)
 		require.NoError(h.t, err)
 		h.t.Cleanup(func() { _ = thaw() })
-		return injected{heal: func() { require.NoError(h.t, thaw()); require.NoError(h.t, resume()) },
+		// the lagging standby receives again only once the failover is
+		// done: it must not catch up from the thawed old primary first
+		return injected{heal: func() { require.NoError(h.t, thaw()) }, finally: func() { require.NoError(h.t, resume()) },
 			healAfter: lost.Sub(at) + freezeFor, failover: true, to: ahead, lostAt: lost,
 			fenceBy: func() time.Time { return lost.Add(freezeFor) }}
 	}},
@@ -308,6 +313,9 @@ func (h *ha) run(kind faultKind, i int) {
 	}
 	if f.heal != nil && f.healAfter == 0 {
 		f.heal()
+	}
+	if f.finally != nil {
+		f.finally()
 	}
 	fence.Stop()
 
