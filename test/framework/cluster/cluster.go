@@ -63,6 +63,11 @@ const (
 	NodeName = "kwok-node-0"
 	// StorageClassName is the default StorageClass; its claims bind at once.
 	StorageClassName = "standard"
+	// SizedStorageClassName is a StorageClass of the real node whose
+	// volumes are file systems of their claim's size (a tmpfs each), so
+	// that a test can fill one (test/framework/faults) without filling
+	// the host's disk. Its claims bind at once too.
+	SizedStorageClassName = "sized"
 	// OutcomeLabel on a Job's pod template with the value OutcomeFail makes
 	// its pods fail instead of complete.
 	OutcomeLabel = "e2e.dbkeeper.io/outcome"
@@ -302,20 +307,27 @@ func (c *Cluster) startProvisioner() error {
 	return nil
 }
 
-// createStorageClass creates the default StorageClass of the provisioner.
+// createStorageClass creates the default StorageClass of the provisioner,
+// and on a real node the sized one.
 func (c *Cluster) createStorageClass(ctx context.Context) error {
-	sc := &storagev1.StorageClass{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        StorageClassName,
-			Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"},
-		},
-		Provisioner:          Provisioner,
-		AllowVolumeExpansion: ptr.To(true),
-		VolumeBindingMode:    ptr.To(storagev1.VolumeBindingImmediate),
-		ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
+	names := []string{StorageClassName}
+	if c.Node == RealNode {
+		names = append(names, SizedStorageClassName)
 	}
-	if err := c.Client.Create(ctx, sc); err != nil {
-		return fmt.Errorf("creating StorageClass %s: %w", StorageClassName, err)
+	for _, name := range names {
+		sc := &storagev1.StorageClass{
+			ObjectMeta:           metav1.ObjectMeta{Name: name},
+			Provisioner:          Provisioner,
+			AllowVolumeExpansion: ptr.To(name == StorageClassName),
+			VolumeBindingMode:    ptr.To(storagev1.VolumeBindingImmediate),
+			ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
+		}
+		if name == StorageClassName {
+			sc.Annotations = map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}
+		}
+		if err := c.Client.Create(ctx, sc); err != nil {
+			return fmt.Errorf("creating StorageClass %s: %w", name, err)
+		}
 	}
 	return nil
 }

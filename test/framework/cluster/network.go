@@ -29,7 +29,12 @@ const (
 	containedRange = "198.18.0.0/15"
 	clusterCIDR    = "198.18.0.0/16"
 	guardTable     = "dbkeeper_guard"
-	clusterDomain  = "cluster.local"
+	// FaultTablePrefix starts the name of every inet nftables table a
+	// test adds to inject a network fault (test/framework/faults):
+	// teardown deletes them, so that a failed or interrupted test leaves
+	// none behind.
+	FaultTablePrefix = "dbkeeper_fault"
+	clusterDomain    = "cluster.local"
 )
 
 // savedSysctls are the kernel settings the node's components may change

@@ -46,8 +46,11 @@ func (p *provisioner) provision(ctx context.Context, req ctrl.Request) (ctrl.Res
 	if err := p.client.Get(ctx, req.NamespacedName, pvc); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if pvc.Spec.VolumeName != "" || pvc.DeletionTimestamp != nil ||
-		pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != StorageClassName {
+	if pvc.Spec.VolumeName != "" || pvc.DeletionTimestamp != nil || pvc.Spec.StorageClassName == nil {
+		return ctrl.Result{}, nil
+	}
+	class := *pvc.Spec.StorageClassName
+	if class != StorageClassName && (class != SizedStorageClassName || p.node == "") {
 		return ctrl.Result{}, nil
 	}
 	name := "pv-" + string(pvc.UID)
@@ -56,7 +59,7 @@ func (p *provisioner) provision(ctx context.Context, req ctrl.Request) (ctrl.Res
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: pvc.Spec.Resources.Requests[corev1.ResourceStorage]},
 			AccessModes:                   pvc.Spec.AccessModes,
-			StorageClassName:              StorageClassName,
+			StorageClassName:              class,
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
 			ClaimRef: &corev1.ObjectReference{
 				APIVersion: "v1", Kind: "PersistentVolumeClaim",
@@ -71,6 +74,12 @@ func (p *provisioner) provision(ctx context.Context, req ctrl.Request) (ctrl.Res
 		path := filepath.Join(p.dir, "volumes", name)
 		if err := os.MkdirAll(path, 0o755); err != nil {
 			return ctrl.Result{}, fmt.Errorf("creating the directory of volume %s: %w", name, err)
+		}
+		if class == SizedStorageClassName {
+			size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+			if err := mountSized(path, size.Value()); err != nil {
+				return ctrl.Result{}, fmt.Errorf("volume %s: %w", name, err)
+			}
 		}
 		pv.Spec.PersistentVolumeSource = corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: path}}
 		pv.Spec.VolumeMode = ptr.To(corev1.PersistentVolumeFilesystem)
@@ -91,17 +100,22 @@ func (p *provisioner) reclaim(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err := p.client.Get(ctx, req.NamespacedName, pv); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if pv.Status.Phase != corev1.VolumeReleased || pv.Spec.StorageClassName != StorageClassName ||
+	if pv.Status.Phase != corev1.VolumeReleased ||
+		(pv.Spec.StorageClassName != StorageClassName && pv.Spec.StorageClassName != SizedStorageClassName) ||
 		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
 		return ctrl.Result{}, nil
 	}
-	if err := p.client.Delete(ctx, pv); client.IgnoreNotFound(err) != nil {
-		return ctrl.Result{}, err
-	}
+	// the directory first: a failure is retried while the volume exists
 	if pv.Spec.Local != nil {
+		if err := unmountSized(pv.Spec.Local.Path); err != nil {
+			return ctrl.Result{}, fmt.Errorf("volume %s: %w", pv.Name, err)
+		}
 		if err := os.RemoveAll(pv.Spec.Local.Path); err != nil {
 			return ctrl.Result{}, fmt.Errorf("removing the directory of volume %s: %w", pv.Name, err)
 		}
+	}
+	if err := p.client.Delete(ctx, pv); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
 }

@@ -331,6 +331,12 @@ func TestRealNodeCrashChild(t *testing.T) {
 	pod := sleeper(c)
 	require.NoError(t, c.Client.Create(context.Background(), pod))
 	waitRunning(t, c, pod)
+	// what the fault tests add to the host: a sized volume (a tmpfs
+	// mounted under the node's directory) and a fault table
+	path := sizedVolume(t, c, "crash", "16Mi")
+	require.NotEmpty(t, mountsUnder(path), "the sized volume is mounted")
+	_, err = host("table inet "+FaultTablePrefix+"_crash {\n chain input { type filter hook input priority -20; policy accept; }\n}\n", "nft", "-f", "-")
+	require.NoError(t, err)
 	fmt.Println("RUNNING " + c.Dir)
 	select {}
 }
@@ -430,4 +436,59 @@ func TestRealNodeVolume(t *testing.T) {
 	for _, e := range events.Items {
 		assert.NotEqual(t, "FailedMount", e.Reason, "%s: %s", e.InvolvedObject.Name, e.Message)
 	}
+
+	// a claim of the sized class is a file system of its size, filled
+	// without touching the host's disk, and gone with its claim
+	path := sizedVolume(t, c, "sized", "16Mi")
+	var fs syscall.Statfs_t
+	require.NoError(t, syscall.Statfs(path, &fs))
+	assert.Equal(t, int64(16<<20), int64(fs.Blocks)*fs.Bsize, "the sized volume's size")
+	f, err := os.Create(filepath.Join(path, "fill"))
+	require.NoError(t, err)
+	err = syscall.Fallocate(int(f.Fd()), 0, 0, 17<<20)
+	f.Close()
+	assert.ErrorIs(t, err, syscall.ENOSPC, "more than the claim does not fit")
+	claim = &corev1.PersistentVolumeClaim{}
+	require.NoError(t, c.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "sized"}, claim))
+	require.NoError(t, c.Client.Delete(ctx, claim))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := os.Stat(path)
+		left := &corev1.PersistentVolumeClaim{}
+		claimErr := c.Client.Get(ctx, client.ObjectKeyFromObject(claim), left)
+		assert.True(ct, os.IsNotExist(err), "the released sized volume %s is unmounted and removed; its volume: %s; its claim: %v %v %v",
+			path, describeVolume(c, claim.Spec.VolumeName), claimErr, left.Finalizers, left.DeletionTimestamp)
+	}, 3*time.Minute, 100*time.Millisecond, "kube-controller-manager releases a volume within its sync periods")
+	assert.Empty(t, mountsUnder(path), "mounts left at %s", path)
+}
+
+// sizedVolume creates a claim of SizedStorageClassName in namespace
+// default and returns its volume's directory once bound.
+func sizedVolume(t *testing.T, c *Cluster, name, size string) string {
+	t.Helper()
+	ctx := context.Background()
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To(SizedStorageClassName),
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+		},
+	}
+	require.NoError(t, c.Client.Create(ctx, claim))
+	pv := &corev1.PersistentVolume{}
+	require.Eventually(t, func() bool {
+		return c.Client.Get(ctx, client.ObjectKeyFromObject(claim), claim) == nil && claim.Spec.VolumeName != "" &&
+			c.Client.Get(ctx, client.ObjectKey{Name: claim.Spec.VolumeName}, pv) == nil
+	}, time.Minute, 100*time.Millisecond, "claim %s bound", name)
+	require.NotNil(t, pv.Spec.Local, "not a local volume: %+v", pv.Spec.PersistentVolumeSource)
+	return pv.Spec.Local.Path
+}
+
+// describeVolume says what a PersistentVolume is now, for a failure.
+func describeVolume(c *Cluster, name string) string {
+	pv := &corev1.PersistentVolume{}
+	if err := c.Client.Get(context.Background(), client.ObjectKey{Name: name}, pv); err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("phase %s, deleting %v, finalizers %v", pv.Status.Phase, pv.DeletionTimestamp != nil, pv.Finalizers)
 }

@@ -175,7 +175,8 @@ func removeCgroups(j *journal, say func(string)) []error {
 	return errs
 }
 
-// removeNftTables deletes the guard table, kube-proxy's tables, and the
+// removeNftTables deletes the guard table, kube-proxy's tables, the tests'
+// fault tables (FaultTablePrefix), and the
 // tables the kubelet created through iptables-nft (KUBE-FIREWALL,
 // KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT) when they did not exist before
 // and hold nothing but such chains.
@@ -195,7 +196,8 @@ func removeNftTables(j *journal, say func(string)) []error {
 		}
 		fam, name, _ := strings.Cut(t, " ")
 		switch {
-		case t == "inet "+guardTable, t == "ip kube-proxy", t == "ip6 kube-proxy":
+		case t == "inet "+guardTable, t == "ip kube-proxy", t == "ip6 kube-proxy",
+			fam == "inet" && strings.HasPrefix(name, FaultTablePrefix):
 		case (fam == "ip" || fam == "ip6") && (name == "filter" || name == "nat" || name == "mangle"):
 			body, err := host("", "nft", "list", "table", fam, name)
 			if err != nil || !onlyKubeChains(body) {

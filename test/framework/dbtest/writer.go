@@ -57,19 +57,32 @@ func ServiceTarget(ctx context.Context, c client.Reader, namespace, service, sec
 type Writer struct {
 	target sqlconn.Target
 	table  string
-	cancel context.CancelFunc
-	done   chan struct{}
+	// timeout bounds one connection attempt and one INSERT, 0 none.
+	timeout time.Duration
+	cancel  context.CancelFunc
+	done    chan struct{}
 
 	mu     sync.Mutex
 	acked  []int64
 	ackAt  []time.Time
 	failed int
 	next   int64
+	// stoppedAt is when Stop was first called.
+	stoppedAt time.Time
 }
 
 // StartWriter creates table (id bigint primary key) through target and
 // starts inserting into it until Stop.
 func StartWriter(ctx context.Context, target sqlconn.Target, table string) (*Writer, error) {
+	return StartWriterWithTimeout(ctx, target, table, 0)
+}
+
+// StartWriterWithTimeout is StartWriter whose every connection attempt
+// and INSERT is abandoned after timeout (0: never), as an application with
+// a client-side timeout does: a server that stopped answering (frozen,
+// cut off) costs it at most timeout before it reconnects through target
+// again. An abandoned INSERT is not acknowledged, whatever became of it.
+func StartWriterWithTimeout(ctx context.Context, target sqlconn.Target, table string, timeout time.Duration) (*Writer, error) {
 	conn, err := sqlconn.Connect(ctx, target)
 	if err != nil {
 		return nil, err
@@ -79,7 +92,7 @@ func StartWriter(ctx context.Context, target sqlconn.Target, table string) (*Wri
 		return nil, fmt.Errorf("creating %s: %w", table, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Writer{target: target, table: table, cancel: cancel, done: make(chan struct{}), next: 1}
+	w := &Writer{target: target, table: table, timeout: timeout, cancel: cancel, done: make(chan struct{}), next: 1}
 	go w.run(ctx)
 	return w, nil
 }
@@ -94,7 +107,7 @@ func (w *Writer) run(ctx context.Context) {
 	}()
 	for ctx.Err() == nil {
 		if conn == nil {
-			c, err := sqlconn.Connect(ctx, w.target)
+			c, err := w.connect(ctx)
 			if err != nil {
 				w.fail()
 				sleep(ctx, 50*time.Millisecond)
@@ -106,7 +119,7 @@ func (w *Writer) run(ctx context.Context) {
 		id := w.next
 		w.next++
 		w.mu.Unlock()
-		if _, err := conn.Exec(ctx, "INSERT INTO "+w.table+" (id) VALUES ("+strconv.FormatInt(id, 10)+")"); err != nil {
+		if err := w.insert(ctx, conn, id); err != nil {
 			w.fail()
 			conn.Close(context.Background())
 			conn = nil
@@ -119,6 +132,27 @@ func (w *Writer) run(ctx context.Context) {
 		w.mu.Unlock()
 		sleep(ctx, 5*time.Millisecond)
 	}
+}
+
+// connect opens a connection to the target within the timeout.
+func (w *Writer) connect(ctx context.Context) (*sqlconn.Conn, error) {
+	if w.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.timeout)
+		defer cancel()
+	}
+	return sqlconn.Connect(ctx, w.target)
+}
+
+// insert inserts id within the timeout.
+func (w *Writer) insert(ctx context.Context, conn *sqlconn.Conn, id int64) error {
+	if w.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.timeout)
+		defer cancel()
+	}
+	_, err := conn.Exec(ctx, "INSERT INTO "+w.table+" (id) VALUES ("+strconv.FormatInt(id, 10)+")")
+	return err
 }
 
 func (w *Writer) fail() {
@@ -136,6 +170,11 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // Stop stops the writer and waits for its last statement.
 func (w *Writer) Stop() {
+	w.mu.Lock()
+	if w.stoppedAt.IsZero() {
+		w.stoppedAt = time.Now()
+	}
+	w.mu.Unlock()
 	w.cancel()
 	<-w.done
 }
@@ -177,6 +216,58 @@ func (w *Writer) LongestGap(since time.Time) time.Duration {
 		prev = at
 	}
 	return longest
+}
+
+// FirstAckAfter is when the first write acknowledged after since was;
+// false when none was yet.
+func (w *Writer) FirstAckAfter(since time.Time) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := sort.Search(len(w.ackAt), func(i int) bool { return w.ackAt[i].After(since) })
+	if i == len(w.ackAt) {
+		return time.Time{}, false
+	}
+	return w.ackAt[i], true
+}
+
+// LastAck is when the last write was acknowledged; false when none was.
+func (w *Writer) LastAck() (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.ackAt) == 0 {
+		return time.Time{}, false
+	}
+	return w.ackAt[len(w.ackAt)-1], true
+}
+
+// Outage is the longest time without an acknowledgement at or after
+// since (as LongestGap), with when it began (since, or the last
+// acknowledgement before it) and when it ended (the first one after it;
+// zero when writes have not resumed, the outage then running until now
+// or until Stop).
+func (w *Writer) Outage(since time.Time) (from, to time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev := since
+	var longest time.Duration
+	from = since
+	for _, at := range w.ackAt {
+		if at.Before(since) {
+			continue
+		}
+		if d := at.Sub(prev); d > longest {
+			longest, from, to = d, prev, at
+		}
+		prev = at
+	}
+	end := w.stoppedAt
+	if end.IsZero() {
+		end = time.Now()
+	}
+	if end.Sub(prev) > longest {
+		return prev, time.Time{}
+	}
+	return from, to
 }
 
 // Missing returns the acknowledged ids that are not in the table, read

@@ -1,0 +1,60 @@
+// Package faults injects the faults of the failover tests into a real
+// node's engine pods from the host (test/framework/cluster with RealNode):
+// signals to the processes of a pod's engine container (found through
+// /proc, by the cgroup that names the pod and the container), an nftables
+// table that cuts a pod off from the API server, a file that fills a
+// pod's volume. Each reversible fault returns its undo; every host change
+// it makes is undone by the cluster's teardown too (a killed test leaves
+// no fault behind): fault tables carry cluster.FaultTablePrefix, filled
+// volumes live under the cluster directory, and stopped processes die with
+// the node.
+//
+// Nothing here sends a packet: the only network change drops packets
+// between a pod and the host's API server address.
+package faults
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// EngineContainer is the name of the engine pods' container that runs the
+// agent and PostgreSQL (internal/resources).
+const EngineContainer = "engine"
+
+// Injector injects faults into the pods the client reads.
+type Injector struct {
+	client client.Client
+}
+
+// New returns an Injector that reads pods, claims and volumes through c.
+func New(c client.Client) *Injector { return &Injector{client: c} }
+
+// pod reads a pod as it is now.
+func (i *Injector) pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	if err := i.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
+		return nil, fmt.Errorf("getting pod %s/%s: %w", namespace, name, err)
+	}
+	return pod, nil
+}
+
+// engineContainerID is the running engine container's ID (without the
+// runtime's "containerd://" prefix).
+func engineContainerID(pod *corev1.Pod) (string, error) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != EngineContainer {
+			continue
+		}
+		if cs.State.Running == nil || cs.ContainerID == "" {
+			return "", fmt.Errorf("the %s container of pod %s/%s is not running", EngineContainer, pod.Namespace, pod.Name)
+		}
+		_, id, _ := strings.Cut(cs.ContainerID, "://")
+		return id, nil
+	}
+	return "", fmt.Errorf("pod %s/%s has no %s container status", pod.Namespace, pod.Name, EngineContainer)
+}

@@ -1,0 +1,210 @@
+package realnode
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/faults"
+)
+
+// TestFaultHelpers checks each fault of test/framework/faults on real
+// instances, for what it must do whatever the operator does about it: the
+// processes found are the agent, the postmaster and the walreceiver; a
+// paused walreceiver stops the standby receiving WAL and resumes it; a
+// frozen container answers nothing until thawed; a SIGKILL of the
+// postmaster or of the agent restarts the container; the cut keeps a pod
+// from the API server (and nothing else) until undone; a filled volume
+// stops writes until freed, losing no acknowledged one.
+func TestFaultHelpers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	db := newDatabase(ns, "faulty", "17", func(d *dbv1.Database) {
+		d.Spec.Replicas = ptr.To[int32](2)
+		d.Spec.Storage.StorageClassName = ptr.To(cluster.SizedStorageClassName)
+		d.Spec.Storage.Size = ptr.To(resourceQuantity("512Mi"))
+	})
+	create(t, db)
+	waitReady(t, db)
+	p0, p1 := resources.InstanceName(db, 0), resources.InstanceName(db, 1)
+	waitTopology(t, db, p0, 2)
+	inj := faults.New(k8s)
+	rw := serviceTarget(t, db, resources.ClientServiceName(db))
+	w, err := dbtest.StartWriterWithTimeout(ctx, rw, "acks", 5*time.Second)
+	require.NoError(t, err)
+	defer w.Stop()
+
+	t.Log("the processes of each engine container")
+	primary, err := inj.Processes(ctx, ns, p0)
+	require.NoError(t, err)
+	t.Log(primary.Describe())
+	assert.NotZero(t, primary.Agent, "the primary's agent")
+	assert.Contains(t, procCmdline(primary.Agent), "agent", "PID 1 is the agent")
+	assert.NotZero(t, primary.Postmaster, "the primary's postmaster")
+	assert.Zero(t, primary.WALReceiver, "a primary has no walreceiver")
+	standby, err := inj.Processes(ctx, ns, p1)
+	require.NoError(t, err)
+	t.Log(standby.Describe())
+	assert.NotZero(t, standby.WALReceiver, "the standby's walreceiver")
+
+	t.Log("PauseWALReceiver: the standby stops receiving while the primary writes")
+	st := podTarget(t, db, p1)
+	received := "SELECT pg_last_wal_receive_lsn()::text"
+	resume, err := inj.PauseWALReceiver(ctx, ns, p1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = resume() })
+	before := sqlValue(t, st, received)
+	acks := w.AckCount()
+	require.Eventually(t, func() bool { return w.AckCount() > acks+50 }, timeout, 50*time.Millisecond, "the primary takes writes")
+	assert.Equal(t, before, sqlValue(t, st, received), "a paused walreceiver receives nothing")
+	require.NoError(t, resume())
+	require.Eventually(t, func() bool { v, err := sqlOnce(st, received); return err == nil && v != before },
+		timeout, 100*time.Millisecond, "the resumed walreceiver receives again")
+
+	t.Log("Freeze: every process of the standby stopped, nothing answers, until thawed")
+	thaw, err := inj.Freeze(ctx, ns, p1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = thaw() })
+	frozen, err := inj.Processes(ctx, ns, p1)
+	require.NoError(t, err)
+	for _, pid := range frozen.Pids {
+		assert.Contains(t, []string{"T", "t"}, procState(pid), "pid %d (%s) stopped", pid, procCmdline(pid))
+	}
+	_, err = sqlWithin(st, "SELECT 1", 3*time.Second)
+	assert.Error(t, err, "a frozen instance does not answer")
+	require.NoError(t, thaw())
+	for _, pid := range frozen.Pids {
+		assert.NotContains(t, []string{"T", "t"}, procState(pid), "pid %d (%s) continued", pid, procCmdline(pid))
+	}
+	assert.Equal(t, "1", sqlValue(t, st, "SELECT 1"), "a thawed instance answers")
+
+	for _, kill := range []struct {
+		name string
+		do   func(context.Context, string, string) (int, error)
+	}{{"postmaster", inj.KillPostmaster}, {"agent", inj.KillAgent}} {
+		t.Logf("SIGKILL of the primary's %s: the container restarts", kill.name)
+		restarts := restartCount(t, db, p0)
+		pid, err := kill.do(ctx, ns, p0)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return !procAlive(pid) }, 10*time.Second, 20*time.Millisecond, "pid %d gone", pid)
+		require.Eventually(t, func() bool { return restartCount(t, db, p0) > restarts }, timeout, 200*time.Millisecond,
+			"the engine container of %s restarted after the SIGKILL of its %s", p0, kill.name)
+		waitReady(t, db)
+		acks := w.AckCount()
+		require.Eventually(t, func() bool { return w.AckCount() > acks+10 }, timeout, 50*time.Millisecond, "writes resume")
+	}
+
+	t.Log("CutFromAPIServer: a probe pod reaches the API server until cut, and again after")
+	probe := apiProbe(t, ns)
+	waitProbe(t, probe, "ok")
+	cut, undo, err := inj.CutFromAPIServer(ctx, probe.Status.PodIP)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = undo() })
+	t.Logf("cut %s from %s (table %s)", cut.PodIP, cut.APIServer, cut.Table)
+	waitProbe(t, probe, "cut")
+	dropped, err := cut.Dropped()
+	require.NoError(t, err)
+	assert.Positive(t, dropped, "the cut's counters count the probe's packets")
+	require.NoError(t, undo())
+	waitProbe(t, probe, "ok")
+
+	t.Log("CutFromAPIServer on the primary: its clients are untouched")
+	p0IP := getPod(t, db, p0).Status.PodIP
+	_, undoPrimary, err := inj.CutFromAPIServer(ctx, p0IP)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = undoPrimary() })
+	acks = w.AckCount()
+	require.Eventually(t, func() bool { return w.AckCount() > acks+50 }, timeout, 50*time.Millisecond, "writes go on")
+	require.NoError(t, undoPrimary())
+
+	t.Log("FillVolume on the primary: writes stop until the file is removed, nothing acknowledged is lost")
+	free, err := inj.Free(ctx, ns, p0)
+	require.NoError(t, err)
+	unfill, err := inj.FillVolume(ctx, ns, p0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = unfill() })
+	after, err := inj.Free(ctx, ns, p0)
+	require.NoError(t, err)
+	t.Logf("the primary's volume had %d bytes free, %d after FillVolume", free, after)
+	// the server may free a page between the fill and the look
+	assert.LessOrEqual(t, after, int64(8192), "the volume is full: not one PostgreSQL page left")
+	filledAt := time.Now()
+	failed := w.Failed()
+	require.Eventually(t, func() bool { return w.Failed() > failed }, timeout, 50*time.Millisecond, "writes fail on a full volume")
+	// WAL may still have room in a segment already allocated: give it 20 s
+	// to run out, then the writes must have stopped.
+	time.Sleep(20 * time.Second)
+	stalled := w.AckCount()
+	time.Sleep(5 * time.Second)
+	t.Logf("%d writes acknowledged in the 5 s after the volume was full for 20 s (filled %s ago)",
+		w.AckCount()-stalled, time.Since(filledAt).Round(time.Second))
+	assert.Equal(t, stalled, w.AckCount(), "no write is acknowledged on a full volume")
+	require.NoError(t, unfill())
+	require.Eventually(t, func() bool { return w.AckCount() > stalled+10 }, 2*timeout, 100*time.Millisecond, "writes resume once freed")
+	w.Stop()
+	missing, err := w.Missing(ctx, rw)
+	require.NoError(t, err)
+	assert.Empty(t, missing, "acknowledged ids lost")
+}
+
+// apiProbe runs a pod that tries a TCP connection to the kubernetes
+// Service every second, printing "ok" or "cut", and returns it once it
+// runs.
+func apiProbe(t *testing.T, ns string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api-probe"},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](999), RunAsGroup: ptr.To[int64](999),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name: "probe", Image: local.Images["postgres:17"], ImagePullPolicy: corev1.PullIfNotPresent,
+				Command: []string{"/bin/bash", "-c", `while true; do if timeout 2 bash -c '</dev/tcp/` + cluster.APIServiceIP +
+					`/443' 2>/dev/null; then echo ok; else echo cut; fi; sleep 1; done`},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+	create(t, pod)
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	require.Eventually(t, func() bool {
+		_ = k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), pod)
+		return pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""
+	}, timeout, 200*time.Millisecond, "the probe pod runs")
+	return pod
+}
+
+// waitProbe waits until the probe's last three lines are all want.
+func waitProbe(t *testing.T, pod *corev1.Pod, want string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		logs, err := psql.Clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: ptr.To[int64](3)}).DoRaw(context.Background())
+		if !assert.NoError(ct, err) {
+			return
+		}
+		lines := strings.Fields(string(logs))
+		assert.Equal(ct, []string{want, want, want}, lines, "the probe's last lines")
+	}, timeout, time.Second)
+}
