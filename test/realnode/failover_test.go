@@ -331,7 +331,7 @@ func (h *ha) run(kind faultKind, i int) {
 		assert.Equal(t, f.to, primary, "the most advanced standby was promoted")
 	}
 	if primary == old {
-		t.Logf("fault %s run %d: %s restarted in place within the failover delay", kind.name, i, old)
+		t.Logf("fault %s run %d: %s kept its role (restarted in place, no failover)", kind.name, i, old)
 	} else {
 		require.True(t, failedOver, "a new primary %s without status.replication.lastFailover", primary)
 		t.Logf("fault %s run %d: failover %s → %s (%s), lost %d bytes of WAL", kind.name, i, lf.From, lf.To, lf.Reason, lf.LostBytes)
