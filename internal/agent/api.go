@@ -30,6 +30,16 @@ const (
 	BootstrapPath = "/bootstrap"
 	DemotePath    = "/demote"
 	PromotePath   = "/promote"
+	// DetachPath stops a standby's WAL receiver (it reconnects to
+	// EnvPrimaryHost after wal_retrieve_retry_interval): a failover
+	// detaches the standbys from the lost primary before it promotes one,
+	// so that a primary that was only frozen cannot, on waking, send them
+	// WAL (or have it confirmed) that the new primary never had.
+	DetachPath = "/detach"
+	// RejoinPath makes a standby that received WAL the new primary's
+	// history does not have (its timeline forked before) stop, pg_rewind
+	// from EnvPrimaryHost, and stream again; 202, done in the background.
+	RejoinPath = "/rejoin"
 )
 
 // BinDir is the emptyDir the init container copies the manager binary

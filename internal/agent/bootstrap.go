@@ -106,9 +106,18 @@ func (a *Agent) clone() {
 }
 
 // errorLine is the line of a command's output that says what failed: the
-// first that says "error", else the last.
+// first PANIC, FATAL or ERROR of a server's log, else the first that says
+// "error", else the last; from its severity on (a log line's prefix, such
+// as its timestamp, says nothing of the cause).
 func errorLine(out string) string {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, sev := range []string{"PANIC:", "FATAL:", "ERROR:"} {
+		for _, l := range lines {
+			if i := strings.Index(l, sev); i >= 0 {
+				return l[i:]
+			}
+		}
+	}
 	for _, l := range lines {
 		if strings.Contains(l, "error") {
 			return l

@@ -54,6 +54,19 @@ func (c Client) Promote(ctx context.Context, baseURL string, req PromoteRequest)
 	return s, c.do(ctx, http.MethodPost, baseURL+PromotePath, req, &s)
 }
 
+// Detach asks a standby's agent to stop its WAL receiver.
+func (c Client) Detach(ctx context.Context, baseURL string) (Status, error) {
+	var s Status
+	return s, c.do(ctx, http.MethodPost, baseURL+DetachPath, struct{}{}, &s)
+}
+
+// Rejoin asks a diverged standby's agent to rewind it from the primary;
+// it answers (202) before it is done.
+func (c Client) Rejoin(ctx context.Context, baseURL string) (Status, error) {
+	var s Status
+	return s, c.do(ctx, http.MethodPost, baseURL+RejoinPath, struct{}{}, &s)
+}
+
 func (c Client) do(ctx context.Context, method, url string, in, out any) error {
 	var body io.Reader
 	if in != nil {

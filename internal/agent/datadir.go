@@ -224,3 +224,25 @@ func volumeSize(dir string) (uint64, error) {
 	}
 	return st.Blocks * uint64(st.Bsize), nil
 }
+
+// removeStalePidFile removes the data directory's postmaster.pid when the
+// process it names is not a postgres process: a server killed with its
+// container (an agent SIGKILL, an OOM kill) leaves it behind, and in the
+// next container its pid may belong to any process, such as one of the
+// agent's own threads, which postgres would take for a running server
+// ("lock file already exists") and refuse to start. The agent owns the
+// data directory alone (PID 1 of the only container that mounts it), and
+// calls this only while it runs no server.
+func removeStalePidFile(pgdata string) (bool, error) {
+	pid := postmasterPID(pgdata)
+	if pid == 0 {
+		return false, nil
+	}
+	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
+		return false, nil
+	}
+	if err := os.Remove(filepath.Join(pgdata, "postmaster.pid")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("removing the stale postmaster.pid: %w", err)
+	}
+	return true, nil
+}

@@ -23,6 +23,8 @@ func (a *Agent) listen() (*http.Server, error) {
 	mux.Handle("POST "+BootstrapPath, a.authenticated(a.handleBootstrap))
 	mux.Handle("POST "+DemotePath, a.authenticated(a.handleDemote))
 	mux.Handle("POST "+PromotePath, a.authenticated(a.handlePromote))
+	mux.Handle("POST "+DetachPath, a.authenticated(a.handleDetach))
+	mux.Handle("POST "+RejoinPath, a.authenticated(a.handleRejoin))
 	hs := &http.Server{Addr: a.cfg.Listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if a.cfg.TLSDir != "" {
 		certs := &certFiles{cert: filepath.Join(a.cfg.TLSDir, "tls.crt"), key: filepath.Join(a.cfg.TLSDir, "tls.key")}
@@ -120,6 +122,26 @@ func (a *Agent) handlePromote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s)
+}
+
+func (a *Agent) handleDetach(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := a.requestContext(r)
+	defer cancel()
+	if err := a.detach(ctx); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, a.status(ctx))
+}
+
+func (a *Agent) handleRejoin(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := a.requestContext(r)
+	defer cancel()
+	if err := a.rejoinStandby(ctx); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, a.status(ctx))
 }
 
 // requestContext is the context of a demote or promote: a caller that

@@ -131,6 +131,16 @@ func (a *Agent) startServer(state State) error {
 			a.log.Info("Dropped the slots this instance kept as a primary", "slots", dropped)
 		}
 	}
+	a.mu.Lock()
+	running := a.srv != nil
+	a.mu.Unlock()
+	if !running {
+		if removed, err := removeStalePidFile(a.cfg.PGData); err != nil {
+			return err
+		} else if removed {
+			a.log.Info("Removed a stale postmaster.pid")
+		}
+	}
 	args := a.serverArgs()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "PGPORT="+strconv.Itoa(a.cfg.Port))

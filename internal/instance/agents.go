@@ -34,6 +34,12 @@ type Agents interface {
 	// empty), a failover's (req.Failover) once it took the primary lease
 	// over, which the agent answers (202) before it is done.
 	Promote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.PromoteRequest) (agent.Status, error)
+	// Detach asks the agent of the standby pod to stop its WAL receiver
+	// (a failover cuts the standbys off the lost primary first).
+	Detach(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error)
+	// RejoinStandby asks the agent of a standby pod that cannot follow the
+	// primary's timeline to rewind from it (pg_rewind), in the background.
+	RejoinStandby(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error)
 }
 
 // agentTimeout bounds one call to an agent; a demote or promote waits for
@@ -97,6 +103,28 @@ func (a PodAgents) Promote(ctx context.Context, db *dbv1.Database, pod *corev1.P
 	ctx, cancel := context.WithTimeout(ctx, agentActionTimeout)
 	defer cancel()
 	return c.Promote(ctx, base, req)
+}
+
+// Detach implements Agents.
+func (a PodAgents) Detach(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
+	c, base, err := a.client(ctx, db, pod)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, agentActionTimeout)
+	defer cancel()
+	return c.Detach(ctx, base)
+}
+
+// RejoinStandby implements Agents.
+func (a PodAgents) RejoinStandby(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
+	c, base, err := a.client(ctx, db, pod)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, agentActionTimeout)
+	defer cancel()
+	return c.Rejoin(ctx, base)
 }
 
 // client is the agent client of pod and its base URL.

@@ -63,6 +63,9 @@ type member struct {
 	// promoting: a failover's promote waits to take the lease over.
 	promoting  bool
 	lastRewind *agent.RewindReport
+	// diverged: a standby that received WAL the primary's timeline does
+	// not have, so it cannot follow until rewound (RejoinStandby).
+	diverged bool
 }
 
 // renews says the member, as the lease's holder, keeps renewing it.
@@ -131,6 +134,11 @@ func (c *cluster) status(pod string) agent.Status {
 	}
 	if m.role == agent.RolePrimary {
 		s.CurrentLSN = LSN(c.wal)
+		return s
+	}
+	if m.diverged {
+		s.WALReceiver = "waiting"
+		s.ReceivedLSN, s.ReplayedLSN = LSN(m.replayed), LSN(m.replayed)
 		return s
 	}
 	if _, p := c.primary(); p != nil && !m.paused {
@@ -292,6 +300,50 @@ func ParseLSN(s string) (uint64, error) {
 		return 0, fmt.Errorf("invalid LSN %q", s)
 	}
 	return uint64(hi)<<32 | uint64(lo), nil
+}
+
+// Detach implements instance.Agents: it records the call.
+func (a *Agents) Detach(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.reach(db, pod)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	if m := c.instances[pod.Name]; m == nil || m.role != agent.RoleReplica {
+		return agent.Status{}, refused(http.StatusConflict, "%s is not a standby", pod.Name)
+	}
+	a.calls = append(a.calls, "detach "+pod.Name)
+	return c.status(pod.Name), nil
+}
+
+// RejoinStandby implements instance.Agents: a diverged standby follows
+// again (as if rewound).
+func (a *Agents) RejoinStandby(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.reach(db, pod)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	m := c.instances[pod.Name]
+	if m == nil || m.role != agent.RoleReplica || !m.diverged {
+		return agent.Status{}, refused(http.StatusConflict, "%s is not a standby that does not stream", pod.Name)
+	}
+	a.calls = append(a.calls, "rejoin "+pod.Name)
+	m.diverged = false
+	return c.status(pod.Name), nil
+}
+
+// SetDiverged makes the standby pod unable to follow the primary's
+// timeline until RejoinStandby.
+func (a *Agents) SetDiverged(db *dbv1.Database, pod string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m := a.cluster(db).instances[pod]; m != nil && m.timeline > 1 {
+		// it stayed on the timeline before the primary's
+		m.diverged, m.timeline = true, m.timeline-1
+	}
 }
 
 // Calls returns the bootstrap, demote and promote calls so far.

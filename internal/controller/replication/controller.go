@@ -70,6 +70,7 @@ const (
 	ReasonSwitchoverCompleted = "SwitchoverCompleted"
 	ReasonPodDeleted          = "PodDeleted"
 	ReasonRoleLabelled        = "RoleLabelled"
+	ReasonRejoining           = "Rejoining"
 	ReasonFailoverStarted     = "FailoverStarted"
 	ReasonFailoverAborted     = "FailoverAborted"
 	ReasonFailoverCompleted   = "FailoverCompleted"
@@ -457,6 +458,9 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 		if err := needPod(); err != nil {
 			return err
 		}
+		if a.Failover {
+			s.detachStandbys(ctx, db, pods)
+		}
 		st, err := s.agents.Promote(ctx, db, pod, agent.PromoteRequest{MinReplayedLSN: a.LSN, Failover: a.Failover})
 		if err != nil {
 			return err
@@ -468,6 +472,15 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 		}
 		s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonPromoted, "Switchover",
 			"Promoted %s after it replayed up to %s", a.Pod, a.LSN)
+	case ActRejoin:
+		if err := needPod(); err != nil {
+			return err
+		}
+		if _, err := s.agents.RejoinStandby(ctx, db, pod); err != nil {
+			return err
+		}
+		s.writer.Eventf(db, pod, corev1.EventTypeWarning, ReasonRejoining, "Rejoin",
+			"Rewinding %s from the primary: %s", a.Pod, a.Why)
 	case ActFinishSwitchover:
 		took := ""
 		if v, ok := s.started.LoadAndDelete(db.UID); ok {
@@ -666,4 +679,27 @@ func legacyStatus(pod *corev1.Pod, ready bool) *agent.Status {
 		st.State = agent.StateStarting
 	}
 	return st
+}
+
+// detachStandbys stops the WAL receivers of every standby that answers
+// before a failover promotes one (the target too): a lost primary that was
+// only frozen then cannot, on waking, send them WAL the new primary never
+// has, nor have a synchronous commit confirmed by them. Best effort: an
+// unreachable standby is not waited for.
+func (s *syncer) detachStandbys(ctx context.Context, db *dbv1.Database, pods map[string]*corev1.Pod) {
+	prev := db.Status.Replication
+	for name, pod := range pods {
+		if prev != nil && name == prev.CurrentPrimary {
+			continue
+		}
+		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := s.agents.Detach(dctx, db, pod)
+		cancel()
+		if err != nil {
+			log.FromContext(ctx).V(1).Info("Cannot detach a standby before the failover", "pod", name, "err", err.Error())
+		}
+	}
 }

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,7 +79,19 @@ func TestFailover(t *testing.T) {
 	clock = clocked(restarted)
 	*clock = clock.Add(12 * time.Second)
 	f.run(restarted, 4)
-	assert.Equal(t, []string{"promote orders-1 failover"}, f.agents.Calls()[calls:], "promoted other than once, with Failover")
+	var promotes, detachedFirst []string
+	for _, c := range f.agents.Calls()[calls:] {
+		if strings.HasPrefix(c, "detach ") {
+			if len(promotes) == 0 {
+				detachedFirst = append(detachedFirst, c)
+			}
+			continue
+		}
+		promotes = append(promotes, c)
+	}
+	assert.Equal(t, []string{"promote orders-1 failover"}, promotes, "promoted other than once, with Failover")
+	assert.Subset(t, detachedFirst, []string{"detach orders-1", "detach orders-2"},
+		"the standbys were not cut off the lost primary before the promotion")
 	st = f.get().Status.Replication
 	assert.Equal(t, "orders-1", st.CurrentPrimary)
 	assert.Equal(t, "orders-1", st.TargetPrimary)
@@ -105,6 +118,19 @@ func TestFailover(t *testing.T) {
 	assert.Equal(t, []string{"orders-1"}, f.labelled(dbv1.RolePrimary))
 	assert.Equal(t, dbv1.ReasonReplicating, f.condition().Reason, f.condition().Message)
 	assert.Contains(t, f.eventsText(), ReasonDiscarded)
+
+	// A standby that received WAL the new primary never had cannot follow
+	// its timeline: once the failover is rejoinAfter old, it is rewound.
+	f.agents.SetDiverged(f.db, "orders-2")
+	f.run(restarted, 1)
+	assert.NotContains(t, f.agents.Calls(), "rejoin orders-2", "rewound before rejoinAfter")
+	*clock = st.LastFailover.FinishedAt.Add(rejoinAfter + time.Second)
+	f.run(restarted, 1)
+	assert.Contains(t, f.agents.Calls(), "rejoin orders-2")
+	assert.Contains(t, f.eventsText(), "Warning "+ReasonRejoining+" Rewinding orders-2")
+	f.run(restarted, 2)
+	assert.Equal(t, []string{"orders-0", "orders-2"}, f.labelled(dbv1.RoleReplica))
+	assert.Equal(t, dbv1.ReasonReplicating, f.condition().Reason, f.condition().Message)
 }
 
 // TestNoFailover: a Ready primary whose agent does not answer, a paused

@@ -73,6 +73,7 @@ const (
 	ActStartFailover    ActionKind = "StartFailover"
 	ActAbortFailover    ActionKind = "AbortFailover"
 	ActFinishFailover   ActionKind = "FinishFailover"
+	ActRejoin           ActionKind = "RejoinStandby"
 )
 
 // Action is one step.
@@ -339,6 +340,15 @@ func decideSteady(p *Plan, in Input, byName map[string]*Instance, primaries []st
 	if p.Action.Kind != ActNone {
 		p.Changing = true
 		p.Condition = conditions.False(t, dbv1.ReasonBootstrapping, fmt.Sprintf("cloning standby %s from the primary %s", p.Action.Pod, p.CurrentPrimary))
+		return
+	}
+	if d := divergedStandby(in, prim); d != nil {
+		p.Changing = true
+		p.Action = Action{Kind: ActRejoin, Pod: d.Name, Why: fmt.Sprintf(
+			"it is on timeline %d, the primary %s on %d, and has not streamed for %s since the failover", d.Agent.Timeline, prim.Name, prim.Agent.Timeline, rejoinAfter)}
+		p.Condition = conditions.False(t, dbv1.ReasonInstanceUnhealthy, fmt.Sprintf(
+			"%s cannot follow the primary %s onto timeline %d (it received WAL of the lost primary the new one never had): rewinding it (pg_rewind)",
+			d.Name, prim.Name, prim.Agent.Timeline))
 		return
 	}
 
@@ -665,4 +675,34 @@ func labels(in Input, p Plan, primaries int) map[string]string {
 		out[inst.Name] = role
 	}
 	return out
+}
+
+// rejoinAfter is how long after a failover a standby behind the new
+// primary's timeline may take to follow it before it is rewound: a
+// standby that streams switches timelines within a second or two.
+const rejoinAfter = 20 * time.Second
+
+// divergedStandby is a running standby that, rejoinAfter after the last
+// failover finished, is still on an older timeline than the primary and
+// does not stream: it received WAL of the lost primary that the promoted
+// one never had (a frozen primary's walsender woke before its agent
+// fenced it), so PostgreSQL cannot follow the new timeline until the
+// standby is rewound. nil when there is none.
+func divergedStandby(in Input, prim *Instance) *Instance {
+	st := in.DB.Status.Replication
+	if st == nil || st.LastFailover == nil || st.LastFailover.FinishedAt == nil ||
+		in.Now.Sub(st.LastFailover.FinishedAt.Time) < rejoinAfter || prim.Agent == nil {
+		return nil
+	}
+	for i := range in.Instances {
+		inst := &in.Instances[i]
+		a := inst.Agent
+		if inst.Name == prim.Name || a == nil || inst.Terminating || inst.Ordinal >= replicas(in.DB) {
+			continue
+		}
+		if a.Role == agent.RoleReplica && a.State == agent.StateRunning && a.WALReceiver != "streaming" && a.Timeline < prim.Agent.Timeline {
+			return inst
+		}
+	}
+	return nil
 }
