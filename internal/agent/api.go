@@ -232,6 +232,10 @@ const (
 const (
 	EnvNamespace = "DBKEEPER_NAMESPACE"
 	EnvLeaseName = "DBKEEPER_LEASE_NAME"
+	// EnvPodUID is the pod's UID (downward API): a pod recreated with
+	// the same name (a force deletion, a lost node) is another holder
+	// than the one before it, whose containers may still run.
+	EnvPodUID = "DBKEEPER_POD_UID"
 )
 
 // StateFenced: the agent stopped its primary's server because it could not

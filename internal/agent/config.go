@@ -30,6 +30,7 @@ type Config struct {
 
 	// The environment (api.go names it).
 	Pod                 string
+	PodUID              string
 	Token               string
 	ReplicationPassword string
 	PrimaryHost         string
@@ -73,6 +74,7 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 		return c, errors.New("agent: $PGDATA is not set")
 	}
 	c.Pod = os.Getenv(EnvPodName)
+	c.PodUID = os.Getenv(EnvPodUID)
 	c.Token = os.Getenv(EnvToken)
 	c.ReplicationPassword = os.Getenv(EnvReplicationPassword)
 	c.PrimaryHost = os.Getenv(EnvPrimaryHost)

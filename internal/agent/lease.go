@@ -33,6 +33,7 @@ type leaseKeeper struct {
 	ns     string
 	name   string
 	self   string
+	uid    string
 	log    logr.Logger
 	// now is the agent's clock (time.Now: monotonic).
 	now func() time.Time
@@ -72,14 +73,15 @@ func newLeaseKeeper(cfg Config, log logr.Logger) (*leaseKeeper, error) {
 	}
 	return &leaseKeeper{
 		client: cs.CoordinationV1().Leases(cfg.Namespace), ns: cfg.Namespace, name: cfg.LeaseName,
-		self: cfg.Pod, log: log.WithValues("lease", cfg.LeaseName), now: time.Now,
+		self: cfg.Pod, uid: cfg.PodUID, log: log.WithValues("lease", cfg.LeaseName), now: time.Now,
 	}, nil
 }
 
 // record is what observe compares of a lease.
-func record(l *coordinationv1.Lease) leaseRecord {
+func (k *leaseKeeper) record(l *coordinationv1.Lease) leaseRecord {
 	r := leaseRecord{Holder: ptr.Deref(l.Spec.HolderIdentity, ""), ResourceVersion: l.ResourceVersion,
-		ReleasedBy: l.Annotations[AnnotationReleasedBy]}
+		ReleasedBy: l.Annotations[AnnotationReleasedBy], HolderUID: l.Annotations[AnnotationHolderUID]}
+	r.PrevSelf = r.Holder == k.self && r.HolderUID != "" && k.uid != "" && r.HolderUID != k.uid
 	if l.Spec.RenewTime != nil {
 		r.RenewTime = l.Spec.RenewTime.Time
 	}
@@ -103,7 +105,7 @@ func (k *leaseKeeper) read(ctx context.Context) (*coordinationv1.Lease, error) {
 		k.err = err.Error()
 		return nil, err
 	}
-	k.obs = observe(k.obs, record(l), now)
+	k.obs = observe(k.obs, k.record(l), now)
 	k.lease = l
 	k.err = ""
 	return l, nil
@@ -128,6 +130,12 @@ func (k *leaseKeeper) write(ctx context.Context, l *coordinationv1.Lease, holder
 		l.Annotations[AnnotationReleasedBy] = prev
 	} else {
 		delete(l.Annotations, AnnotationReleasedBy)
+		if k.uid != "" {
+			if l.Annotations == nil {
+				l.Annotations = map[string]string{}
+			}
+			l.Annotations[AnnotationHolderUID] = k.uid
+		}
 	}
 	l.Spec.HolderIdentity = ptr.To(holder)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(LeaseDuration / time.Second))
@@ -147,7 +155,7 @@ func (k *leaseKeeper) write(ctx context.Context, l *coordinationv1.Lease, holder
 	}
 	at := k.now()
 	k.mu.Lock()
-	k.obs = observe(k.obs, record(updated), at)
+	k.obs = observe(k.obs, k.record(updated), at)
 	k.lease = updated
 	k.err = ""
 	k.mu.Unlock()
@@ -233,7 +241,7 @@ func (k *leaseKeeper) renew(ctx context.Context) {
 		k.log.Error(err, "Cannot renew the primary lease")
 		return
 	}
-	rec := record(l)
+	rec := k.record(l)
 	if v := shouldFence(k.self, start, &rec, start); v.Fence {
 		k.fence(v.Reason)
 		return
@@ -327,7 +335,7 @@ func (k *leaseKeeper) release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("releasing the primary lease: %w", err)
 	}
-	if ptr.Deref(l.Spec.HolderIdentity, "") != k.self {
+	if ptr.Deref(l.Spec.HolderIdentity, "") != k.self || k.record(l).PrevSelf {
 		return nil
 	}
 	if err := k.write(ctx, l, ""); err != nil {

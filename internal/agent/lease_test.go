@@ -184,3 +184,32 @@ func TestKeeperReleasesOnlyItsOwnLease(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, f.get(t).Annotations, AnnotationReleasedBy, "a held lease names no releaser")
 }
+
+// A pod recreated with the name of the holder (a force deletion: the old
+// pod's server may still run on the same volume) does not take the lease
+// as its own: it waits until the old pod's record stayed unchanged for
+// LeaseDuration, and the old pod, seeing the new one hold it, fences.
+func TestKeeperPodOfTheSameNameIsAnotherHolder(t *testing.T) {
+	ctx := context.Background()
+	old := newFakeKeeper(t, "")
+	old.uid = "uid-old"
+	_, err := old.tryTake(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "uid-old", old.get(t).Annotations[AnnotationHolderUID])
+
+	next := &fakeKeeper{cs: old.cs, clock: t0}
+	next.leaseKeeper = &leaseKeeper{client: old.cs.CoordinationV1().Leases("ns"), ns: "ns", name: "db-primary", self: "db-1", uid: "uid-new",
+		log: logr.Discard(), now: next.now}
+	v, err := next.tryTake(ctx)
+	require.NoError(t, err)
+	assert.False(t, v.May, "took the lease its previous pod holds: %s", v.Reason)
+	next.advance(LeaseDuration)
+	v, err = next.tryTake(ctx)
+	require.NoError(t, err)
+	assert.True(t, v.May, v.Reason)
+	assert.Equal(t, "uid-new", next.get(t).Annotations[AnnotationHolderUID])
+
+	_, err = old.read(ctx)
+	require.NoError(t, err)
+	assert.True(t, shouldFence(old.self, old.now(), &old.obs.Record, old.now()).Fence, "the old pod keeps serving")
+}

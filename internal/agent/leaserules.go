@@ -18,7 +18,19 @@ type leaseRecord struct {
 	// ReleasedBy is the last holder of a released lease (the annotation
 	// AnnotationReleasedBy), empty when it was never held.
 	ReleasedBy string
+	// HolderUID is the holder's pod UID (AnnotationHolderUID).
+	HolderUID string
+	// PrevSelf says the holder has this agent's pod name but is another
+	// pod (AnnotationHolderUID): one force-deleted or on a lost node,
+	// whose server may still run on this very data directory. It is
+	// treated as another holder until it released the lease or left it
+	// unchanged for LeaseDuration.
+	PrevSelf bool
 }
+
+// AnnotationHolderUID, on the primary Lease, is the UID of the holder's
+// pod.
+const AnnotationHolderUID = "database.dbkeeper.io/holder-uid"
 
 // AnnotationReleasedBy, on the primary Lease, names the instance that
 // released it: the last primary, whose data is the newest.
@@ -74,7 +86,7 @@ func mayTake(self string, o leaseObservation, now time.Time) takeVerdict {
 	switch {
 	case o.Since.IsZero():
 		return takeVerdict{Wait: LeaseDuration, Reason: "the lease was not read yet"}
-	case o.Record.Holder == self:
+	case o.Record.Holder == self && !o.Record.PrevSelf:
 		return takeVerdict{May: true, Reason: "this instance holds it"}
 	case o.Record.Holder == "":
 		return takeVerdict{May: true, Reason: "it is released"}
@@ -100,8 +112,8 @@ type fenceVerdict struct {
 // holder. lastRenew is the start of the last successful renew request,
 // zero when it never renewed.
 func shouldFence(self string, lastRenew time.Time, read *leaseRecord, now time.Time) fenceVerdict {
-	if read != nil && read.Holder != "" && read.Holder != self {
-		return fenceVerdict{Fence: true, Reason: fmt.Sprintf("the primary lease names %s", read.Holder)}
+	if read != nil && read.Holder != "" && (read.Holder != self || read.PrevSelf) {
+		return fenceVerdict{Fence: true, Reason: fmt.Sprintf("the primary lease names %s (pod %s)", read.Holder, orNone(read.HolderUID))}
 	}
 	if lastRenew.IsZero() {
 		return fenceVerdict{Fence: true, Reason: "the primary lease was never renewed"}
@@ -144,6 +156,14 @@ func decideStart(self string, fenced bool, o leaseObservation, now time.Time) (s
 		return startWait, "the lease was not read yet"
 	}
 	h := o.Record.Holder
+	if h == self && o.Record.PrevSelf {
+		// the pod before this one, of the same name: it stops (its
+		// agent releases the lease once its server is down) or is dead.
+		if d := o.unchangedFor(now); d >= LeaseDuration {
+			return startTake, fmt.Sprintf("the previous pod %s has not renewed it for %s", h, d.Round(time.Millisecond))
+		}
+		return startWait, fmt.Sprintf("the previous pod named %s holds the lease: waiting for it to release it, or for %s without a renewal", h, LeaseDuration)
+	}
 	if fenced {
 		switch h {
 		case self:
@@ -168,4 +188,11 @@ func decideStart(self string, fenced bool, o leaseObservation, now time.Time) (s
 	}
 	return startWait, fmt.Sprintf("the lease names %s, unchanged for %s: waiting for it to renew (or for the operator to fail over)",
 		h, o.unchangedFor(now).Round(time.Second))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

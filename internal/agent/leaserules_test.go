@@ -50,6 +50,11 @@ func TestMayTake(t *testing.T) {
 	}{
 		{"never read", leaseObservation{}, 20 * time.Second, false, LeaseDuration},
 		{"own lease", seen("db-1", 0, at(0)), 0, true, 0},
+		{"its name's, held by the previous pod of that name, just seen", func() leaseObservation {
+			o := seen("db-1", 0, at(0))
+			o.Record.HolderUID, o.Record.PrevSelf = "uid-old", true
+			return o
+		}(), 0, false, LeaseDuration},
 		{"released", seen("", 0, at(0)), 0, true, 0},
 		{"another's, just seen", seen("db-0", 0, at(0)), 0, false, LeaseDuration},
 		{"another's, unchanged 14.9s", seen("db-0", 0, at(0)), 14900 * time.Millisecond, false, 100 * time.Millisecond},
@@ -85,6 +90,7 @@ func TestShouldFence(t *testing.T) {
 		{"renewed 10.001s ago", at(0), nil, LeaseRenewDeadline + time.Millisecond, true},
 		{"renewed 1s ago, the lease names another holder", at(0), &leaseRecord{Holder: "db-1"}, time.Second, true},
 		{"renewed 1s ago, the lease names it", at(0), &leaseRecord{Holder: "db-0"}, time.Second, false},
+		{"renewed 1s ago, the lease names another pod of its name", at(0), &leaseRecord{Holder: "db-0", HolderUID: "uid-new", PrevSelf: true}, time.Second, true},
 		{"renewed 1s ago, the lease is released", at(0), &leaseRecord{}, time.Second, false},
 		{"never renewed", time.Time{}, nil, 0, true},
 	} {
@@ -125,6 +131,11 @@ func TestDecideStart(t *testing.T) {
 	seen := func(holder string, first, since time.Duration) leaseObservation {
 		return leaseObservation{Record: leaseRecord{Holder: holder, ResourceVersion: "5"}, Since: at(since), First: at(first)}
 	}
+	prevSelf := func(first, since time.Duration) leaseObservation {
+		o := seen("db-0", first, since)
+		o.Record.HolderUID, o.Record.PrevSelf = "uid-old", true
+		return o
+	}
 	released := func(by string) leaseObservation {
 		o := seen("", 0, 0)
 		o.Record.ReleasedBy = by
@@ -143,6 +154,9 @@ func TestDecideStart(t *testing.T) {
 		{"another's, just started watching", false, seen("db-1", 0, 0), 3 * time.Second, startWait},
 		{"another's, renewed while watching", false, seen("db-1", 0, 2*time.Second), 3 * time.Second, startRejoin},
 		{"released by itself (its own pod deletion)", false, released("db-0"), 0, startTake},
+		{"held by the previous pod of its name (force-deleted): its server may still run", false, prevSelf(0, 0), 3 * time.Second, startWait},
+		{"held by the previous pod of its name, renewed while watching", false, prevSelf(0, 2*time.Second), 10 * time.Second, startWait},
+		{"held by the previous pod of its name, silent for LeaseDuration: it is dead or fenced", false, prevSelf(0, 0), LeaseDuration, startTake},
 		{"released by the primary after it: that one's data is newer", false, released("db-1"), time.Hour, startWait},
 		{"another's, unchanged for LeaseDuration: a failover is the operator's", false, seen("db-1", 0, 0), LeaseDuration, startWait},
 		{"fenced, own lease: nobody promoted since", true, seen("db-0", 0, 0), 0, startTake},

@@ -150,6 +150,7 @@ func agentEnv(db *dbv1.Database, tls ServerTLS) []corev1.EnvVar {
 		{Name: agent.EnvReplicationPassword, ValueFrom: secretKey(ReplicationPasswordKey)},
 		{Name: agent.EnvPrimaryHost, Value: ClientServiceHost(db)},
 		{Name: agent.EnvNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
+		{Name: agent.EnvPodUID, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.uid"}}},
 		{Name: agent.EnvLeaseName, Value: LeaseName(db)},
 	}
 	if tls {

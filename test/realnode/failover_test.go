@@ -65,6 +65,8 @@ type ha struct {
 	measured map[string][]time.Duration
 	// runs numbers the runs, for unique table names.
 	runs int
+	// faultAt is when the last fault was injected.
+	faultAt time.Time
 	// lost are the acknowledged ids already found missing (and counted)
 	// after an earlier asynchronous failover.
 	lost map[int64]bool
@@ -274,6 +276,7 @@ func (h *ha) run(kind faultKind, i int) {
 		timeout, 20*time.Millisecond, "both writers write before the fault")
 
 	at := time.Now()
+	h.faultAt = at
 	t.Logf("fault %s run %d: primary %s", kind.name, i, old)
 	f := kind.inject(h, old, at)
 	if f.heal != nil && f.healAfter > 0 {
@@ -451,6 +454,11 @@ func (h *ha) assertAcknowledged(fence *dbtest.Writer, failedOver bool) {
 	fenceMissing, err := fence.Missing(ctx, h.super)
 	require.NoError(t, err)
 	lost := len(missing) + len(fenceMissing)
+	for _, id := range missing {
+		if at, ok := h.w.AckedAt(id); ok {
+			t.Logf("acknowledged id %d missing: acknowledged at %s (%s after the fault)", id, at.Format(time.RFC3339Nano), at.Sub(h.faultAt).Round(time.Millisecond))
+		}
+	}
 	if h.sync {
 		assert.Empty(t, missing, "acknowledged ids lost through <name>")
 		assert.Empty(t, fenceMissing, "acknowledged ids lost on the old primary")

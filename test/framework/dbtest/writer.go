@@ -186,6 +186,17 @@ func (w *Writer) Acked() []int64 {
 	return slices.Clone(w.acked)
 }
 
+// AckedAt is when the INSERT of id returned success; false when it did
+// not (yet).
+func (w *Writer) AckedAt(id int64) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if i, ok := slices.BinarySearch(w.acked, id); ok {
+		return w.ackAt[i], true
+	}
+	return time.Time{}, false
+}
+
 // Failed is how many statements or connections failed.
 func (w *Writer) Failed() int {
 	w.mu.Lock()
