@@ -323,6 +323,17 @@ func decideSteady(p *Plan, in Input, byName map[string]*Instance, primaries []st
 	// Standbys to create.
 	var unhealthy []string
 	for _, inst := range in.Instances {
+		if inst.Agent != nil && inst.Agent.VolumeFull && inst.Ordinal < n {
+			role := "standby"
+			if inst.Name == p.CurrentPrimary {
+				role = "primary"
+			}
+			unhealthy = append(unhealthy, fmt.Sprintf(
+				"the data volume of the %s %s is full (%d bytes free): writes fail until spec.storage.size grows or space is freed; no failover (a standby's volume is no larger)",
+				role, inst.Name, inst.Agent.VolumeAvailableBytes))
+		}
+	}
+	for _, inst := range in.Instances {
 		if inst.Ordinal >= n || inst.Name == p.CurrentPrimary {
 			continue
 		}

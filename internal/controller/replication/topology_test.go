@@ -2,8 +2,10 @@ package replication
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -110,4 +112,23 @@ func TestUnreachableRow(t *testing.T) {
 	assert.Contains(t, p.Rows[0].Message, "connection refused")
 	assert.Equal(t, "", p.Labels["orders-0"])
 	assert.Equal(t, ActNone, p.Action.Kind)
+}
+
+// A full data volume is said in the condition, naming the instance and
+// what to do; the primary keeps its role and label (a failover would not
+// help).
+func TestDecideSaysTheVolumeIsFull(t *testing.T) {
+	db := facettest.Database()
+	db.Spec.Replicas = ptr.To[int32](2)
+	db.Status.Replication = &dbv1.ReplicationStatus{CurrentPrimary: "orders-0", TargetPrimary: "orders-0"}
+	full := primaryAt("orders-0", "0/10")
+	full.VolumeFull, full.VolumeAvailableBytes = true, 8192
+	p := Decide(Input{DB: db, Now: time.Now(), Instances: []Instance{inst(0, full, ""), inst(1, standbyAt("orders-1", "0/10"), "")}})
+	assert.Equal(t, metav1.ConditionFalse, p.Condition.Status)
+	assert.Equal(t, dbv1.ReasonInstanceUnhealthy, p.Condition.Reason)
+	assert.Contains(t, p.Condition.Message, "data volume of the primary orders-0 is full (8192 bytes free)")
+	assert.Contains(t, p.Condition.Message, "spec.storage.size")
+	assert.Equal(t, ActNone, p.Action.Kind)
+	assert.Equal(t, "orders-0", p.CurrentPrimary)
+	assert.Equal(t, dbv1.RolePrimary, p.Labels["orders-0"])
 }
