@@ -16,7 +16,7 @@ HELM := $(TOOLS_BIN)/helm
 GO_TEST_FLAGS ?=
 # The real-node and integration suites each run for about 10 minutes on the
 # 2-core machine, which is go test's default limit per package.
-TEST_TIMEOUT ?= 30m
+TEST_TIMEOUT ?= 45m
 FUZZTIME ?= 2m
 BENCH_FLAGS ?=
 # The demo's node: real (kubelet and containers; root), fake (kwok), auto.
