@@ -564,6 +564,17 @@ func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan *Plan) (
 		return "", err
 	}
 	defer func() { _ = conn.Close(ctx) }()
+	// The controller's own statements never wait for a synchronous
+	// standby: after a failover the new primary may still name standbys
+	// that cannot confirm (its postgresql.auto.conf came from a clone or a
+	// rewind), and the statement that fixes that must not queue behind
+	// it, nor the slots the standbys need to stream.
+	if _, err := conn.Exec(ctx, "SET synchronous_commit TO local"); err != nil {
+		return "", fmt.Errorf("setting synchronous_commit for the controller's session: %w", err)
+	}
+	if err := ensureSynchronous(ctx, conn, standbyNames(plan.WantSynchronous)); err != nil {
+		return "", err
+	}
 
 	user := agent.ReplicationUser
 	stored, exists, err := conn.QueryValue(ctx, fmt.Sprintf("SELECT rolpassword FROM pg_catalog.pg_authid WHERE rolname = %s", quoteLiteral(user)))
@@ -620,9 +631,6 @@ func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan *Plan) (
 		log.FromContext(ctx).Info("Dropped the replication slot of a removed instance", "slot", slot)
 	}
 	if err := ensureRewindGrants(ctx, conn); err != nil {
-		return "", err
-	}
-	if err := ensureSynchronous(ctx, conn, standbyNames(plan.WantSynchronous)); err != nil {
 		return "", err
 	}
 	plan.Synchronous = plan.WantSynchronous
