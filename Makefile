@@ -61,8 +61,13 @@ test: tools ## Run every test: unit, integration on a real kube-apiserver, end-t
 	@if [ "$$(id -u)" = 0 ]; then images/build.sh >/dev/null; else echo "not root: no real node here; its suites will say so and skip"; fi
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	go vet ./...
+	go vet -tags failover ./test/realnode
 	go test -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 	go test -run '^$$' -fuzz FuzzBuilders -fuzztime 5000x ./internal/resources
+
+.PHONY: test-failover
+test-failover: tools ## The failover fault-injection suite on the real node (root; about 10 min): each fault of the primary twice, synchronous and asynchronous. Not in make test yet: see docs/design/failover.md "Open defect".
+	DBKEEPER_REQUIRE_REAL_NODE=1 go test -tags failover -race -count=1 -v -timeout $(TEST_TIMEOUT) -run 'TestFailover' ./test/realnode
 
 .PHONY: fuzz
 fuzz: ## Fuzz the builders for FUZZTIME (default 2m).
