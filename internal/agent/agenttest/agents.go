@@ -369,20 +369,21 @@ func (a *Agents) SetUnreachable(db *dbv1.Database, pod string, unreachable bool)
 // SetPaused stops (or restarts) the WAL receiver of the standby pod: it
 // reports no streaming and its replay falls behind the primary.
 func (a *Agents) SetPaused(db *dbv1.Database, pod string, paused bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if m := a.cluster(db).instances[pod]; m != nil {
-		m.paused = paused
-	}
+	a.with(db, pod, func(m *member) { m.paused = paused })
 }
 
 // SetStopped makes the server of pod stop (not streaming, not ready) or
 // run again.
 func (a *Agents) SetStopped(db *dbv1.Database, pod string, stopped bool) {
+	a.with(db, pod, func(m *member) { m.stopped = stopped })
+}
+
+// with runs f on the instance pod of db, when it exists.
+func (a *Agents) with(db *dbv1.Database, pod string, f func(*member)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if m := a.cluster(db).instances[pod]; m != nil {
-		m.stopped = stopped
+		f(m)
 	}
 }
 
@@ -410,20 +411,12 @@ func (a *Agents) Roles(db *dbv1.Database) map[string]agent.Role {
 // SetFenced makes the agent of the primary pod report that it fenced
 // itself (its server stopped: it lost the lease), or not.
 func (a *Agents) SetFenced(db *dbv1.Database, pod string, fenced bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if m := a.cluster(db).instances[pod]; m != nil {
-		m.fenced = fenced
-	}
+	a.with(db, pod, func(m *member) { m.fenced = fenced })
 }
 
 // SetVolumeFull makes the agent of pod report a full data volume, or not.
 func (a *Agents) SetVolumeFull(db *dbv1.Database, pod string, full bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if m := a.cluster(db).instances[pod]; m != nil {
-		m.volumeFull = full
-	}
+	a.with(db, pod, func(m *member) { m.volumeFull = full })
 }
 
 // Rejoin makes the former primary pod a standby of the current primary,
