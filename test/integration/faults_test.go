@@ -49,8 +49,12 @@ func TestConvergesThroughInjectedFaults(t *testing.T) {
 			}
 		}))
 	}
+	// The StatefulSet comes after the engine pods' ServiceAccount, Role,
+	// RoleBinding and primary Lease: five writes, each refused a quarter
+	// of the time, with the controller's growing backoff between tries;
+	// the same minute as Ready below, not the usual 20 s.
 	for _, db := range dbs {
-		markStatefulSetReady(t, db)
+		markStatefulSetReadyWithin(t, db, time.Minute)
 	}
 	for _, db := range dbs {
 		dbtest.WaitCondition(t, admin, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady, time.Minute)

@@ -161,13 +161,25 @@ func createDatabase(t *testing.T, db *dbv1.Database) *dbv1.Database {
 // of the in-process operator.
 func markStatefulSetReady(t *testing.T, db *dbv1.Database) {
 	t.Helper()
-	n := markStatefulSetStatusReady(t, db)
+	markStatefulSetReadyWithin(t, db, timeout)
+}
+
+// markStatefulSetReadyWithin is markStatefulSetReady waiting up to wait
+// for the StatefulSet.
+func markStatefulSetReadyWithin(t *testing.T, db *dbv1.Database, wait time.Duration) {
+	t.Helper()
+	n := markStatefulSetStatusReadyWithin(t, db, wait)
 	markPodsReady(t, db, n, resources.StatefulSetName(db)+"-1")
 }
 
 // markStatefulSetStatusReady is markStatefulSetReady without the pods,
 // for the manager binary, which reaches real pods; it returns the replicas.
 func markStatefulSetStatusReady(t *testing.T, db *dbv1.Database) int {
+	t.Helper()
+	return markStatefulSetStatusReadyWithin(t, db, timeout)
+}
+
+func markStatefulSetStatusReadyWithin(t *testing.T, db *dbv1.Database, wait time.Duration) int {
 	t.Helper()
 	sts := &appsv1.StatefulSet{}
 	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}
@@ -187,7 +199,7 @@ func markStatefulSetStatusReady(t *testing.T, db *dbv1.Database) int {
 			UpdateRevision:     sts.Name + "-1",
 		}
 		assert.NoError(c, admin.Status().Update(context.Background(), sts))
-	}, timeout, tick)
+	}, wait, tick)
 	return int(*sts.Spec.Replicas)
 }
 
