@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -38,6 +39,9 @@ func preAgentStatefulSet(t *testing.T, db *dbv1.Database) *appsv1.StatefulSet {
 	require.NoError(t, json.Unmarshal(raw, sts))
 	pod := &sts.Spec.Template.Spec
 	pod.InitContainers = nil
+	// no ServiceAccount of its own and no token: the agent's Lease came
+	// with issue 19
+	pod.ServiceAccountName, pod.AutomountServiceAccountToken = "", ptr.To(false)
 	var volumes []corev1.Volume
 	for _, v := range pod.Volumes {
 		if v.Name != resources.AgentContainer {
