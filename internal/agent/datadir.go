@@ -246,3 +246,13 @@ func removeStalePidFile(pgdata string) (bool, error) {
 	}
 	return true, nil
 }
+
+// clearStalePidFile is removeStalePidFile on the agent's data directory,
+// logged; call it only while the agent runs no server.
+func (a *Agent) clearStalePidFile() error {
+	removed, err := removeStalePidFile(a.cfg.PGData)
+	if removed {
+		a.log.Info("Removed a stale postmaster.pid")
+	}
+	return err
+}

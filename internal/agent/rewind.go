@@ -128,10 +128,8 @@ func (a *Agent) ensureCleanShutdown(ctx context.Context) error {
 	if st := cd["Database cluster state"]; st == "shut down" || st == "shut down in recovery" {
 		return nil
 	}
-	if removed, err := removeStalePidFile(a.cfg.PGData); err != nil {
+	if err := a.clearStalePidFile(); err != nil {
 		return err
-	} else if removed {
-		a.log.Info("Removed a stale postmaster.pid")
 	}
 	args := append([]string{"--single", "-F", "-D", a.cfg.PGData}, a.serverSettings()...)
 	// its shutdown checkpoint must not remove the WAL pg_rewind reads

@@ -135,10 +135,8 @@ func (a *Agent) startServer(state State) error {
 	running := a.srv != nil
 	a.mu.Unlock()
 	if !running {
-		if removed, err := removeStalePidFile(a.cfg.PGData); err != nil {
+		if err := a.clearStalePidFile(); err != nil {
 			return err
-		} else if removed {
-			a.log.Info("Removed a stale postmaster.pid")
 		}
 	}
 	args := a.serverArgs()

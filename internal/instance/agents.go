@@ -63,68 +63,52 @@ var _ Agents = PodAgents{}
 
 // Status implements Agents.
 func (a PodAgents) Status(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
-	c, base, err := a.client(ctx, db, pod)
-	if err != nil {
-		return agent.Status{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, agentStatusTimeout)
-	defer cancel()
-	return c.Status(ctx, base)
+	return call(ctx, a, db, pod, agentStatusTimeout, func(c agent.Client, ctx context.Context, base string) (agent.Status, error) {
+		return c.Status(ctx, base)
+	})
 }
 
 // Bootstrap implements Agents.
 func (a PodAgents) Bootstrap(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, mode agent.BootstrapMode) (agent.Status, error) {
-	c, base, err := a.client(ctx, db, pod)
-	if err != nil {
-		return agent.Status{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, agentActionTimeout)
-	defer cancel()
-	return c.Bootstrap(ctx, base, agent.BootstrapRequest{Mode: mode})
+	return call(ctx, a, db, pod, agentActionTimeout, func(c agent.Client, ctx context.Context, base string) (agent.Status, error) {
+		return c.Bootstrap(ctx, base, agent.BootstrapRequest{Mode: mode})
+	})
 }
 
 // Demote implements Agents.
 func (a PodAgents) Demote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.DemoteResponse, error) {
-	c, base, err := a.client(ctx, db, pod)
-	if err != nil {
-		return agent.DemoteResponse{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, agentActionTimeout)
-	defer cancel()
-	return c.Demote(ctx, base)
+	return call(ctx, a, db, pod, agentActionTimeout, agent.Client.Demote)
 }
 
 // Promote implements Agents.
 func (a PodAgents) Promote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.PromoteRequest) (agent.Status, error) {
-	c, base, err := a.client(ctx, db, pod)
-	if err != nil {
-		return agent.Status{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, agentActionTimeout)
-	defer cancel()
-	return c.Promote(ctx, base, req)
+	return call(ctx, a, db, pod, agentActionTimeout, func(c agent.Client, ctx context.Context, base string) (agent.Status, error) {
+		return c.Promote(ctx, base, req)
+	})
 }
 
 // Detach implements Agents.
 func (a PodAgents) Detach(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
-	c, base, err := a.client(ctx, db, pod)
-	if err != nil {
-		return agent.Status{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, agentActionTimeout)
-	defer cancel()
-	return c.Detach(ctx, base)
+	return call(ctx, a, db, pod, agentActionTimeout, agent.Client.Detach)
 }
 
 // RejoinStandby implements Agents.
 func (a PodAgents) RejoinStandby(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
+	return call(ctx, a, db, pod, agentActionTimeout, agent.Client.Rejoin)
+}
+
+// call makes one request f of pod's agent within timeout; f has the
+// shape of agent.Client's methods as method expressions (receiver first).
+func call[T any](ctx context.Context, a PodAgents, db *dbv1.Database, pod *corev1.Pod, timeout time.Duration,
+	f func(agent.Client, context.Context, string) (T, error)) (T, error) {
 	c, base, err := a.client(ctx, db, pod)
 	if err != nil {
-		return agent.Status{}, err
+		var zero T
+		return zero, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, agentActionTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return c.Rejoin(ctx, base)
+	return f(c, ctx, base)
 }
 
 // client is the agent client of pod and its base URL.
