@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,8 +124,12 @@ func (c *Conn) Exec(ctx context.Context, sql string) ([]string, error) {
 }
 
 // QueryValue runs a query of at most one row and one column: ok is false
-// when there is no row, value is nil when the column is NULL.
+// when there is no row, value is nil when the column is NULL. Notices
+// returns what the server noticed meanwhile.
 func (c *Conn) QueryValue(ctx context.Context, sql string) (value *string, ok bool, err error) {
+	c.mu.Lock()
+	c.notices = nil
+	c.mu.Unlock()
 	err = c.conn.QueryRow(ctx, sql).Scan(&value)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
@@ -133,6 +138,14 @@ func (c *Conn) QueryValue(ctx context.Context, sql string) (value *string, ok bo
 		return nil, false, plain(err)
 	}
 	return value, true, nil
+}
+
+// Notices are the NOTICEs and WARNINGs the server sent during the last
+// statement.
+func (c *Conn) Notices() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.notices)
 }
 
 // plain keeps the server's error as it is and drops anything of pgx's

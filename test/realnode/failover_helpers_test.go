@@ -2,10 +2,17 @@ package realnode
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -62,3 +69,48 @@ func sqlWithin(target sqlconn.Target, sql string, d time.Duration) (string, erro
 func procCmdline(pid int) string { return faults.Cmdline(pid) }
 func procState(pid int) string   { return faults.State(pid) }
 func procAlive(pid int) bool     { return faults.Alive(pid) }
+
+// explainMissing says, for acknowledged ids of w (table in database) found missing,
+// which server acknowledged each and its neighbours, which instances hold
+// them now and where each instance stands, and writes every engine
+// container's log (the previous run's too) into a directory that outlives
+// the test: what is needed to find how an acknowledged write was lost.
+func explainMissing(t *testing.T, db *dbv1.Database, w *dbtest.Writer, database, table string, missing []int64) {
+	t.Helper()
+	if len(missing) == 0 {
+		return
+	}
+	for _, id := range missing {
+		for n := id - 2; n <= id+2; n++ {
+			at, _ := w.AckedAt(n)
+			by, ok := w.AckedBy(n)
+			t.Logf("id %d (missing %v): acknowledged %v at %s by %s", n, n == id, ok, at.Format("15:04:05.000"), by)
+		}
+	}
+	ids := make([]string, len(missing))
+	for i, id := range missing {
+		ids[i] = strconv.FormatInt(id, 10)
+	}
+	for i := range int(ptr.Deref(db.Spec.Replicas, 1)) {
+		name := resources.InstanceName(db, i)
+		target := podTarget(t, db, name)
+		target.Database = database
+		v, err := sqlWithin(target, fmt.Sprintf(
+			"SELECT concat_ws(' ', 'recovery', pg_is_in_recovery(), 'present', (SELECT count(*) FROM %s WHERE id IN (%s)), 'rows', (SELECT count(*) FROM %s), 'timeline', (SELECT timeline_id FROM pg_control_checkpoint()), 'insert', CASE WHEN NOT pg_is_in_recovery() THEN pg_current_wal_insert_lsn() END, 'replayed', pg_last_wal_replay_lsn(), 'started', pg_postmaster_start_time())",
+			table, strings.Join(ids, ","), table), 10*time.Second)
+		t.Logf("instance %s: %s %v", name, v, err)
+	}
+	dir, err := os.MkdirTemp("", "dbkeeper-missing-")
+	require.NoError(t, err)
+	for _, p := range podsOf(t, db) {
+		for _, previous := range []bool{false, true} {
+			logs, err := psql.Clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{
+				Container: faults.EngineContainer, Previous: previous}).DoRaw(context.Background())
+			if err != nil {
+				logs = []byte(err.Error())
+			}
+			require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-previous-%v.log", p.Name, previous)), logs, 0o644))
+		}
+	}
+	t.Logf("the engine containers' logs are in %s", dir)
+}

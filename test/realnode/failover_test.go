@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +51,21 @@ const (
 	// (pg_rewind, a container restart with the kubelet's back-off).
 	convergeTimeout = 4 * time.Minute
 )
+
+// runsOf is how often the suites inject the fault kind: def times, or as
+// DBKEEPER_FAILOVER_RUNS says, and only for the kinds
+// DBKEEPER_FAILOVER_FAULTS lists (comma-separated) when it is set (to
+// repeat one fault while looking into it: make test-failover
+// FAULTS=agent-sigkill RUNS=5).
+func runsOf(kind string, def int) int {
+	if only := os.Getenv("DBKEEPER_FAILOVER_FAULTS"); only != "" && !slices.Contains(strings.Split(only, ","), kind) {
+		return 0
+	}
+	if n, err := strconv.Atoi(os.Getenv("DBKEEPER_FAILOVER_RUNS")); err == nil {
+		return n
+	}
+	return def
+}
 
 // ha is a Database under fault injection with its operator and writer.
 type ha struct {
@@ -226,14 +243,14 @@ func TestFailoverSynchronous(t *testing.T) {
 	t.Parallel()
 	h := startHA(t, "sync", true)
 	for _, kind := range faultKinds {
-		for i := range 2 {
+		for i := range runsOf(kind.name, 2) {
 			h.run(kind, i+1)
 		}
 	}
-	for i := range 2 {
+	for i := range runsOf("volume-full", 2) {
 		h.volumeFull(i + 1)
 	}
-	for i := range 2 {
+	for i := range runsOf("operator-down", 2) {
 		h.operatorDown(i + 1)
 	}
 	h.summary()
@@ -252,11 +269,11 @@ func TestFailoverAsynchronous(t *testing.T) {
 		if kind.name != "frozen" && kind.name != "cut-from-api-server" && kind.name != "agent-sigkill" {
 			continue
 		}
-		for i := range 2 {
+		for i := range runsOf(kind.name, 2) {
 			h.run(kind, i+1)
 		}
 	}
-	h.operatorKilledMidFailover()
+	h.operatorKilledMidFailover(runsOf("operator-killed", 3))
 	h.summary()
 }
 
@@ -462,6 +479,8 @@ func (h *ha) assertAcknowledged(fence *dbtest.Writer, failedOver bool) {
 		}
 	}
 	if h.sync {
+		explainMissing(t, h.db, h.w, h.rw.Database, "acks", missing)
+		explainMissing(t, h.db, fence, h.super.Database, fmt.Sprintf("fence_%d", h.runs), fenceMissing)
 		assert.Empty(t, missing, "acknowledged ids lost through <name>")
 		assert.Empty(t, fenceMissing, "acknowledged ids lost on the old primary")
 		return
@@ -602,6 +621,7 @@ func (h *ha) operatorDown(i int) {
 	if h.sync {
 		missing, err := h.w.Missing(context.Background(), h.rw)
 		require.NoError(t, err)
+		explainMissing(t, h.db, h.w, h.rw.Database, "acks", missing)
 		assert.Empty(t, missing, "acknowledged ids lost")
 	}
 }
@@ -610,10 +630,10 @@ func (h *ha) operatorDown(i int) {
 // a random point of the failover that follows, then starts it again: it
 // converges to exactly one primary, labelled and behind <name>, every
 // time.
-func (h *ha) operatorKilledMidFailover() {
+func (h *ha) operatorKilledMidFailover(runs int) {
 	t := h.t
 	t.Helper()
-	for i := range 3 {
+	for i := range runs {
 		old := h.converged()
 		thaw, err := h.inj.Freeze(context.Background(), h.db.Namespace, old)
 		require.NoError(t, err)

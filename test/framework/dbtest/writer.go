@@ -62,9 +62,13 @@ type Writer struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 
-	mu     sync.Mutex
-	acked  []int64
-	ackAt  []time.Time
+	mu    sync.Mutex
+	acked []int64
+	ackAt []time.Time
+	// ackBy is, for each acknowledged id, the server that acknowledged it
+	// (address, postmaster start, transaction id, WAL position) and any
+	// warning it sent with the acknowledgement.
+	ackBy  []string
 	failed int
 	next   int64
 	// stoppedAt is when Stop was first called.
@@ -119,7 +123,8 @@ func (w *Writer) run(ctx context.Context) {
 		id := w.next
 		w.next++
 		w.mu.Unlock()
-		if err := w.insert(ctx, conn, id); err != nil {
+		by, err := w.insert(ctx, conn, id)
+		if err != nil {
 			w.fail()
 			conn.Close(context.Background())
 			conn = nil
@@ -129,6 +134,7 @@ func (w *Writer) run(ctx context.Context) {
 		w.mu.Lock()
 		w.acked = append(w.acked, id)
 		w.ackAt = append(w.ackAt, time.Now())
+		w.ackBy = append(w.ackBy, by)
 		w.mu.Unlock()
 		sleep(ctx, 5*time.Millisecond)
 	}
@@ -144,15 +150,40 @@ func (w *Writer) connect(ctx context.Context) (*sqlconn.Conn, error) {
 	return sqlconn.Connect(ctx, w.target)
 }
 
-// insert inserts id within the timeout.
-func (w *Writer) insert(ctx context.Context, conn *sqlconn.Conn, id int64) error {
+// insert inserts id within the timeout and returns which server
+// acknowledged it: its address, when its postmaster started, the
+// transaction's id and the WAL position after it, and the server's
+// warnings if it sent any.
+func (w *Writer) insert(ctx context.Context, conn *sqlconn.Conn, id int64) (string, error) {
 	if w.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, w.timeout)
 		defer cancel()
 	}
-	_, err := conn.Exec(ctx, "INSERT INTO "+w.table+" (id) VALUES ("+strconv.FormatInt(id, 10)+")")
-	return err
+	v, _, err := conn.QueryValue(ctx, "INSERT INTO "+w.table+" (id) VALUES ("+strconv.FormatInt(id, 10)+
+		") RETURNING concat_ws(' ', inet_server_addr(), to_char(pg_postmaster_start_time(), 'HH24:MI:SS.US'), 'xid', pg_current_xact_id(), 'lsn', pg_current_wal_insert_lsn())")
+	if err != nil {
+		return "", err
+	}
+	by := ""
+	if v != nil {
+		by = *v
+	}
+	if n := conn.Notices(); len(n) > 0 {
+		by += fmt.Sprintf(" notices %q", n)
+	}
+	return by, nil
+}
+
+// AckedBy is which server acknowledged id (see insert); false when it was
+// not acknowledged.
+func (w *Writer) AckedBy(id int64) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if i, ok := slices.BinarySearch(w.acked, id); ok && i < len(w.ackBy) {
+		return w.ackBy[i], true
+	}
+	return "", false
 }
 
 func (w *Writer) fail() {

@@ -22,7 +22,11 @@ import (
 // tail lines the test prints if it fails.
 func FileLogger(t testing.TB, tail int) logr.Logger {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("operator-%d.log", time.Now().UnixNano()))
+	dir := t.TempDir()
+	if os.Getenv("DBKEEPER_KEEP_CLUSTER") == "1" {
+		dir = os.TempDir() // kept with the cluster, for a look afterwards
+	}
+	path := filepath.Join(dir, fmt.Sprintf("operator-%d.log", time.Now().UnixNano()))
 	f, err := os.Create(path)
 	require.NoError(t, err)
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(f), zapcore.Level(-2))
@@ -31,7 +35,7 @@ func FileLogger(t testing.TB, tail int) logr.Logger {
 		if t.Failed() {
 			data, _ := os.ReadFile(path)
 			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-			t.Logf("last operator log lines:\n%s", strings.Join(lines[max(0, len(lines)-tail):], "\n"))
+			t.Logf("last operator log lines (all in %s):\n%s", path, strings.Join(lines[max(0, len(lines)-tail):], "\n"))
 		}
 	})
 	return logging.Capped(zapr.NewLogger(zap.New(core)))
