@@ -313,8 +313,11 @@ func (w *Writer) Outage(since time.Time) (from, to time.Time) {
 }
 
 // Missing returns the acknowledged ids that are not in the table, read
-// through target.
+// through target. The acknowledgements are taken before the table is
+// read: an id acknowledged after the read's snapshot (the writer may still
+// write) is not in it, and is no loss.
 func (w *Writer) Missing(ctx context.Context, target sqlconn.Target) ([]int64, error) {
+	acked := w.Acked()
 	conn, err := sqlconn.Connect(ctx, target)
 	if err != nil {
 		return nil, err
@@ -335,7 +338,7 @@ func (w *Writer) Missing(ctx context.Context, target sqlconn.Target) ([]int64, e
 		}
 	}
 	var missing []int64
-	for _, id := range w.Acked() {
+	for _, id := range acked {
 		if !present[id] {
 			missing = append(missing, id)
 		}
