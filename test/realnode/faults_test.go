@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -166,27 +165,8 @@ func TestFaultHelpers(t *testing.T) {
 // runs.
 func apiProbe(t *testing.T, ns string) *corev1.Pod {
 	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api-probe"},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                corev1.RestartPolicyNever,
-			AutomountServiceAccountToken: ptr.To(false),
-			EnableServiceLinks:           ptr.To(false),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](999), RunAsGroup: ptr.To[int64](999),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Containers: []corev1.Container{{
-				Name: "probe", Image: local.Images["postgres:17"], ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"/bin/bash", "-c", `while true; do if timeout 2 bash -c '</dev/tcp/` + cluster.APIServiceIP +
-					`/443' 2>/dev/null; then echo ok; else echo cut; fi; sleep 1; done`},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
-					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
-		},
-	}
+	pod := dbtest.RestrictedPod(ns, "api-probe", local.Images["postgres:17"], []string{"/bin/bash", "-c",
+		`while true; do if timeout 2 bash -c '</dev/tcp/` + cluster.APIServiceIP + `/443' 2>/dev/null; then echo ok; else echo cut; fi; sleep 1; done`})
 	create(t, pod)
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
 	require.Eventually(t, func() bool {

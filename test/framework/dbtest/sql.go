@@ -128,12 +128,23 @@ func (conn Conn) Env() ([]corev1.EnvVar, string) {
 	return env, target
 }
 
-// pod is a one-shot pod of the client image that runs as the restricted Pod
-// Security Standard allows.
+// pod is a one-shot pod of the client image that runs script.
 func (c Client) pod(namespace string, env []corev1.EnvVar, script string, args []string) *corev1.Pod {
+	pod := RestrictedPod(namespace, "client-"+rand.String(6), c.Image, append([]string{"/bin/bash", "-c", script, "client"}, args...))
+	pod.Labels = map[string]string{"app.kubernetes.io/name": "dbtest-client"}
+	pod.Spec.Containers[0].Name = "client"
+	pod.Spec.Containers[0].Env = env
+	return pod
+}
+
+// RestrictedPod is a pod of one container (named "main") that runs command
+// once from image, as the restricted Pod Security Standard allows: non-root
+// (999, the image's postgres user), no privilege escalation, no
+// capabilities, a read-only root, the runtime's seccomp profile, no API
+// token and no Service links.
+func RestrictedPod(namespace, name, image string, command []string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "client-" + rand.String(6),
-			Labels: map[string]string{"app.kubernetes.io/name": "dbtest-client"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: ptr.To(false),
@@ -143,9 +154,7 @@ func (c Client) pod(namespace string, env []corev1.EnvVar, script string, args [
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			Containers: []corev1.Container{{
-				Name: "client", Image: c.Image, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: append([]string{"/bin/bash", "-c", script, "client"}, args...),
-				Env:     env,
+				Name: "main", Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Command: command,
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
