@@ -2,7 +2,9 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
@@ -114,4 +117,82 @@ func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 	assert.Equal(t, 0, a.cmd.ProcessState.ExitCode())
 	assert.Equal(t, 0, postmasterPID(a.pgdata))
 	assert.Equal(t, "", holder(), "a stopped primary releases the lease")
+}
+
+// TestFenceKillsTheBackendsOfAStuckPostmaster: a fence whose postmaster
+// cannot pass its immediate shutdown on (stopped here; stuck in I/O on a
+// node) kills the backends too. PostgreSQL's backends each run in a
+// session of their own, so the postmaster's process group does not reach
+// them: a session whose COMMIT was already sent committed it after the
+// fence, an acknowledged write on a primary that had lost the lease.
+func TestFenceKillsTheBackendsOfAStuckPostmaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and a kube-apiserver; skipped under -short")
+	}
+	env, restCfg, err := envtest.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	leases := kubernetes.NewForConfigOrDie(restCfg).CoordinationV1().Leases(leaseNS)
+	ctx := context.Background()
+	_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leaseName, Namespace: leaseNS}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	c := newCluster(t)
+	kc := operator.WriteKubeconfig(t, restCfg, c.dir)
+	require.NoError(t, os.Chown(kc, c.uid, c.gid))
+	a := c.start("db-0", agent.EnvNamespace+"="+leaseNS, agent.EnvLeaseName+"="+leaseName, kubeconfigEnv+"="+kc)
+	_, err = c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	require.NoError(t, err)
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
+	mustExec(t, sql(t, a), "CREATE TABLE t (id bigint PRIMARY KEY)")
+
+	// A session with a write in progress: its backend and the postmaster
+	// stop, its COMMIT waits in the socket.
+	session := sql(t, a)
+	mustExec(t, session, "BEGIN")
+	mustExec(t, session, "INSERT INTO t VALUES (42)")
+	var backend int
+	require.NoError(t, session.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend))
+	pm := postmasterPID(a.pgdata)
+	require.Positive(t, pm)
+	require.NoError(t, syscall.Kill(backend, syscall.SIGSTOP))
+	require.NoError(t, syscall.Kill(pm, syscall.SIGSTOP))
+	t.Cleanup(func() { _ = syscall.Kill(backend, syscall.SIGKILL) })
+	committed := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := session.Exec(cctx, "COMMIT")
+		committed <- err
+	}()
+
+	// Another holder: the agent fences at its next read of the lease.
+	l, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
+	require.NoError(t, err)
+	l.Spec.HolderIdentity = ptr.To("db-1")
+	l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	waitFor(t, func() bool { return !running(pm) },
+		agent.LeaseRetryPeriod+agent.LeaseRenewDeadline, "the fence ends the stopped postmaster")
+
+	_ = syscall.Kill(backend, syscall.SIGCONT)
+	select {
+	case err := <-committed:
+		assert.Error(t, err, "the COMMIT sent before the fence was acknowledged after it")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the COMMIT neither failed nor succeeded")
+	}
+	waitFor(t, func() bool { return !running(backend) }, 5*time.Second, "the backend is gone")
+}
+
+// running says pid is a process that has not exited (a zombie has).
+func running(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(stat)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(fields) > 0 && fields[0] != "Z"
 }

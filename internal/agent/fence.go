@@ -55,15 +55,27 @@ func (a *Agent) fence(reason string) {
 	if srv != nil {
 		pid := srv.cmd.Process.Pid
 		a.log.Info("Fencing: immediate shutdown of the server", "pid", pid, "reason", reason)
+		// PostgreSQL's backends each run in a session of their own
+		// (setsid), not in the postmaster's process group: a postmaster
+		// that cannot pass the SIGQUIT on (stuck, stopped) would leave
+		// them running, and a statement in progress could still commit.
+		// They are killed by pid, listed while the postmaster is alive
+		// (its orphans become the agent's).
+		backends := children(pid)
 		_ = syscall.Kill(pid, syscall.SIGQUIT)
 		select {
 		case <-srv.done:
 		case <-time.After(fenceKillAfter):
-			a.log.Info("The server outlived its immediate shutdown: killing its process group", "pid", pid)
+			backends = append(backends, children(pid)...)
+			a.log.Info("The server outlived its immediate shutdown: killing it and its backends", "pid", pid, "backends", len(backends))
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			for _, b := range backends {
+				_ = syscall.Kill(b.pid, syscall.SIGKILL)
+			}
 			<-srv.done
 		}
-		// backends of a killed postmaster are in its group too.
+		// the entrypoint's shell, before it execs the server, and what it
+		// started are in the group.
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	a.log.Info("Fenced", "reason", reason, "stopped", time.Since(at).Round(time.Millisecond))

@@ -71,11 +71,28 @@ func (r *reaper) run(ctx context.Context) {
 func (r *reaper) reap() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	self := os.Getpid()
+	for _, p := range children(os.Getpid()) {
+		if r.mine[p.pid] || p.state != "Z" {
+			continue
+		}
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(p.pid, &ws, syscall.WNOHANG, nil)
+	}
+}
+
+// process is one line of /proc: a pid and its state (R, S, Z, …).
+type process struct {
+	pid   int
+	state string
+}
+
+// children are the processes whose parent is parent, from /proc.
+func children(parent int) []process {
+	var out []process
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || r.mine[pid] {
+		if err != nil {
 			continue
 		}
 		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
@@ -86,10 +103,10 @@ func (r *reaper) reap() {
 		// its closing parenthesis.
 		s := string(stat)
 		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) < 2 || fields[0] != "Z" || fields[1] != strconv.Itoa(self) {
+		if len(fields) < 2 || fields[1] != strconv.Itoa(parent) {
 			continue
 		}
-		var ws syscall.WaitStatus
-		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		out = append(out, process{pid: pid, state: fields[0]})
 	}
+	return out
 }
