@@ -136,14 +136,20 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
 	}
-	if err := s.syncLeaseAccess(ctx, db); err != nil {
-		return facet.Outcome{}, err
-	}
 	resources.PinClaimTemplate(desired, live)
 	resources.PinLegacyEnv(desired, live)
+	// The StatefulSet right after the Database was read: each write
+	// before it widens the window in which a Database deleted with orphan
+	// propagation (and no cleanup controller) has its StatefulSet's owner
+	// reference removed by the garbage collector, then written back by
+	// this apply, so that the collector deletes it once the Database is
+	// gone. The pods wait for their ServiceAccount a moment.
 	changed, err := s.writer.Apply(ctx, live, desired)
 	if err != nil {
 		return facet.Outcome{}, fmt.Errorf("applying StatefulSet: %w", err)
+	}
+	if err := s.syncLeaseAccess(ctx, db); err != nil {
+		return facet.Outcome{}, err
 	}
 	if live != nil {
 		if err := s.growVolumes(ctx, db); err != nil {
