@@ -49,11 +49,22 @@ type Writer struct {
 	client client.Client
 	owner  string
 	last   lastApplies
+	// guard, when set, runs before each apply that is sent; an error from
+	// it is returned and nothing is sent.
+	guard func(context.Context, client.Object) error
 }
 
 // NewWriter is the Writer that applies with c as field manager owner.
 func NewWriter(c client.Client, owner string) *Writer {
 	return &Writer{client: c, owner: owner}
+}
+
+// Guarded is w with guard run before each apply (not status apply) that is
+// sent, with the object as it would be sent: an error from guard is
+// returned and nothing is sent. It is for a check too costly to make when
+// nothing would be written, such as a read from the API server.
+func (w *Writer) Guarded(guard func(context.Context, client.Object) error) *Writer {
+	return &Writer{client: w.client, owner: w.owner, guard: guard}
 }
 
 // AppliedAnnotationPrefix, followed by the field manager, is the
@@ -81,6 +92,11 @@ func (w *Writer) Apply(ctx context.Context, live client.Object, desired runtime.
 		}
 		annotations[w.annotation()] = request
 		u.SetAnnotations(annotations)
+		if w.guard != nil {
+			if err := w.guard(ctx, u); err != nil {
+				return "", err
+			}
+		}
 		// The client decodes the API server's answer into u.
 		err := w.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(w.owner), client.ForceOwnership)
 		return u.GetResourceVersion(), err

@@ -27,7 +27,7 @@ func TestFinalBackupWithCatalog(t *testing.T) {
 	db.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete
 	db.Spec.Backup.BeforeDelete = true
 	c := facettest.Client(t, db)
-	r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
+	r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name).WhileDeleting())
 	r.engines = catalog
 
 	wait, err := r.finalBackup(ctx, db)

@@ -73,7 +73,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionDeleting }
 
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
-	r := newReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name))
+	r := newReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name).WhileDeleting())
 	r.engines = o.Engines
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).

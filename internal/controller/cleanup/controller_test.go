@@ -71,7 +71,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 
 	t.Run("WipeOut", func(t *testing.T) {
 		c := facettest.Client(t, objects()...)
-		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
+		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name).WhileDeleting())
 		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyWipeOut))
 		require.NoError(t, err)
 		assert.Empty(t, waiting, "waits for a StatefulSet that is not this Database's")
@@ -100,7 +100,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 
 	t.Run("Retain", func(t *testing.T) {
 		c := facettest.Client(t, objects()...)
-		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
+		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name).WhileDeleting())
 		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyRetain))
 		require.NoError(t, err)
 		assert.Empty(t, waiting)
@@ -120,7 +120,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 		objs := objects()
 		objs[len(objs)-1] = &appsv1.StatefulSet{ObjectMeta: meta("orders", resources.ComponentDatabase)} // orphaned
 		c := facettest.Client(t, objs...)
-		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
+		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name).WhileDeleting())
 		waiting, err := r.carryOut(context.Background(), db, planFor(dbv1.DeletionPolicyDelete))
 		require.NoError(t, err)
 		assert.Contains(t, waiting, "StatefulSet orders")
@@ -158,7 +158,7 @@ func TestReconcile(t *testing.T) {
 			db.Finalizers = nil
 		}
 		c := facettest.Client(t, db)
-		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
+		r := newReconciler(c, facet.WriterFor(c, &events.FakeRecorder{}, Name).WhileDeleting())
 		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
 		_, err := r.Reconcile(ctx, req)
 		if apierrors.IsConflict(err) {

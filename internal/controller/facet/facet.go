@@ -143,6 +143,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	out, err := r.Syncer.Sync(ctx, db)
+	if errors.Is(err, ErrOwnerDeleted) {
+		// The cache is behind the deletion: its update brings us back.
+		log.FromContext(ctx).V(1).Info("Not writing children: the Database is being deleted", "reason", err.Error())
+		return ctrl.Result{}, nil
+	}
 	if err != nil {
 		cond := conditions.False(r.ConditionType, dbv1.ReasonApplyFailed, Explain(err))
 		if werr := r.Writer.ApplyCondition(ctx, db, cond, r.Syncer.CurrentStatus(db)); werr != nil {

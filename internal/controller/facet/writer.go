@@ -2,6 +2,7 @@ package facet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
 // Writer is how one controller writes with server-side apply, with its own
@@ -25,28 +27,79 @@ import (
 // (Eventf). Every apply goes through an apply.Writer, which sends only the
 // applies that could change something.
 type Writer struct {
-	applier  *apply.Writer
-	recorder events.EventRecorder
+	applier *apply.Writer
+	// unguarded applies without the owner check (see WhileDeleting).
+	unguarded *apply.Writer
+	recorder  events.EventRecorder
 }
 
+// ErrOwnerDeleted is the error of an apply that was not sent because the
+// child names as owner a Database that is being deleted or is gone.
+var ErrOwnerDeleted = errors.New("its Database is being deleted or is gone")
+
 // NewWriter is the Writer of the named controller, with the manager's
-// client and an event recorder of the controller's field owner.
+// client, its API reader for the owner check (see Apply), and an event
+// recorder of the controller's field owner.
 func NewWriter(mgr ctrl.Manager, controllerName string) *Writer {
-	return WriterFor(mgr.GetClient(), mgr.GetEventRecorder(FieldOwner(controllerName)), controllerName)
+	return writer(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder(FieldOwner(controllerName)), controllerName)
 }
 
 // WriterFor is the Writer of the named controller from plain dependencies:
-// the client it applies with and the recorder of its Events, which must not
-// be nil (tests use an events.FakeRecorder).
+// the client it applies with, and reads owners with, and the recorder of
+// its Events, which must not be nil (tests use an events.FakeRecorder).
 func WriterFor(c client.Client, recorder events.EventRecorder, controllerName string) *Writer {
-	return &Writer{applier: apply.NewWriter(c, FieldOwner(controllerName)), recorder: recorder}
+	return writer(c, c, recorder, controllerName)
+}
+
+func writer(c client.Client, owners client.Reader, recorder events.EventRecorder, controllerName string) *Writer {
+	plain := apply.NewWriter(c, FieldOwner(controllerName))
+	return &Writer{applier: plain.Guarded(ownerLives(owners)), unguarded: plain, recorder: recorder}
+}
+
+// WhileDeleting is w without the owner check, for the cleanup controller,
+// whose children (the final backup Job) are made for a Database that is
+// being deleted.
+func (w *Writer) WhileDeleting() *Writer {
+	return &Writer{applier: w.unguarded, unguarded: w.unguarded, recorder: w.recorder}
 }
 
 // Apply applies desired, a child of a Database, over live (nil when there
 // is none) unless that could change nothing, and reports whether the child
 // changed.
+//
+// Before it sends an apply that names a Database as owner, it reads that
+// Database from the API server, not the cache, and sends nothing, with
+// ErrOwnerDeleted, when it is being deleted or is gone (the check of the
+// Kubernetes controllers' RecheckDeletionTimestamp). A facet acts on a
+// cached Database, which may not show the deletion yet when the garbage
+// collector, deleting it with orphan propagation, has already removed the
+// child's owner reference: written back, the reference would have the
+// collector delete the child that the user asked to keep. What remains is
+// one round trip: a deletion, and the collector's orphaning, both between
+// this read and the apply's arrival.
 func (w *Writer) Apply(ctx context.Context, live client.Object, desired runtime.ApplyConfiguration) (bool, error) {
 	return w.applier.Apply(ctx, live, desired)
+}
+
+// ownerLives is the guard of Apply: every Database that obj names as owner
+// exists, with the UID obj names, and is not being deleted.
+func ownerLives(r client.Reader) func(context.Context, client.Object) error {
+	return func(ctx context.Context, obj client.Object) error {
+		for _, ref := range obj.GetOwnerReferences() {
+			if !resources.IsDatabaseReference(ref, ref.Name) {
+				continue
+			}
+			db := &dbv1.Database{}
+			err := r.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: ref.Name}, db)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("reading Database %s, the owner of %s: %w", ref.Name, obj.GetName(), err)
+			}
+			if err != nil || db.UID != ref.UID || !db.DeletionTimestamp.IsZero() {
+				return fmt.Errorf("not writing %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), ErrOwnerDeleted)
+			}
+		}
+		return nil
+	}
 }
 
 // ApplyCondition writes cond, stamped with the Database's generation,

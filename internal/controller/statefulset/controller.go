@@ -138,12 +138,11 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	}
 	resources.PinClaimTemplate(desired, live)
 	resources.PinLegacyEnv(desired, live)
-	// The StatefulSet right after the Database was read: each write
-	// before it widens the window in which a Database deleted with orphan
-	// propagation (and no cleanup controller) has its StatefulSet's owner
-	// reference removed by the garbage collector, then written back by
-	// this apply, so that the collector deletes it once the Database is
-	// gone. The pods wait for their ServiceAccount a moment.
+	// The StatefulSet first, the access of its pods after it (they wait
+	// for their ServiceAccount a moment): the Writer checks the Database
+	// on the API server before each apply it sends (facet.Writer.Apply),
+	// so that an orphaned StatefulSet is not adopted back, and the
+	// writes before that check would only widen the window it leaves.
 	changed, err := s.writer.Apply(ctx, live, desired)
 	if err != nil {
 		return facet.Outcome{}, fmt.Errorf("applying StatefulSet: %w", err)

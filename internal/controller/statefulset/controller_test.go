@@ -284,3 +284,59 @@ func TestDisruptionBudgetAndPrimary(t *testing.T) {
 	_, err = s.Sync(ctx, db)
 	require.NoError(t, err)
 }
+
+// TestOrphanedStatefulSetIsNotAdoptedBack replays the race that lost a
+// StatefulSet in CI (e2e TestDeletionMatrix, wipeout-orphan-nocleanup):
+// the Database is deleted with orphan propagation, the garbage collector
+// removes the StatefulSet's owner reference, and its update wakes the
+// controller while the cached Database does not show the deletion yet. An
+// apply would write the reference back, and the collector would then delete
+// the StatefulSet the user asked to keep. The sync sends nothing, and the
+// reconciler takes that as no error (the deletion brings it back).
+func TestOrphanedStatefulSetIsNotAdoptedBack(t *testing.T) {
+	ctx := context.Background()
+	cached := facettest.Database()
+	c := facettest.Client(t, cached)
+	w := facet.WriterFor(c, events.NewFakeRecorder(10), Name)
+	_, err := newSyncer(c, w).Sync(ctx, cached)
+	require.NoError(t, err)
+	key := client.ObjectKey{Namespace: "shop", Name: resources.StatefulSetName(cached)}
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, c.Get(ctx, key, sts))
+	require.Len(t, sts.OwnerReferences, 1)
+
+	// kubectl delete --cascade=orphan: the Database is being deleted, and
+	// the collector orphans its children.
+	live := &dbv1.Database{}
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cached), live))
+	require.NoError(t, c.Delete(ctx, live, client.PropagationPolicy(metav1.DeletePropagationOrphan)))
+	sts.OwnerReferences = nil
+	require.NoError(t, c.Update(ctx, sts))
+
+	_, err = newSyncer(c, w).Sync(ctx, cached)
+	require.ErrorIs(t, err, facet.ErrOwnerDeleted)
+	require.NoError(t, c.Get(ctx, key, sts))
+	assert.Empty(t, sts.OwnerReferences, "the orphaned StatefulSet was adopted back: the collector would delete it")
+
+	r := facet.NewReconciler(&staleDatabase{Client: c, db: cached}, w, dbv1.ConditionStatefulSetReady, newSyncer(c, w), facet.Options{})
+	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cached)})
+	require.NoError(t, err)
+	assert.Zero(t, res)
+	require.NoError(t, c.Get(ctx, key, sts))
+	assert.Empty(t, sts.OwnerReferences)
+}
+
+// staleDatabase is a client whose cache has not seen the Database's
+// deletion yet: it reads db for it.
+type staleDatabase struct {
+	client.Client
+	db *dbv1.Database
+}
+
+func (s *staleDatabase) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if d, ok := obj.(*dbv1.Database); ok && key == client.ObjectKeyFromObject(s.db) {
+		s.db.DeepCopyInto(d)
+		return nil
+	}
+	return s.Client.Get(ctx, key, obj, opts...)
+}
