@@ -60,11 +60,11 @@ test: tools ## Run every test: unit, integration on a real kube-apiserver, end-t
 	@# the real node's images first (their Debian root filesystems take minutes once), so no test waits on them
 	@if [ "$$(id -u)" = 0 ]; then images/build.sh >/dev/null; else echo "not root: no real node here; its suites will say so and skip"; fi
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	go vet ./...
-	go vet -tags failover ./test/realnode
-	go test -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
-	@# the failover fault injection after the rest: its timings are measured on a machine the other suites do not load
-	go test -tags failover -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) -run '^TestFailover' ./test/realnode
+	@# vet with -race: it compiles the dependencies as the tests below do, so a cold build compiles them once
+	go vet -race ./...
+	go vet -race -tags failover ./test/realnode
+	@# every package; the real node's suite, then its failover fault injection, beside the others
+	TEST_TIMEOUT=$(TEST_TIMEOUT) GO_TEST_FLAGS="$(GO_TEST_FLAGS)" hack/test.sh
 	go test -run '^$$' -fuzz FuzzBuilders -fuzztime 5000x ./internal/resources
 
 .PHONY: test-failover

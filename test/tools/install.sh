@@ -31,34 +31,53 @@ tools=(
 	"kubernetes      kubectl                  k8s.io/kubernetes/cmd/kubectl                 k8s.io/kubernetes"
 	"kubernetes      kubelet                  k8s.io/kubernetes/cmd/kubelet                 k8s.io/kubernetes"
 	"kubernetes      kube-proxy               k8s.io/kubernetes/cmd/kube-proxy              k8s.io/kubernetes"
-	"coredns         coredns                  github.com/coredns/coredns                    github.com/coredns/coredns"
+	"coredns         coredns                  .                                             github.com/coredns/coredns"
 	"crictl          crictl                   sigs.k8s.io/cri-tools/cmd/crictl              sigs.k8s.io/cri-tools"
 	"kwok            kwok                     sigs.k8s.io/kwok/cmd/kwok                     sigs.k8s.io/kwok"
 	"helm            helm                     helm.sh/helm/v3/cmd/helm                      helm.sh/helm/v3"
 	"controller-gen  controller-gen           sigs.k8s.io/controller-tools/cmd/controller-gen sigs.k8s.io/controller-tools"
 )
 
-mkdir -p "$bin"
-for line in "${tools[@]}"; do
-	read -r dir name pkg mod <<<"$line"
-	version=$(cd "$here/$dir" && go list -m -f '{{.Version}}' "$mod")
-	target=$cache/$name-$version
-	if [[ ! -x $target ]]; then
-		echo "building $name $version (first run on this machine; cached in $cache)" >&2
-		start=$SECONDS
-		ldflags='-s -w'
-		if [[ $mod == k8s.io/kubernetes ]]; then
-			# the version a node reports (nodeInfo.kubeletVersion) and
-			# `kubectl version` prints; unstamped it is v0.0.0-master
-			minor=${version#v1.} minor=${minor%%.*}
-			ldflags+=" -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+# build LINE...: builds the tools of these lines of $tools that are missing,
+# one after another, and links them into $bin.
+build() {
+	local line dir name pkg mod version target start ldflags minor
+	for line in "$@"; do
+		read -r dir name pkg mod <<<"$line"
+		version=$(cd "$here/$dir" && go list -m -f '{{.Version}}' "$mod")
+		target=$cache/$name-$version
+		if [[ ! -x $target ]]; then
+			echo "building $name $version (first run on this machine; cached in $cache)" >&2
+			start=$SECONDS
+			ldflags='-s -w'
+			if [[ $mod == k8s.io/kubernetes ]]; then
+				# the version a node reports (nodeInfo.kubeletVersion) and
+				# `kubectl version` prints; unstamped it is v0.0.0-master
+				minor=${version#v1.} minor=${minor%%.*}
+				ldflags+=" -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+			fi
+			(cd "$here/$dir" && go build -trimpath -ldflags="$ldflags" -o "$target.tmp" "$pkg")
+			mv "$target.tmp" "$target"
+			echo "built $name $version in $((SECONDS - start))s" >&2
 		fi
-		(cd "$here/$dir" && go build -trimpath -ldflags="$ldflags" -o "$target.tmp" "$pkg")
-		mv "$target.tmp" "$target"
-		echo "built $name $version in $((SECONDS - start))s" >&2
-	fi
-	ln -sfn "../$name-$version" "$bin/$name"
+		ln -sfn "../$name-$version" "$bin/$name"
+	done
+}
+
+# Kubernetes' six binaries share most of their packages and build one after
+# another; the other tools build beside them, so that one build's link (a
+# single core) and module downloads overlap the other's compiling.
+kube=() other=()
+for line in "${tools[@]}"; do
+	if [[ $line == kubernetes* ]]; then kube+=("$line"); else other+=("$line"); fi
 done
+mkdir -p "$bin"
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+build "${kube[@]}" &
+kube_pid=$!
+build "${other[@]}"
+wait "$kube_pid"
+trap - EXIT
 
 # kwok's ready-made Stages (node lifecycle, pods becoming Ready, deletion)
 # come from the kwok module itself, at the version built above; the local

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The go test runs of `make test`, with the race detector. The real node is
+# the long pole: its suite (test/realnode), then the failover fault
+# injection on it, run one after the other, beside every other package.
+# The fault injection comes last on the node so that none of the node's
+# other tests loads the machine while it measures failover times.
+#
+#   hack/test.sh     (TEST_TIMEOUT, GO_TEST_FLAGS as in the Makefile)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+read -ra extra <<<"${GO_TEST_FLAGS:-}"
+flags=(-race -count=1 -timeout "${TEST_TIMEOUT:-45m}" "${extra[@]}")
+
+node() {
+	go test "${flags[@]}" ./test/realnode &&
+		go test -tags failover "${flags[@]}" -run '^TestFailover' ./test/realnode
+}
+node &
+node_pid=$!
+# Ctrl-C reaches both (one process group); an early exit must not leave
+# the node's tests running.
+trap 'kill "$node_pid" 2>/dev/null' EXIT
+
+mapfile -t others < <(go list ./... | grep -v '/test/realnode$')
+go test "${flags[@]}" "${others[@]}"
+rest=$?
+wait "$node_pid"
+node_rc=$?
+trap - EXIT
+if ((rest != 0 || node_rc != 0)); then
+	echo "FAIL: go test of the other packages exited $rest, of the real node $node_rc" >&2
+	exit 1
+fi
