@@ -68,7 +68,7 @@ test: tools ## Run every test: unit, integration on a real kube-apiserver, end-t
 	go test -run '^$$' -fuzz FuzzBuilders -fuzztime 5000x ./internal/resources
 
 .PHONY: test-failover
-test-failover: tools ## The failover fault-injection suite on the real node (root; about 10 min): each fault of the primary twice, synchronous and asynchronous (FAULTS=agent-sigkill,operator-down RUNS=5 RUN=TestFailoverSynchronous repeat some). make test runs it too, after the other suites.
+test-failover: tools ## The failover fault-injection suite on the real node (root; about 10 min): each fault of the primary twice, synchronous and asynchronous (FAULTS=agent-sigkill,operator-down RUNS=5 RUN=TestFailoverSynchronous repeat some). make test runs it too, after the real node's other tests (hack/test.sh).
 	DBKEEPER_REQUIRE_REAL_NODE=1 DBKEEPER_FAILOVER_FAULTS=$(FAULTS) DBKEEPER_FAILOVER_RUNS=$(RUNS) \
 		go test -tags failover -race -count=1 -v -timeout $(TEST_TIMEOUT) -run '$(or $(RUN),TestFailover)' ./test/realnode
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The go test runs of `make test`, with the race detector. The real node is
-# the long pole: its suite (test/realnode), then the failover fault
-# injection on it, run one after the other, beside every other package.
-# The fault injection comes last on the node so that none of the node's
-# other tests loads the machine while it measures failover times.
+# the long pole: the packages that start one (the harness's own tests in
+# test/framework/cluster, the suite in test/realnode), then the failover
+# fault injection, run one after the other, beside every other package.
+# One at a time because a machine runs one real node (a lock that a second
+# one waits for, a limited time); the fault injection last so that none of
+# the node's other tests loads the machine while it measures failover times.
 #
 #   hack/test.sh     (TEST_TIMEOUT, GO_TEST_FLAGS as in the Makefile)
 set -uo pipefail
@@ -12,8 +14,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 read -ra extra <<<"${GO_TEST_FLAGS:-}"
 flags=(-race -count=1 -timeout "${TEST_TIMEOUT:-45m}" "${extra[@]}")
 
+nodes=(./test/framework/cluster ./test/realnode)
 node() {
-	go test "${flags[@]}" ./test/realnode &&
+	go test -p 1 "${flags[@]}" "${nodes[@]}" &&
 		go test -tags failover "${flags[@]}" -run '^TestFailover' ./test/realnode
 }
 node &
@@ -22,7 +25,7 @@ node_pid=$!
 # the node's tests running.
 trap 'kill "$node_pid" 2>/dev/null' EXIT
 
-mapfile -t others < <(go list ./... | grep -v '/test/realnode$')
+mapfile -t others < <(go list ./... | grep -v -e '/test/realnode$' -e '/test/framework/cluster$')
 go test "${flags[@]}" "${others[@]}"
 rest=$?
 wait "$node_pid"

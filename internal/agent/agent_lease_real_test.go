@@ -14,6 +14,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
@@ -32,13 +34,8 @@ func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and a kube-apiserver; skipped under -short")
 	}
-	env, restCfg, err := envtest.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
-	leases := kubernetes.NewForConfigOrDie(restCfg).CoordinationV1().Leases(leaseNS)
+	leases, restCfg := startLeaseAPI(t)
 	ctx := context.Background()
-	_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leaseName, Namespace: leaseNS}}, metav1.CreateOptions{})
-	require.NoError(t, err)
 	holder := func() string {
 		l, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
 		require.NoError(t, err)
@@ -53,7 +50,7 @@ func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 	require.NoError(t, os.Chown(kc, c.uid, c.gid))
 	aEnv := []string{agent.EnvNamespace + "=" + leaseNS, agent.EnvLeaseName + "=" + leaseName, kubeconfigEnv + "=" + kc}
 	a := c.start("db-0", aEnv...)
-	_, err = c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
 	require.NoError(t, err)
 	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
 	require.Equal(t, "db-0", holder())
@@ -129,19 +126,14 @@ func TestFenceKillsTheBackendsOfAStuckPostmaster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and a kube-apiserver; skipped under -short")
 	}
-	env, restCfg, err := envtest.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
-	leases := kubernetes.NewForConfigOrDie(restCfg).CoordinationV1().Leases(leaseNS)
+	leases, restCfg := startLeaseAPI(t)
 	ctx := context.Background()
-	_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leaseName, Namespace: leaseNS}}, metav1.CreateOptions{})
-	require.NoError(t, err)
 
 	c := newCluster(t)
 	kc := operator.WriteKubeconfig(t, restCfg, c.dir)
 	require.NoError(t, os.Chown(kc, c.uid, c.gid))
 	a := c.start("db-0", agent.EnvNamespace+"="+leaseNS, agent.EnvLeaseName+"="+leaseName, kubeconfigEnv+"="+kc)
-	_, err = c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
 	require.NoError(t, err)
 	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
 	mustExec(t, sql(t, a), "CREATE TABLE t (id bigint PRIMARY KEY)")
@@ -195,4 +187,18 @@ func running(pid int) bool {
 	s := string(stat)
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(fields) > 0 && fields[0] != "Z"
+}
+
+// startLeaseAPI starts a kube-apiserver (stopped at the end of the test)
+// with the empty primary Lease, as the statefulset controller creates it,
+// and returns the Leases of its namespace and the server's config.
+func startLeaseAPI(t *testing.T) (coordinationv1client.LeaseInterface, *rest.Config) {
+	t.Helper()
+	env, restCfg, err := envtest.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	leases := kubernetes.NewForConfigOrDie(restCfg).CoordinationV1().Leases(leaseNS)
+	_, err = leases.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leaseName, Namespace: leaseNS}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return leases, restCfg
 }
