@@ -3,8 +3,8 @@
 # kube-proxy, CoreDNS, crictl) and the code generators from the Go module
 # proxy, at the versions pinned by the go.mod files beside this script, into a
 # per-user cache outside the clone. A binary already built at its version is
-# not built again, so only the first run on a machine pays (about 11 minutes on
-# 2 cores).
+# not built again, so only the first run on a machine pays (42 minutes on 2
+# cores with the images building beside it, before CoreDNS was trimmed).
 #
 #   test/tools/install.sh            build what is missing, print the bin dir
 #   test/tools/install.sh --print    print the bin dir only
