@@ -45,6 +45,10 @@ build() {
 	for line in "$@"; do
 		read -r dir name pkg mod <<<"$line"
 		version=$(cd "$here/$dir" && go list -m -f '{{.Version}}' "$mod")
+		# a main of our own (CoreDNS's) is part of what the binary is
+		if [[ $pkg == . ]]; then
+			version+=-$(cat "$here/$dir"/*.go | sha256sum | cut -c1-8)
+		fi
 		target=$cache/$name-$version
 		if [[ ! -x $target ]]; then
 			echo "building $name $version (first run on this machine; cached in $cache)" >&2
