@@ -64,10 +64,50 @@ func TestMain(m *testing.M) {
 	})
 }
 
-// newNamespace creates a namespace for one test.
+// newNamespace creates a namespace for one test, and deletes it with all
+// it holds when the test ends, so a finished test leaves no PostgreSQL
+// running beside the next ones (a CI run failed on a node loaded with ~25
+// finished Databases). The deletion runs after the test's operator stopped
+// (cleanups run last registered first), so the Databases' finalizers are
+// dropped first; DBKEEPER_KEEP_CLUSTER=1 keeps a failed test's namespace.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	return dbtest.NewNamespace(t, k8s, "real-")
+	ns := dbtest.NewNamespace(t, k8s, "real-")
+	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("DBKEEPER_KEEP_CLUSTER") == "1" {
+			return
+		}
+		if err := dropNamespace(context.Background(), ns); err != nil {
+			t.Logf("namespace %s stays: %v", ns, err)
+		}
+	})
+	return ns
+}
+
+// dropNamespace deletes namespace without waiting for it to go: the
+// finalizers of its Databases first (no operator is left to remove them),
+// then the namespace, whose pods the kubelet stops in the background.
+func dropNamespace(ctx context.Context, namespace string) error {
+	dbs := &dbv1.DatabaseList{}
+	if err := k8s.List(ctx, dbs, client.InNamespace(namespace)); err != nil {
+		return fmt.Errorf("listing Databases: %w", err)
+	}
+	for i := range dbs.Items {
+		db := &dbs.Items[i]
+		if len(db.Finalizers) == 0 {
+			continue
+		}
+		patch := client.MergeFrom(db.DeepCopy())
+		db.Finalizers = nil
+		if err := k8s.Patch(ctx, db, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("dropping the finalizers of Database %s: %w", db.Name, err)
+		}
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+	if err := k8s.Delete(ctx, ns, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting the namespace: %w", err)
+	}
+	return nil
 }
 
 // startOperator runs an operator with every controller on namespace, with
