@@ -33,8 +33,14 @@ func OwnerReference(db *dbv1.Database) *metav1ac.OwnerReferenceApplyConfiguratio
 // IsDatabaseReference reports whether ref points to a Database of the given
 // name (of any UID).
 func IsDatabaseReference(ref metav1.OwnerReference, name string) bool {
+	return IsDatabaseKind(ref) && ref.Name == name
+}
+
+// IsDatabaseKind reports whether ref points to a Database (of any name and
+// any version of the group).
+func IsDatabaseKind(ref metav1.OwnerReference) bool {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	return err == nil && gv.Group == dbv1.GroupVersion.Group && ref.Kind == "Database" && ref.Name == name
+	return err == nil && gv.Group == dbv1.GroupVersion.Group && ref.Kind == "Database"
 }
 
 // WithoutDatabaseReferences returns refs without the references to the

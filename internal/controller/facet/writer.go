@@ -86,7 +86,7 @@ func (w *Writer) Apply(ctx context.Context, live client.Object, desired runtime.
 func ownerLives(r client.Reader) func(context.Context, client.Object) error {
 	return func(ctx context.Context, obj client.Object) error {
 		for _, ref := range obj.GetOwnerReferences() {
-			if !resources.IsDatabaseReference(ref, ref.Name) {
+			if !resources.IsDatabaseKind(ref) {
 				continue
 			}
 			db := &dbv1.Database{}
