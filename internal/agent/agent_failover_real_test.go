@@ -223,6 +223,15 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 	assert.Equal(t, 0, count(t, pb, "SELECT count(*) FROM t WHERE id < 0"), "db-1 had the K transactions")
 	mustExec(t, pb, "INSERT INTO t VALUES (1000)")
 	mustExec(t, pb, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(a.name))
+	// db-1 recycles the WAL since the divergence, as a primary that wrote
+	// and checkpointed a while does: db-0's recovery after a rewind needs
+	// it, so db-0 empties its data directory to be cloned again (before
+	// the fix it waited for ever for a segment "already removed" on db-1).
+	for i := range 4 {
+		mustExec(t, pb, "INSERT INTO t VALUES ($1)", 3000+i)
+		mustExec(t, pb, "SELECT pg_switch_wal()")
+		mustExec(t, pb, "CHECKPOINT")
+	}
 
 	// The read-write Service follows db-1; db-0's agent is restarted (its
 	// pod deleted) with the API server reachable again.
@@ -243,6 +252,14 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 		hole.blackhole(false)
 	}
 	rejoinStart := time.Now()
+	sa = c.waitStatus(a2, 120*time.Second, "rewound, emptied to be cloned again", func(s agent.Status) bool {
+		return s.State == agent.StateWaiting && s.DataEmpty
+	})
+	t.Logf("db-0 after its rewind: %s", sa.Message)
+	assert.Contains(t, sa.Message, "neither this instance nor")
+	// what the replication controller does for an empty instance
+	_, err = c.client.Bootstrap(ctx, a2.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	require.NoError(t, err)
 	sa = c.waitStatus(a2, 120*time.Second, "streaming from db-1 on timeline 2", func(s agent.Status) bool {
 		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming" && s.Timeline == 2
 	})
@@ -258,6 +275,7 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 		"a row committed on db-1 visible on db-0")
 	assert.Equal(t, 0, count(t, pa, "SELECT count(*) FROM t WHERE id < 0"), "the discarded transactions' rows are still on db-0")
 	assert.Equal(t, 100, count(t, pa, "SELECT count(*) FROM t WHERE id BETWEEN 1 AND 100"))
+	assert.Equal(t, 4, count(t, pa, "SELECT count(*) FROM t WHERE id >= 3000"), "the rows db-1 committed after the failover")
 	assert.Error(t, probeWrite(ctx, a2.port), "the rejoined former primary accepts writes")
 	assert.Equal(t, "db-1", holder())
 	_, err = os.Stat(filepath.Join(filepath.Dir(a2.pgdata), "dbkeeper-fenced"))

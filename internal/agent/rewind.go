@@ -51,6 +51,11 @@ func (a *Agent) lastRewind() *RewindReport {
 func (a *Agent) rewindAndStart() error {
 	ctx, cancel := context.WithTimeout(a.ctx, rewindTimeout)
 	defer cancel()
+	if empty, err := isEmpty(a.cfg.PGData); err != nil {
+		return err
+	} else if empty { // emptied by reclone, which did not get to clear the fence
+		return a.reclone("the data directory is empty")
+	}
 	// single-user mode refuses standby.signal; the fence marker keeps a
 	// restart from starting this data directory as a primary meanwhile.
 	if err := os.Remove(filepath.Join(a.cfg.PGData, standbyFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -76,13 +81,18 @@ func (a *Agent) rewindAndStart() error {
 		}
 		report.DiscardedTransactions, report.EndLSN = n, end
 		a.log.Info("Rewinding", "divergedLSN", lsn, "divergedTimeline", tli, "endLSN", end, "discardedTransactions", n)
-		if _, err := a.pgRewind(ctx, false); err != nil {
+		if err := a.rewindKeepingWAL(ctx, lsn, tli); err != nil {
 			return err
 		}
 		report.At = metav1.Now()
 		b, _ := json.Marshal(report)
 		if err := os.WriteFile(a.rewindReportPath(), b, 0o600); err != nil {
 			return fmt.Errorf("writing the rewind report: %w", err)
+		}
+		if missing, err := a.missingRecoveryWAL(ctx); err != nil {
+			return err
+		} else if missing != "" {
+			return a.reclone(fmt.Sprintf("after pg_rewind, recovery needs WAL segment %s, which neither this instance nor %s has any more", missing, a.cfg.PrimaryHost))
 		}
 	} else {
 		a.log.Info("No rewind required: starting as a standby")
@@ -102,6 +112,88 @@ func (a *Agent) rewindAndStart() error {
 			report.DiscardedTransactions, report.DivergedLSN, report.DivergedTimeline)
 		a.mu.Unlock()
 	}
+	return nil
+}
+
+// rewindKeepingWAL runs pg_rewind for a divergence at lsn on timeline tli,
+// and links back the segments of the shared history it removed (see
+// keepWAL).
+func (a *Agent) rewindKeepingWAL(ctx context.Context, lsn string, tli uint32) error {
+	diverged, err := parseLSN(lsn)
+	if err != nil {
+		return err
+	}
+	segSize, err := a.walSegmentSize(ctx)
+	if err != nil {
+		return err
+	}
+	keep := a.walKeepDir()
+	if err := keepWAL(a.cfg.PGData, keep); err != nil {
+		return err
+	}
+	if _, err := a.pgRewind(ctx, false); err != nil {
+		return err
+	}
+	restored, err := restoreWAL(a.cfg.PGData, keep, diverged, tli, segSize)
+	if len(restored) > 0 {
+		a.log.Info("Linked back the WAL segments of the shared history that pg_rewind removed", "segments", restored)
+	}
+	return err
+}
+
+// walSegmentSize is the data directory's WAL segment size, from pg_control.
+func (a *Agent) walSegmentSize(ctx context.Context) (uint64, error) {
+	cd, err := a.controlData(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return segmentSize(cd)
+}
+
+// segmentSize reads the WAL segment size of pg_controldata's fields cd.
+func segmentSize(cd map[string]string) (uint64, error) {
+	segSize, err := strconv.ParseUint(cd["Bytes per WAL segment"], 10, 64)
+	if err != nil || segSize == 0 {
+		return 0, fmt.Errorf("pg_controldata: no WAL segment size (%q)", cd["Bytes per WAL segment"])
+	}
+	return segSize, nil
+}
+
+// missingRecoveryWAL names a WAL segment the rewound data directory's
+// recovery needs up to its minimum recovery point and pg_wal lacks (see
+// missingRecoveryWAL); "" when none.
+func (a *Agent) missingRecoveryWAL(ctx context.Context) (string, error) {
+	cd, err := a.controlData(ctx)
+	if err != nil {
+		return "", err
+	}
+	segSize, err := segmentSize(cd)
+	if err != nil {
+		return "", err
+	}
+	until, err := parseLSN(cd["Minimum recovery ending location"])
+	if err != nil {
+		return "", fmt.Errorf("pg_controldata: minimum recovery ending location: %w", err)
+	}
+	return missingRecoveryWAL(a.cfg.PGData, until, segSize)
+}
+
+// reclone empties the data directory of an instance that cannot rejoin
+// by itself (why) and leaves it Waiting, empty, for the operator to clone
+// the primary into, as it does for a new instance. It runs only after a
+// rewind (whose report, beside the data directory, keeps what it
+// discarded): the directory then holds no history the primary lacks. A
+// crash between the two steps leaves the fence marker on an empty
+// directory, which rewindAndStart finishes.
+func (a *Agent) reclone(why string) error {
+	a.log.Info("Emptying the data directory to be cloned again", "why", why)
+	if err := emptyDir(a.cfg.PGData); err != nil {
+		return err
+	}
+	if err := a.clearFenced(); err != nil {
+		return err
+	}
+	a.setState(StateWaiting, why+": the data directory was emptied, to be cloned from the primary again")
 	return nil
 }
 

@@ -1,0 +1,168 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// pg_rewind removes every file of the target that the source does not
+// have, WAL segments included. Recovery after a rewind starts at the last
+// checkpoint both histories share, often minutes of WAL before the
+// divergence; a new primary that checkpointed since its promotion has
+// recycled those segments, so the rewound instance waited for them for
+// ever ("requested WAL segment ... has already been removed"), although
+// they were in its own pg_wal before pg_rewind ran. The agent keeps them:
+// hard links taken before pg_rewind, linked back after it.
+
+// walSegmentRE matches a WAL segment file's name: its timeline, then the
+// high and low parts of its segment number, eight hex digits each.
+var walSegmentRE = regexp.MustCompile(`^([0-9A-F]{8})([0-9A-F]{8})([0-9A-F]{8})$`)
+
+// walKeepDir is where keepWAL links the WAL segments while pg_rewind runs:
+// beside the data directory, on its volume (hard links cost no space).
+func (a *Agent) walKeepDir() string {
+	return filepath.Join(filepath.Dir(a.cfg.PGData), "dbkeeper-wal-kept")
+}
+
+// keepWAL hard-links the WAL segment files of pgdata's pg_wal into dir,
+// which it empties first (a rewind cut short leaves it behind).
+func keepWAL(pgdata, dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("emptying %s: %w", dir, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("keeping the WAL before pg_rewind: %w", err)
+	}
+	entries, err := os.ReadDir(filepath.Join(pgdata, "pg_wal"))
+	if err != nil {
+		return fmt.Errorf("keeping the WAL before pg_rewind: %w", err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !walSegmentRE.MatchString(e.Name()) {
+			continue
+		}
+		if err := os.Link(filepath.Join(pgdata, "pg_wal", e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("keeping the WAL before pg_rewind: %w", err)
+		}
+	}
+	return nil
+}
+
+// restoreWAL links back into pgdata's pg_wal the segments kept in dir that
+// pg_rewind removed and that lie wholly in the shared history: on a
+// timeline up to the divergence's, tli, and before the segment of the
+// divergence at diverged (segments of segSize bytes). It removes dir and
+// returns the names it restored.
+func restoreWAL(pgdata, dir string, diverged uint64, tli uint32, segSize uint64) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("restoring the WAL after pg_rewind: %w", err)
+	}
+	var restored []string
+	for _, e := range entries {
+		segTLI, segNo, ok := walSegment(e.Name(), segSize)
+		if !ok || segTLI > tli || segNo >= diverged/segSize {
+			continue
+		}
+		to := filepath.Join(pgdata, "pg_wal", e.Name())
+		if _, err := os.Lstat(to); err == nil {
+			continue
+		}
+		if err := os.Link(filepath.Join(dir, e.Name()), to); err != nil {
+			return restored, fmt.Errorf("restoring the WAL after pg_rewind: %w", err)
+		}
+		restored = append(restored, e.Name())
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return restored, fmt.Errorf("removing %s: %w", dir, err)
+	}
+	return restored, nil
+}
+
+// walSegment reads a WAL segment file's name: its timeline and segment
+// number (segments of segSize bytes).
+func walSegment(name string, segSize uint64) (tli uint32, segNo uint64, ok bool) {
+	m := walSegmentRE.FindStringSubmatch(name)
+	if m == nil || segSize == 0 {
+		return 0, 0, false
+	}
+	t, _ := strconv.ParseUint(m[1], 16, 32)
+	hi, _ := strconv.ParseUint(m[2], 16, 32)
+	lo, _ := strconv.ParseUint(m[3], 16, 32)
+	return uint32(t), hi*(0x100000000/segSize) + lo, true
+}
+
+// missingRecoveryWAL names the first WAL segment that recovery of pgdata
+// after pg_rewind needs and pg_wal has no file of, on any timeline: from
+// the segment its backup_label starts recovery in to the one of until
+// (pg_control's minimum recovery ending location, up to which pg_rewind
+// copied the source's WAL). "" when none is missing or there is no
+// backup_label.
+func missingRecoveryWAL(pgdata string, until, segSize uint64) (string, error) {
+	f, err := os.Open(filepath.Join(pgdata, "backup_label"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading backup_label: %w", err)
+	}
+	defer f.Close()
+	start := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// START WAL LOCATION: 0/2000028 (file 000000010000000000000002)
+		if rest, ok := strings.CutPrefix(sc.Text(), "START WAL LOCATION:"); ok {
+			if _, file, ok := strings.Cut(rest, "(file "); ok {
+				start = strings.TrimSuffix(strings.TrimSpace(file), ")")
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", fmt.Errorf("reading backup_label: %w", err)
+	}
+	tli, first, ok := walSegment(start, segSize)
+	if !ok {
+		return "", fmt.Errorf("backup_label names no start of recovery (START WAL LOCATION)")
+	}
+	entries, err := os.ReadDir(filepath.Join(pgdata, "pg_wal"))
+	if err != nil {
+		return "", fmt.Errorf("reading pg_wal: %w", err)
+	}
+	have := map[uint64]bool{}
+	for _, e := range entries {
+		if _, seg, ok := walSegment(e.Name(), segSize); ok {
+			have[seg] = true
+		}
+	}
+	for seg := first; seg <= max(first, until/segSize); seg++ {
+		if !have[seg] {
+			perLog := 0x100000000 / segSize
+			return fmt.Sprintf("%08X%08X%08X", tli, seg/perLog, seg%perLog), nil
+		}
+	}
+	return "", nil
+}
+
+// parseLSN reads a WAL position written as PostgreSQL does (X/Y, hex).
+func parseLSN(s string) (uint64, error) {
+	hi, lo, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, fmt.Errorf("WAL position %q: want X/Y", s)
+	}
+	h, err := strconv.ParseUint(hi, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("WAL position %q: %w", s, err)
+	}
+	l, err := strconv.ParseUint(lo, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("WAL position %q: %w", s, err)
+	}
+	return h<<32 | l, nil
+}

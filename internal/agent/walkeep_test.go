@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const segSize16MB = 16 << 20
+
+func writeSegments(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	for _, n := range names {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, n), []byte("wal "+n), 0o600))
+	}
+}
+
+func segmentsIn(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestKeepWALAcrossRewind: the segments of the shared history that
+// pg_rewind removed (the source recycled them) come back, with their
+// content; those it kept or copied stay as they are; segments from the
+// divergence's on, of later timelines, and other files are not restored.
+func TestKeepWALAcrossRewind(t *testing.T) {
+	pgdata := t.TempDir()
+	wal := filepath.Join(pgdata, "pg_wal")
+	keep := filepath.Join(t.TempDir(), "kept")
+	writeSegments(t, wal,
+		"000000010000000000000002", // the last common checkpoint is here
+		"000000010000000000000003",
+		"000000010000000000000004", // the divergence (0/412F5E0) is here
+		"000000020000000000000003", // a timeline the divergence's history does not reach
+		"000000010000000100000000", // a segment after the divergence
+		"00000002.history")
+	require.NoError(t, os.Mkdir(filepath.Join(wal, "archive_status"), 0o700))
+	require.NoError(t, keepWAL(pgdata, keep))
+	assert.Equal(t, []string{"000000010000000000000002", "000000010000000000000003", "000000010000000000000004",
+		"000000010000000100000000", "000000020000000000000003"}, segmentsIn(t, keep), "every segment kept, nothing else")
+
+	// pg_rewind: removes what the source lacks, copies the source's
+	// segment 3 and its new timeline's first segment.
+	for _, n := range []string{"000000010000000000000002", "000000010000000000000003", "000000010000000000000004",
+		"000000020000000000000003", "000000010000000100000000"} {
+		require.NoError(t, os.Remove(filepath.Join(wal, n)))
+	}
+	writeSegments(t, wal, "000000010000000000000003", "000000020000000000000004")
+	require.NoError(t, os.WriteFile(filepath.Join(wal, "000000010000000000000003"), []byte("from the source"), 0o600))
+
+	diverged, err := parseLSN("0/412F5E0")
+	require.NoError(t, err)
+	restored, err := restoreWAL(pgdata, keep, diverged, 1, segSize16MB)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"000000010000000000000002"}, restored)
+	b, err := os.ReadFile(filepath.Join(wal, "000000010000000000000002"))
+	require.NoError(t, err)
+	assert.Equal(t, "wal 000000010000000000000002", string(b), "the kept content")
+	b, err = os.ReadFile(filepath.Join(wal, "000000010000000000000003"))
+	require.NoError(t, err)
+	assert.Equal(t, "from the source", string(b), "a segment pg_rewind copied is not replaced")
+	assert.Equal(t, []string{"000000010000000000000002", "000000010000000000000003", "00000002.history",
+		"000000020000000000000004", "archive_status"}, segmentsIn(t, wal))
+	_, err = os.Stat(keep)
+	assert.True(t, os.IsNotExist(err), "the kept links are removed: %v", err)
+
+	// a second rewind after one cut short: the old links are replaced
+	writeSegments(t, keep, "000000010000000000000001")
+	require.NoError(t, keepWAL(pgdata, keep))
+	assert.NotContains(t, segmentsIn(t, keep), "000000010000000000000001")
+}
+
+func TestWALSegment(t *testing.T) {
+	tli, seg, ok := walSegment("00000003000000010000000A", segSize16MB)
+	require.True(t, ok)
+	assert.EqualValues(t, 3, tli)
+	assert.EqualValues(t, 256+10, seg, "256 segments of 16 MB per 4 GB")
+	_, seg, ok = walSegment("000000010000000100000002", 1<<30)
+	require.True(t, ok)
+	assert.EqualValues(t, 4+2, seg, "4 segments of 1 GB per 4 GB")
+	for _, name := range []string{"00000002.history", "000000010000000000000002.partial", "0000000100000000000002", ""} {
+		_, _, ok := walSegment(name, segSize16MB)
+		assert.False(t, ok, name)
+	}
+}
+
+// TestMissingRecoveryWAL: recovery after pg_rewind replays from the
+// segment its backup_label names to the minimum recovery point; a file of
+// each segment on any timeline will do.
+func TestMissingRecoveryWAL(t *testing.T) {
+	pgdata := t.TempDir()
+	wal := filepath.Join(pgdata, "pg_wal")
+	writeSegments(t, wal, "000000010000000000000003", "000000020000000000000004")
+	until, err := parseLSN("0/4000100")
+	require.NoError(t, err)
+	missing, err := missingRecoveryWAL(pgdata, until, segSize16MB)
+	require.NoError(t, err)
+	assert.Empty(t, missing, "no backup_label: nothing to check")
+
+	label := "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\nCHECKPOINT LOCATION: 0/2000080\nBACKUP METHOD: pg_rewind\nBACKUP FROM: standby\n"
+	require.NoError(t, os.WriteFile(filepath.Join(pgdata, "backup_label"), []byte(label), 0o600))
+	missing, err = missingRecoveryWAL(pgdata, until, segSize16MB)
+	require.NoError(t, err)
+	assert.Equal(t, "000000010000000000000002", missing, "the start")
+
+	writeSegments(t, wal, "000000020000000000000002")
+	missing, err = missingRecoveryWAL(pgdata, until, segSize16MB)
+	require.NoError(t, err)
+	assert.Empty(t, missing, "the start on a later timeline, then each segment to the minimum recovery point")
+
+	until, err = parseLSN("0/6000000")
+	require.NoError(t, err)
+	missing, err = missingRecoveryWAL(pgdata, until, segSize16MB)
+	require.NoError(t, err)
+	assert.Equal(t, "000000010000000000000005", missing, "the source recycled WAL after the divergence")
+
+	require.NoError(t, os.WriteFile(filepath.Join(pgdata, "backup_label"), []byte("CHECKPOINT LOCATION: 0/2000080\n"), 0o600))
+	_, err = missingRecoveryWAL(pgdata, until, segSize16MB)
+	assert.ErrorContains(t, err, "START WAL LOCATION")
+}
+
+func TestParseLSN(t *testing.T) {
+	v, err := parseLSN("1/412F5E0")
+	require.NoError(t, err)
+	assert.EqualValues(t, uint64(1)<<32|0x412F5E0, v)
+	for _, bad := range []string{"", "412F5E0", "x/1", "1/y"} {
+		_, err := parseLSN(bad)
+		assert.Error(t, err, bad)
+	}
+}
