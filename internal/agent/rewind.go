@@ -81,7 +81,8 @@ func (a *Agent) rewindAndStart() error {
 		}
 		report.DiscardedTransactions, report.EndLSN = n, end
 		a.log.Info("Rewinding", "divergedLSN", lsn, "divergedTimeline", tli, "endLSN", end, "discardedTransactions", n)
-		if err := a.rewindKeepingWAL(ctx, lsn, tli); err != nil {
+		missing, err := a.rewindKeepingWAL(ctx, lsn, tli)
+		if err != nil {
 			return err
 		}
 		report.At = metav1.Now()
@@ -89,9 +90,7 @@ func (a *Agent) rewindAndStart() error {
 		if err := os.WriteFile(a.rewindReportPath(), b, 0o600); err != nil {
 			return fmt.Errorf("writing the rewind report: %w", err)
 		}
-		if missing, err := a.missingRecoveryWAL(ctx); err != nil {
-			return err
-		} else if missing != "" {
+		if missing != "" {
 			return a.reclone(fmt.Sprintf("after pg_rewind, recovery needs WAL segment %s, which neither this instance nor %s has any more", missing, a.cfg.PrimaryHost))
 		}
 	} else {
@@ -116,62 +115,41 @@ func (a *Agent) rewindAndStart() error {
 }
 
 // rewindKeepingWAL runs pg_rewind for a divergence at lsn on timeline tli,
-// and links back the segments of the shared history it removed (see
-// keepWAL).
-func (a *Agent) rewindKeepingWAL(ctx context.Context, lsn string, tli uint32) error {
-	diverged, err := parseLSN(lsn)
+// links back the segments of the shared history it removed (see keepWAL),
+// and names a segment recovery still lacks (see missingRecoveryWAL), ""
+// when none.
+func (a *Agent) rewindKeepingWAL(ctx context.Context, lsn string, tli uint32) (string, error) {
+	diverged, err := ParseLSN(lsn)
 	if err != nil {
-		return err
+		return "", err
 	}
-	segSize, err := a.walSegmentSize(ctx)
+	cd, err := a.controlData(ctx)
 	if err != nil {
-		return err
+		return "", err
+	}
+	segSize, err := strconv.ParseUint(cd["Bytes per WAL segment"], 10, 64)
+	if err != nil || segSize == 0 {
+		return "", fmt.Errorf("pg_controldata: no WAL segment size (%q)", cd["Bytes per WAL segment"])
 	}
 	keep := a.walKeepDir()
 	if err := keepWAL(a.cfg.PGData, keep); err != nil {
-		return err
+		return "", err
 	}
 	if _, err := a.pgRewind(ctx, false); err != nil {
-		return err
+		return "", err
 	}
 	restored, err := restoreWAL(a.cfg.PGData, keep, diverged, tli, segSize)
 	if len(restored) > 0 {
 		a.log.Info("Linked back the WAL segments of the shared history that pg_rewind removed", "segments", restored)
 	}
-	return err
-}
-
-// walSegmentSize is the data directory's WAL segment size, from pg_control.
-func (a *Agent) walSegmentSize(ctx context.Context) (uint64, error) {
-	cd, err := a.controlData(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return segmentSize(cd)
-}
-
-// segmentSize reads the WAL segment size of pg_controldata's fields cd.
-func segmentSize(cd map[string]string) (uint64, error) {
-	segSize, err := strconv.ParseUint(cd["Bytes per WAL segment"], 10, 64)
-	if err != nil || segSize == 0 {
-		return 0, fmt.Errorf("pg_controldata: no WAL segment size (%q)", cd["Bytes per WAL segment"])
-	}
-	return segSize, nil
-}
-
-// missingRecoveryWAL names a WAL segment the rewound data directory's
-// recovery needs up to its minimum recovery point and pg_wal lacks (see
-// missingRecoveryWAL); "" when none.
-func (a *Agent) missingRecoveryWAL(ctx context.Context) (string, error) {
-	cd, err := a.controlData(ctx)
 	if err != nil {
 		return "", err
 	}
-	segSize, err := segmentSize(cd)
-	if err != nil {
+	// pg_rewind wrote the minimum recovery point: the source's position
+	if cd, err = a.controlData(ctx); err != nil {
 		return "", err
 	}
-	until, err := parseLSN(cd["Minimum recovery ending location"])
+	until, err := ParseLSN(cd["Minimum recovery ending location"])
 	if err != nil {
 		return "", fmt.Errorf("pg_controldata: minimum recovery ending location: %w", err)
 	}

@@ -150,8 +150,9 @@ func missingRecoveryWAL(pgdata string, until, segSize uint64) (string, error) {
 	return "", nil
 }
 
-// parseLSN reads a WAL position written as PostgreSQL does (X/Y, hex).
-func parseLSN(s string) (uint64, error) {
+// ParseLSN reads a WAL position written as PostgreSQL does (X/Y, hex), as
+// Status carries them.
+func ParseLSN(s string) (uint64, error) {
 	hi, lo, ok := strings.Cut(s, "/")
 	if !ok {
 		return 0, fmt.Errorf("WAL position %q: want X/Y", s)

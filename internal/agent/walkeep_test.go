@@ -61,7 +61,7 @@ func TestKeepWALAcrossRewind(t *testing.T) {
 	writeSegments(t, wal, "000000010000000000000003", "000000020000000000000004")
 	require.NoError(t, os.WriteFile(filepath.Join(wal, "000000010000000000000003"), []byte("from the source"), 0o600))
 
-	diverged, err := parseLSN("0/412F5E0")
+	diverged, err := ParseLSN("0/412F5E0")
 	require.NoError(t, err)
 	restored, err := restoreWAL(pgdata, keep, diverged, 1, segSize16MB)
 	require.NoError(t, err)
@@ -104,7 +104,7 @@ func TestMissingRecoveryWAL(t *testing.T) {
 	pgdata := t.TempDir()
 	wal := filepath.Join(pgdata, "pg_wal")
 	writeSegments(t, wal, "000000010000000000000003", "000000020000000000000004")
-	until, err := parseLSN("0/4000100")
+	until, err := ParseLSN("0/4000100")
 	require.NoError(t, err)
 	missing, err := missingRecoveryWAL(pgdata, until, segSize16MB)
 	require.NoError(t, err)
@@ -121,7 +121,7 @@ func TestMissingRecoveryWAL(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, missing, "the start on a later timeline, then each segment to the minimum recovery point")
 
-	until, err = parseLSN("0/6000000")
+	until, err = ParseLSN("0/6000000")
 	require.NoError(t, err)
 	missing, err = missingRecoveryWAL(pgdata, until, segSize16MB)
 	require.NoError(t, err)
@@ -133,11 +133,11 @@ func TestMissingRecoveryWAL(t *testing.T) {
 }
 
 func TestParseLSN(t *testing.T) {
-	v, err := parseLSN("1/412F5E0")
+	v, err := ParseLSN("1/412F5E0")
 	require.NoError(t, err)
 	assert.EqualValues(t, uint64(1)<<32|0x412F5E0, v)
 	for _, bad := range []string{"", "412F5E0", "x/1", "1/y"} {
-		_, err := parseLSN(bad)
+		_, err := ParseLSN(bad)
 		assert.Error(t, err, bad)
 	}
 }

@@ -267,7 +267,7 @@ func (a *Agents) Promote(_ context.Context, db *dbv1.Database, pod *corev1.Pod, 
 		return agent.Status{}, refused(http.StatusConflict, "%s is not a standby", pod.Name)
 	}
 	if minReplayedLSN != "" {
-		min, err := ParseLSN(minReplayedLSN)
+		min, err := agent.ParseLSN(minReplayedLSN)
 		if err != nil {
 			return agent.Status{}, refused(http.StatusBadRequest, "%v", err)
 		}
@@ -291,15 +291,6 @@ func (a *Agents) Promote(_ context.Context, db *dbv1.Database, pod *corev1.Pod, 
 	c.wal += 0x60
 	m.role, m.timeline = agent.RolePrimary, c.timeline
 	return c.status(pod.Name), nil
-}
-
-// ParseLSN reads a position written the way PostgreSQL does.
-func ParseLSN(s string) (uint64, error) {
-	var hi, lo uint32
-	if _, err := fmt.Sscanf(s, "%X/%X", &hi, &lo); err != nil {
-		return 0, fmt.Errorf("invalid LSN %q", s)
-	}
-	return uint64(hi)<<32 | uint64(lo), nil
 }
 
 // Detach implements instance.Agents: it records the call.

@@ -142,18 +142,11 @@ func Ordinal(db *dbv1.Database, pod string) int {
 	return n
 }
 
-// parseLSN reads a PostgreSQL position ("16/B374D848").
+// parseLSN reads a PostgreSQL position ("16/B374D848"); false when it is
+// not one (an instance that reports none).
 func parseLSN(s string) (uint64, bool) {
-	hi, lo, ok := strings.Cut(s, "/")
-	if !ok {
-		return 0, false
-	}
-	h, err1 := strconv.ParseUint(hi, 16, 32)
-	l, err2 := strconv.ParseUint(lo, 16, 32)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return h<<32 | l, true
+	v, err := agent.ParseLSN(s)
+	return v, err == nil
 }
 
 func (i *Instance) reportsPrimary() bool {
