@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -47,10 +48,10 @@ func (i *Injector) VolumePath(ctx context.Context, namespace, name string) (stri
 }
 
 // FillVolume fills a pod's data volume (VolumePath) with one allocated
-// file until no byte is left, and returns the Undo that removes it. It
-// refuses a volume that is not a file system of its own (a volume of
-// cluster.SizedStorageClassName is): filling a plain directory would
-// fill the host's disk.
+// file until no byte is left, and keeps it full until the returned Undo
+// (see keepFull). It refuses a volume that is not a file system of its
+// own (a volume of cluster.SizedStorageClassName is): filling a plain
+// directory would fill the host's disk.
 func (i *Injector) FillVolume(ctx context.Context, namespace, name string) (Undo, error) {
 	path, err := i.VolumePath(ctx, namespace, name)
 	if err != nil {
@@ -64,38 +65,71 @@ func (i *Injector) FillVolume(ctx context.Context, namespace, name string) (Undo
 		return nil, fmt.Errorf("the volume of pod %s/%s (%s) shares the host's file system: give the Database storage class %q",
 			namespace, name, path, cluster.SizedStorageClassName)
 	}
-	file := filepath.Join(path, fillFile)
+	return keepFull(path)
+}
+
+// topUpInterval is how often a filled file system's freed space is taken
+// again.
+const topUpInterval = 20 * time.Millisecond
+
+// keepFull fills the file system of dir with one allocated file, then
+// takes whatever is freed on it every topUpInterval, as a full disk that
+// stays full does: PostgreSQL frees space by itself (a checkpoint removes
+// WAL segments a slot no longer holds), and CI saw a write of several MB
+// succeed on a volume filled once. The Undo stops the top-up and removes
+// the file; it reports a top-up that failed.
+func keepFull(dir string) (Undo, error) {
+	file := filepath.Join(dir, fillFile)
 	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("creating %s: %w", file, err)
 	}
-	defer f.Close()
-	remove := once(func() error {
+	remove := func() error {
 		if err := os.Remove(file); err != nil && !os.IsNotExist(err) {
 			return fmt.Errorf("removing %s: %w", file, err)
 		}
 		return nil
-	})
-	if err := fill(f); err != nil {
-		return nil, errors.Join(err, remove())
 	}
-	return remove, nil
+	var size int64
+	if err := fill(f, &size); err != nil {
+		return nil, errors.Join(err, f.Close(), remove())
+	}
+	stop, stopped := make(chan struct{}), make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(topUpInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				stopped <- nil
+				return
+			case <-tick.C:
+				if err := fill(f, &size); err != nil {
+					stopped <- fmt.Errorf("keeping %s full: %w", dir, err)
+					return
+				}
+			}
+		}
+	}()
+	return once(func() error {
+		close(stop)
+		return errors.Join(<-stopped, f.Close(), remove())
+	}), nil
 }
 
-// fill allocates f until the file system has no room left: all it says
-// is free at once, then what PostgreSQL freed meanwhile in shrinking
-// steps down to a page.
-func fill(f *os.File) error {
+// fill extends f, *size bytes long, until the file system has no room
+// left: all it says is free at once, then what was freed meanwhile in
+// shrinking steps down to a page.
+func fill(f *os.File, size *int64) error {
 	var st syscall.Statfs_t
 	if err := syscall.Fstatfs(int(f.Fd()), &st); err != nil {
 		return fmt.Errorf("statfs of %s: %w", f.Name(), err)
 	}
-	var size int64
 	for step := int64(st.Bavail) * st.Bsize; step >= 4096; {
-		err := syscall.Fallocate(int(f.Fd()), 0, size, step)
+		err := syscall.Fallocate(int(f.Fd()), 0, *size, step)
 		switch {
 		case err == nil:
-			size += step
+			*size += step
 		case errors.Is(err, syscall.ENOSPC):
 			step /= 2
 		default:
