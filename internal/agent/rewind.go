@@ -153,7 +153,11 @@ func (a *Agent) rewindKeepingWAL(ctx context.Context, lsn string, tli uint32) (s
 	if err != nil {
 		return "", fmt.Errorf("pg_controldata: minimum recovery ending location: %w", err)
 	}
-	return missingRecoveryWAL(a.cfg.PGData, until, segSize)
+	untilTLI, err := strconv.ParseUint(cd["Min recovery ending loc's timeline"], 10, 32)
+	if err != nil {
+		return "", fmt.Errorf("pg_controldata: minimum recovery ending location's timeline: %w", err)
+	}
+	return missingRecoveryWAL(a.cfg.PGData, until, uint32(untilTLI), segSize)
 }
 
 // reclone empties the data directory of an instance that cannot rejoin

@@ -100,12 +100,15 @@ func walSegment(name string, segSize uint64) (tli uint32, segNo uint64, ok bool)
 }
 
 // missingRecoveryWAL names the first WAL segment that recovery of pgdata
-// after pg_rewind needs and pg_wal has no file of, on any timeline: from
-// the segment its backup_label starts recovery in to the one of until
-// (pg_control's minimum recovery ending location, up to which pg_rewind
-// copied the source's WAL). "" when none is missing or there is no
-// backup_label.
-func missingRecoveryWAL(pgdata string, until, segSize uint64) (string, error) {
+// after pg_rewind needs and pg_wal has no usable file of: from the segment
+// its backup_label starts recovery in to the one of until (pg_control's
+// minimum recovery ending location, up to which pg_rewind copied the
+// source's WAL), on timeline tli (that location's). A file is usable when
+// its timeline is in tli's history and served that segment (see
+// timelineSpans): a segment of the discarded timeline, after its switch,
+// holds the WAL pg_rewind discarded, and recovery never reads it. "" when
+// none is missing or there is no backup_label.
+func missingRecoveryWAL(pgdata string, until uint64, tli uint32, segSize uint64) (string, error) {
 	f, err := os.Open(filepath.Join(pgdata, "backup_label"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
@@ -127,9 +130,13 @@ func missingRecoveryWAL(pgdata string, until, segSize uint64) (string, error) {
 	if err := sc.Err(); err != nil {
 		return "", fmt.Errorf("reading backup_label: %w", err)
 	}
-	tli, first, ok := walSegment(start, segSize)
+	_, first, ok := walSegment(start, segSize)
 	if !ok {
 		return "", fmt.Errorf("backup_label names no start of recovery (START WAL LOCATION)")
+	}
+	spans, err := timelineSpans(pgdata, tli, segSize)
+	if err != nil {
+		return "", err
 	}
 	entries, err := os.ReadDir(filepath.Join(pgdata, "pg_wal"))
 	if err != nil {
@@ -137,17 +144,94 @@ func missingRecoveryWAL(pgdata string, until, segSize uint64) (string, error) {
 	}
 	have := map[uint64]bool{}
 	for _, e := range entries {
-		if _, seg, ok := walSegment(e.Name(), segSize); ok {
+		if t, seg, ok := walSegment(e.Name(), segSize); ok && spans.serves(t, seg) {
 			have[seg] = true
 		}
 	}
+	perLog := 0x100000000 / segSize
 	for seg := first; seg <= max(first, until/segSize); seg++ {
 		if !have[seg] {
-			perLog := 0x100000000 / segSize
-			return fmt.Sprintf("%08X%08X%08X", tli, seg/perLog, seg%perLog), nil
+			return fmt.Sprintf("%08X%08X%08X", spans.timeline(seg), seg/perLog, seg%perLog), nil
 		}
 	}
 	return "", nil
+}
+
+// timelineSpan is the segments a timeline's WAL files serve in a
+// history: from the segment its parent switched to it in, to the one
+// before the segment it switched to its child in.
+type timelineSpan struct {
+	tli         uint32
+	first, last uint64
+}
+
+// history is a timeline's ancestry, oldest first, the timeline itself
+// last (its span has no end).
+type history []timelineSpan
+
+// serves says whether the file of segment seg on timeline tli is one
+// recovery along h reads.
+func (h history) serves(tli uint32, seg uint64) bool {
+	for _, s := range h {
+		if s.tli == tli && seg >= s.first && seg <= s.last {
+			return true
+		}
+	}
+	return false
+}
+
+// timeline is the latest timeline of h that serves seg: the one a missing
+// segment is named on.
+func (h history) timeline(seg uint64) uint32 {
+	tli := h[len(h)-1].tli
+	for i := len(h) - 1; i >= 0; i-- {
+		if seg >= h[i].first && seg <= h[i].last {
+			return h[i].tli
+		}
+	}
+	return tli
+}
+
+// timelineSpans reads tli's history file in pgdata's pg_wal (lines of
+// "parent timeline, switch position, reason"; pg_rewind copies it from
+// the source) into its spans. Timeline 1 has none; a later timeline
+// without one (not seen) counts every timeline up to it as serving every
+// segment, as the check did before it read histories.
+func timelineSpans(pgdata string, tli uint32, segSize uint64) (history, error) {
+	data, err := os.ReadFile(filepath.Join(pgdata, "pg_wal", fmt.Sprintf("%08X.history", tli)))
+	if errors.Is(err, fs.ErrNotExist) {
+		h := history{}
+		for t := uint32(1); t <= tli; t++ {
+			h = append(h, timelineSpan{tli: t, last: ^uint64(0)})
+		}
+		return h, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the history of timeline %d: %w", tli, err)
+	}
+	var h history
+	var from uint64
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 || strings.HasPrefix(fields[0], "#") {
+			continue
+		}
+		parent, err := strconv.ParseUint(fields[0], 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("history of timeline %d: line %q: %w", tli, line, err)
+		}
+		switched, err := ParseLSN(fields[1])
+		if err != nil {
+			return nil, fmt.Errorf("history of timeline %d: line %q: %w", tli, line, err)
+		}
+		// the switch's segment comes from the child's file: it holds the
+		// parent's WAL up to the switch, and the child's after it
+		if next := switched / segSize; next > from {
+			h = append(h, timelineSpan{tli: uint32(parent), first: from, last: next - 1})
+			from = next
+		}
+	}
+	return append(h, timelineSpan{tli: tli, first: from, last: ^uint64(0)}), nil
 }
 
 // ParseLSN reads a WAL position written as PostgreSQL does (X/Y, hex), as

@@ -98,38 +98,83 @@ func TestWALSegment(t *testing.T) {
 }
 
 // TestMissingRecoveryWAL: recovery after pg_rewind replays from the
-// segment its backup_label names to the minimum recovery point; a file of
-// each segment on any timeline will do.
+// segment its backup_label names to the minimum recovery point; without
+// the history file of the timeline it follows, a file of each segment on
+// any timeline up to that one will do.
 func TestMissingRecoveryWAL(t *testing.T) {
 	pgdata := t.TempDir()
 	wal := filepath.Join(pgdata, "pg_wal")
 	writeSegments(t, wal, "000000010000000000000003", "000000020000000000000004")
 	until, err := ParseLSN("0/4000100")
 	require.NoError(t, err)
-	missing, err := missingRecoveryWAL(pgdata, until, segSize16MB)
+	missing, err := missingRecoveryWAL(pgdata, until, 2, segSize16MB)
 	require.NoError(t, err)
 	assert.Empty(t, missing, "no backup_label: nothing to check")
 
 	label := "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\nCHECKPOINT LOCATION: 0/2000080\nBACKUP METHOD: pg_rewind\nBACKUP FROM: standby\n"
 	require.NoError(t, os.WriteFile(filepath.Join(pgdata, "backup_label"), []byte(label), 0o600))
-	missing, err = missingRecoveryWAL(pgdata, until, segSize16MB)
+	missing, err = missingRecoveryWAL(pgdata, until, 2, segSize16MB)
 	require.NoError(t, err)
-	assert.Equal(t, "000000010000000000000002", missing, "the start")
+	assert.Equal(t, "000000020000000000000002", missing, "the start, named on the timeline recovery follows")
 
 	writeSegments(t, wal, "000000020000000000000002")
-	missing, err = missingRecoveryWAL(pgdata, until, segSize16MB)
+	missing, err = missingRecoveryWAL(pgdata, until, 2, segSize16MB)
 	require.NoError(t, err)
 	assert.Empty(t, missing, "the start on a later timeline, then each segment to the minimum recovery point")
 
 	until, err = ParseLSN("0/6000000")
 	require.NoError(t, err)
-	missing, err = missingRecoveryWAL(pgdata, until, segSize16MB)
+	missing, err = missingRecoveryWAL(pgdata, until, 2, segSize16MB)
 	require.NoError(t, err)
-	assert.Equal(t, "000000010000000000000005", missing, "the source recycled WAL after the divergence")
+	assert.Equal(t, "000000020000000000000005", missing, "the source recycled WAL after the divergence")
 
 	require.NoError(t, os.WriteFile(filepath.Join(pgdata, "backup_label"), []byte("CHECKPOINT LOCATION: 0/2000080\n"), 0o600))
-	_, err = missingRecoveryWAL(pgdata, until, segSize16MB)
+	_, err = missingRecoveryWAL(pgdata, until, 2, segSize16MB)
 	assert.ErrorContains(t, err, "START WAL LOCATION")
+}
+
+// TestMissingRecoveryWALFollowsTheHistory: a segment counts only on a
+// timeline of the history recovery follows, for the segments that
+// timeline served; the former primary's own segment after the switch (of
+// the discarded history) is no substitute.
+func TestMissingRecoveryWALFollowsTheHistory(t *testing.T) {
+	pgdata := t.TempDir()
+	wal := filepath.Join(pgdata, "pg_wal")
+	writeSegments(t, wal, "000000010000000000000002", "000000010000000000000003", "000000010000000000000004",
+		"000000010000000000000005", "000000020000000000000004")
+	require.NoError(t, os.WriteFile(filepath.Join(wal, "00000002.history"), []byte("1\t0/4000000\tno recovery target specified\n"), 0o600))
+	label := "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\n"
+	require.NoError(t, os.WriteFile(filepath.Join(pgdata, "backup_label"), []byte(label), 0o600))
+	until, err := ParseLSN("0/5000100")
+	require.NoError(t, err)
+	missing, err := missingRecoveryWAL(pgdata, until, 2, segSize16MB)
+	require.NoError(t, err)
+	assert.Equal(t, "000000020000000000000005", missing, "timeline 1's segment 5 is after its switch to 2")
+
+	writeSegments(t, wal, "000000020000000000000005")
+	missing, err = missingRecoveryWAL(pgdata, until, 2, segSize16MB)
+	require.NoError(t, err)
+	assert.Empty(t, missing)
+
+	// three timelines: 1 to 0/3000000 (a segment's start), 2 to 0/50000A0
+	// (inside segment 5: that segment comes from timeline 3's file)
+	require.NoError(t, os.WriteFile(filepath.Join(wal, "00000003.history"),
+		[]byte("1\t0/3000000\tno recovery target specified\n\n2\t0/50000A0\tno recovery target specified\n"), 0o600))
+	missing, err = missingRecoveryWAL(pgdata, until, 3, segSize16MB)
+	require.NoError(t, err)
+	assert.Equal(t, "000000020000000000000003", missing, "segment 3 and on come from timeline 2 or later")
+	writeSegments(t, wal, "000000020000000000000003")
+	missing, err = missingRecoveryWAL(pgdata, until, 3, segSize16MB)
+	require.NoError(t, err)
+	assert.Equal(t, "000000030000000000000005", missing, "timeline 2's segment 5 ends at the switch to 3")
+	writeSegments(t, wal, "000000030000000000000005")
+	missing, err = missingRecoveryWAL(pgdata, until, 3, segSize16MB)
+	require.NoError(t, err)
+	assert.Empty(t, missing)
+
+	require.NoError(t, os.WriteFile(filepath.Join(wal, "00000003.history"), []byte("1\tnot-a-position\n"), 0o600))
+	_, err = missingRecoveryWAL(pgdata, until, 3, segSize16MB)
+	assert.ErrorContains(t, err, "history of timeline 3")
 }
 
 func TestParseLSN(t *testing.T) {
