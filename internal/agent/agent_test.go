@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dbkeeper/dbkeeper/test/framework"
+	"github.com/dbkeeper/dbkeeper/test/framework/postgres"
 )
 
 // The replication line is appended to pg_hba.conf once, whatever its
@@ -80,7 +82,7 @@ func TestStandbyArgs(t *testing.T) {
 	keep := "max_slot_wal_keep_size=" + slotWALCap(size)
 	assert.Equal(t, []string{"docker-entrypoint.sh", "postgres", "-c", "port=5432", "-c", "unix_socket_directories=/var/run/postgresql",
 		"-c", keep,
-		"-c", "primary_conninfo=host='db.ns.svc' port=5432 user=dbkeeper_replication passfile='/tmp/p' application_name='db-1' sslmode=verify-full sslrootcert='/tls/ca.crt'",
+		"-c", "primary_conninfo=host='db.ns.svc' port=5432 user=dbkeeper_replication passfile='/tmp/p' application_name='db-1' connect_timeout=5 sslmode=verify-full sslrootcert='/tls/ca.crt'",
 		"-c", "primary_slot_name=dbkeeper_db_1"}, a.serverArgs())
 	a.cfg.TLSDir = ""
 	assert.Contains(t, a.serverArgs()[9], "sslmode=prefer")
@@ -197,4 +199,41 @@ func TestSlotWALCap(t *testing.T) {
 	size, err := volumeSize(t.TempDir())
 	require.NoError(t, err)
 	assert.Positive(t, size)
+}
+
+// TestReplicationConnectionsGiveUpOnASilentPrimary: libpq, given the
+// replication role's connection string (the WAL receiver's, pg_rewind's),
+// gives up on a primary host that never answers after connectTimeout, so
+// the WAL receiver tries again and reaches the primary once there is one.
+// kube-proxy leaves a connection to a Service without endpoints
+// unanswered; without the bound a standby's attempt waited for TCP to
+// give up and, in synchronous mode, writes waited 15 s more than they
+// had to after the operator labelled the primary again.
+func TestReplicationConnectionsGiveUpOnASilentPrimary(t *testing.T) {
+	bin, err := postgres.BinDir()
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	go func() { // accept, then never answer
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	a := &Agent{pgpass: filepath.Join(t.TempDir(), "pgpass"), cfg: Config{Pod: "db-1", PrimaryHost: "127.0.0.1", PrimaryPort: port}}
+	for name, conninfo := range map[string]string{"primary_conninfo": a.primaryConninfo(), "pg_rewind's source": a.sourceServer()} {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*connectTimeout)
+		start := time.Now()
+		out, err := exec.CommandContext(ctx, filepath.Join(bin, "psql"), "-X", "-w", "-d", conninfo, "-c", "SELECT 1").CombinedOutput()
+		took := time.Since(start)
+		cancel()
+		require.Error(t, err, "%s: connected to a host that never answers", name)
+		assert.Less(t, took, 2*connectTimeout, "%s: gave up after %s (%s)", name, took, strings.TrimSpace(string(out)))
+		assert.Contains(t, string(out), "timeout expired", name)
+	}
 }

@@ -218,12 +218,7 @@ func (a *Agent) ensureCleanShutdown(ctx context.Context) error {
 
 // sourceServer is pg_rewind's connection to the primary.
 func (a *Agent) sourceServer() string {
-	ci := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres passfile=%s application_name=%s",
-		conninfoValue(a.cfg.PrimaryHost), a.cfg.PrimaryPort, ReplicationUser, conninfoValue(a.pgpass), conninfoValue(a.cfg.Pod+"-rewind"))
-	if a.cfg.TLSDir != "" {
-		return ci + " sslmode=verify-full sslrootcert=" + conninfoValue(a.cfg.TLSDir+"/ca.crt")
-	}
-	return ci + " sslmode=prefer"
+	return a.replicationConninfo(a.cfg.Pod+"-rewind", "postgres")
 }
 
 // pgRewind runs pg_rewind (a dry run when dry) and returns its output.

@@ -93,20 +93,43 @@ func (a *Agent) serverArgs() []string {
 
 // primaryConninfo is how a standby reaches the primary.
 func (a *Agent) primaryConninfo() string {
-	ci := fmt.Sprintf("host=%s port=%d user=%s passfile=%s application_name=%s",
-		conninfoValue(a.cfg.PrimaryHost), a.cfg.PrimaryPort, ReplicationUser, conninfoValue(a.pgpass), conninfoValue(a.cfg.Pod))
+	return a.replicationConninfo(a.cfg.Pod, "")
+}
+
+// connectTimeout bounds each attempt of the replication role's
+// connections to PrimaryHost (libpq's connect_timeout): the WAL receiver,
+// pg_basebackup and pg_rewind. A connection to the read-write Service
+// while no pod carries the primary label is neither accepted nor refused
+// (kube-proxy leaves it unanswered): without a bound, a standby's WAL
+// receiver waited for TCP to give up, and in synchronous mode writes
+// waited with it, 15 s after the primary was labelled again.
+const connectTimeout = 5 * time.Second
+
+// replicationConninfo is the libpq connection string of the replication
+// role to PrimaryHost, as application app, to database dbname ("" for
+// none): the certificate verified when the Database has TLS, each attempt
+// bounded by connectTimeout.
+func (a *Agent) replicationConninfo(app, dbname string) string {
+	ci := fmt.Sprintf("host=%s port=%d user=%s passfile=%s application_name=%s connect_timeout=%d",
+		conninfoValue(a.cfg.PrimaryHost), a.cfg.PrimaryPort, ReplicationUser, conninfoValue(a.pgpass), conninfoValue(app),
+		int(connectTimeout/time.Second))
+	if dbname != "" {
+		ci += " dbname=" + conninfoValue(dbname)
+	}
 	if a.cfg.TLSDir != "" {
 		return ci + " sslmode=verify-full sslrootcert=" + conninfoValue(a.cfg.TLSDir+"/ca.crt")
 	}
 	return ci + " sslmode=prefer"
 }
 
-// sslEnv is libpq's TLS environment for pg_basebackup.
+// sslEnv is libpq's TLS environment for pg_basebackup, and its connect
+// timeout.
 func (a *Agent) sslEnv() []string {
+	timeout := fmt.Sprintf("PGCONNECT_TIMEOUT=%d", int(connectTimeout/time.Second))
 	if a.cfg.TLSDir != "" {
-		return []string{"PGSSLMODE=verify-full", "PGSSLROOTCERT=" + a.cfg.TLSDir + "/ca.crt"}
+		return []string{"PGSSLMODE=verify-full", "PGSSLROOTCERT=" + a.cfg.TLSDir + "/ca.crt", timeout}
 	}
-	return []string{"PGSSLMODE=prefer"}
+	return []string{"PGSSLMODE=prefer", timeout}
 }
 
 // startServer runs the image's command (which runs initdb first on an
