@@ -97,12 +97,17 @@ func (a *Agent) primaryConninfo() string {
 }
 
 // connectTimeout bounds each attempt of the replication role's
-// connections to PrimaryHost (libpq's connect_timeout): the WAL receiver,
-// pg_basebackup and pg_rewind. A connection to the read-write Service
-// while no pod carries the primary label is neither accepted nor refused
-// (kube-proxy leaves it unanswered): without a bound, a standby's WAL
-// receiver waited for TCP to give up, and in synchronous mode writes
-// waited with it, 15 s after the primary was labelled again.
+// connections to PrimaryHost: the WAL receiver, pg_basebackup and
+// pg_rewind. A connection to the read-write Service while no pod carries
+// the primary label may be neither accepted nor refused (this node's
+// kube-proxy drops its SYNs): unbounded, a standby's WAL receiver waited
+// for TCP's SYN back-off, and in synchronous mode writes waited with it,
+// 15 s after the primary was labelled again. libpq's connect_timeout
+// bounds the blocking connects of pg_basebackup and pg_rewind; the WAL
+// receiver connects asynchronously, which ignores it, so the kernel's
+// TCP_USER_TIMEOUT (tcp_user_timeout, which Linux applies to SYN
+// retransmissions too) bounds it, and an established stream whose data
+// goes unacknowledged as long.
 const connectTimeout = 5 * time.Second
 
 // replicationConninfo is the libpq connection string of the replication
@@ -110,9 +115,9 @@ const connectTimeout = 5 * time.Second
 // none): the certificate verified when the Database has TLS, each attempt
 // bounded by connectTimeout.
 func (a *Agent) replicationConninfo(app, dbname string) string {
-	ci := fmt.Sprintf("host=%s port=%d user=%s passfile=%s application_name=%s connect_timeout=%d",
+	ci := fmt.Sprintf("host=%s port=%d user=%s passfile=%s application_name=%s connect_timeout=%d tcp_user_timeout=%d",
 		conninfoValue(a.cfg.PrimaryHost), a.cfg.PrimaryPort, ReplicationUser, conninfoValue(a.pgpass), conninfoValue(app),
-		int(connectTimeout/time.Second))
+		int(connectTimeout/time.Second), connectTimeout.Milliseconds())
 	if dbname != "" {
 		ci += " dbname=" + conninfoValue(dbname)
 	}
