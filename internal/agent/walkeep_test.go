@@ -147,30 +147,25 @@ func TestMissingRecoveryWALFollowsTheHistory(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(pgdata, "backup_label"), []byte(label), 0o600))
 	until, err := ParseLSN("0/5000100")
 	require.NoError(t, err)
-	missing, err := missingRecoveryWAL(pgdata, until, 2, segSize16MB)
-	require.NoError(t, err)
-	assert.Equal(t, "000000020000000000000005", missing, "timeline 1's segment 5 is after its switch to 2")
-
+	missing := func(tli uint32) string {
+		t.Helper()
+		m, err := missingRecoveryWAL(pgdata, until, tli, segSize16MB)
+		require.NoError(t, err)
+		return m
+	}
+	assert.Equal(t, "000000020000000000000005", missing(2), "timeline 1's segment 5 is after its switch to 2")
 	writeSegments(t, wal, "000000020000000000000005")
-	missing, err = missingRecoveryWAL(pgdata, until, 2, segSize16MB)
-	require.NoError(t, err)
-	assert.Empty(t, missing)
+	assert.Empty(t, missing(2))
 
 	// three timelines: 1 to 0/3000000 (a segment's start), 2 to 0/50000A0
 	// (inside segment 5: that segment comes from timeline 3's file)
 	require.NoError(t, os.WriteFile(filepath.Join(wal, "00000003.history"),
 		[]byte("1\t0/3000000\tno recovery target specified\n\n2\t0/50000A0\tno recovery target specified\n"), 0o600))
-	missing, err = missingRecoveryWAL(pgdata, until, 3, segSize16MB)
-	require.NoError(t, err)
-	assert.Equal(t, "000000020000000000000003", missing, "segment 3 and on come from timeline 2 or later")
+	assert.Equal(t, "000000020000000000000003", missing(3), "segment 3 and on come from timeline 2 or later")
 	writeSegments(t, wal, "000000020000000000000003")
-	missing, err = missingRecoveryWAL(pgdata, until, 3, segSize16MB)
-	require.NoError(t, err)
-	assert.Equal(t, "000000030000000000000005", missing, "timeline 2's segment 5 ends at the switch to 3")
+	assert.Equal(t, "000000030000000000000005", missing(3), "timeline 2's segment 5 ends at the switch to 3")
 	writeSegments(t, wal, "000000030000000000000005")
-	missing, err = missingRecoveryWAL(pgdata, until, 3, segSize16MB)
-	require.NoError(t, err)
-	assert.Empty(t, missing)
+	assert.Empty(t, missing(3))
 
 	require.NoError(t, os.WriteFile(filepath.Join(wal, "00000003.history"), []byte("1\tnot-a-position\n"), 0o600))
 	_, err = missingRecoveryWAL(pgdata, until, 3, segSize16MB)
