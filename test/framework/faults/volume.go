@@ -90,8 +90,7 @@ func keepFull(dir string) (Undo, error) {
 		}
 		return nil
 	}
-	var size int64
-	if err := fill(f, &size); err != nil {
+	if err := fill(f); err != nil {
 		return nil, errors.Join(err, f.Close(), remove())
 	}
 	stop, stopped := make(chan struct{}), make(chan error, 1)
@@ -104,7 +103,7 @@ func keepFull(dir string) (Undo, error) {
 				stopped <- nil
 				return
 			case <-tick.C:
-				if err := fill(f, &size); err != nil {
+				if err := fill(f); err != nil {
 					stopped <- fmt.Errorf("keeping %s full: %w", dir, err)
 					return
 				}
@@ -117,19 +116,24 @@ func keepFull(dir string) (Undo, error) {
 	}), nil
 }
 
-// fill extends f, *size bytes long, until the file system has no room
-// left: all it says is free at once, then what was freed meanwhile in
-// shrinking steps down to a page.
-func fill(f *os.File, size *int64) error {
+// fill extends f until the file system has no room left: all it says is
+// free at once, then what was freed meanwhile in shrinking steps down to
+// a page.
+func fill(f *os.File) error {
 	var st syscall.Statfs_t
 	if err := syscall.Fstatfs(int(f.Fd()), &st); err != nil {
 		return fmt.Errorf("statfs of %s: %w", f.Name(), err)
 	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat of %s: %w", f.Name(), err)
+	}
+	size := fi.Size()
 	for step := int64(st.Bavail) * st.Bsize; step >= 4096; {
-		err := syscall.Fallocate(int(f.Fd()), 0, *size, step)
+		err := syscall.Fallocate(int(f.Fd()), 0, size, step)
 		switch {
 		case err == nil:
-			*size += step
+			size += step
 		case errors.Is(err, syscall.ENOSPC):
 			step /= 2
 		default:
