@@ -96,8 +96,18 @@ func walSegment(name string, segSize uint64) (tli uint32, segNo uint64, ok bool)
 	t, _ := strconv.ParseUint(m[1], 16, 32)
 	hi, _ := strconv.ParseUint(m[2], 16, 32)
 	lo, _ := strconv.ParseUint(m[3], 16, 32)
-	return uint32(t), hi*(0x100000000/segSize) + lo, true
+	return uint32(t), hi*segmentsPerID(segSize) + lo, true
 }
+
+// walSegmentName is the file name of segment segNo on timeline tli, the
+// inverse of walSegment.
+func walSegmentName(tli uint32, segNo, segSize uint64) string {
+	return fmt.Sprintf("%08X%08X%08X", tli, segNo/segmentsPerID(segSize), segNo%segmentsPerID(segSize))
+}
+
+// segmentsPerID is how many segments of segSize bytes a name's middle part
+// (the high 32 bits of a WAL position) counts.
+func segmentsPerID(segSize uint64) uint64 { return 0x100000000 / segSize }
 
 // missingRecoveryWAL names the first WAL segment that recovery of pgdata
 // after pg_rewind needs and pg_wal has no usable file of: from the segment
@@ -148,10 +158,9 @@ func missingRecoveryWAL(pgdata string, until uint64, tli uint32, segSize uint64)
 			have[seg] = true
 		}
 	}
-	perLog := 0x100000000 / segSize
 	for seg := first; seg <= max(first, until/segSize); seg++ {
 		if !have[seg] {
-			return fmt.Sprintf("%08X%08X%08X", spans.timeline(seg), seg/perLog, seg%perLog), nil
+			return walSegmentName(spans.timeline(seg), seg, segSize), nil
 		}
 	}
 	return "", nil
@@ -183,13 +192,12 @@ func (h history) serves(tli uint32, seg uint64) bool {
 // timeline is the latest timeline of h that serves seg: the one a missing
 // segment is named on.
 func (h history) timeline(seg uint64) uint32 {
-	tli := h[len(h)-1].tli
-	for i := len(h) - 1; i >= 0; i-- {
+	for i := len(h) - 1; i > 0; i-- {
 		if seg >= h[i].first && seg <= h[i].last {
 			return h[i].tli
 		}
 	}
-	return tli
+	return h[0].tli // its span starts at segment 0
 }
 
 // timelineSpans reads tli's history file in pgdata's pg_wal (lines of

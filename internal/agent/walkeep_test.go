@@ -91,6 +91,8 @@ func TestWALSegment(t *testing.T) {
 	_, seg, ok = walSegment("000000010000000100000002", 1<<30)
 	require.True(t, ok)
 	assert.EqualValues(t, 4+2, seg, "4 segments of 1 GB per 4 GB")
+	assert.Equal(t, "00000003000000010000000A", walSegmentName(3, 256+10, segSize16MB), "the inverse")
+	assert.Equal(t, "000000010000000100000002", walSegmentName(1, 4+2, 1<<30))
 	for _, name := range []string{"00000002.history", "000000010000000000000002.partial", "0000000100000000000002", ""} {
 		_, _, ok := walSegment(name, segSize16MB)
 		assert.False(t, ok, name)
