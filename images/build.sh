@@ -73,7 +73,7 @@ build_pause() {
 build_postgres() { # suite major
 	local suite=$1 major=$2
 	local ref=localhost/dbkeeper/postgres:$major
-	local packages="postgresql-$major,postgresql-client-$major,libnss-wrapper,xz-utils,zstd"
+	local packages="postgresql-$major,postgresql-client-$major,pgbackrest,libnss-wrapper,xz-utils,zstd"
 	# The postgres user and group must exist with id 999 before
 	# postgresql-common's postinst creates them with a dynamic id; and no
 	# default cluster (the entrypoint runs initdb into PGDATA).

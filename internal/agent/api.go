@@ -162,6 +162,12 @@ type Status struct {
 	// LastRewind is this instance's last rejoin as a standby after it had
 	// been a primary on another timeline, nil when it never did.
 	LastRewind *RewindReport `json:"lastRewind,omitempty"`
+	// Archive is the instance's repository and, on the primary, the WAL
+	// archiver's state; nil without EnvRepository.
+	Archive *ArchiveReport `json:"archive,omitempty"`
+	// Recovering says the server replays a restored archive up to its
+	// target and accepts no connections until it is promoted.
+	Recovering bool `json:"recovering,omitempty"`
 }
 
 // BootstrapMode is how an empty data directory is filled.

@@ -15,8 +15,13 @@ import (
 // bootstrap fills an empty data directory as req says; the work goes on
 // after the answer.
 func (a *Agent) bootstrap(req BootstrapRequest) error {
-	if req.Mode != BootstrapInitdb && req.Mode != BootstrapClone {
+	if req.Mode != BootstrapInitdb && req.Mode != BootstrapClone && req.Mode != BootstrapRestore {
 		return &opError{code: http.StatusBadRequest, msg: fmt.Sprintf("unknown bootstrap mode %q", req.Mode)}
+	}
+	if req.Mode == BootstrapRestore {
+		if err := a.checkRestore(); err != nil {
+			return err
+		}
 	}
 	if !a.op.TryLock() {
 		return errBusy
@@ -34,26 +39,42 @@ func (a *Agent) bootstrap(req BootstrapRequest) error {
 		return conflict("the data directory is not empty (state %s): bootstrap only fills an empty one", state)
 	}
 	a.log.Info("Bootstrapping", "mode", req.Mode)
-	if req.Mode == BootstrapInitdb && a.keeper == nil {
+	// a new primary (initdb, restore): only once it holds the primary
+	// lease. The image's entrypoint runs initdb, then the server.
+	first := func() error {
+		if req.Mode == BootstrapRestore {
+			return a.restore()
+		}
+		return a.startServer(StateBootstrapping)
+	}
+	if req.Mode != BootstrapClone && a.keeper == nil {
+		if req.Mode == BootstrapRestore {
+			a.setState(StateBootstrapping, "restoring")
+			go func() {
+				defer a.op.Unlock()
+				if err := first(); err != nil {
+					a.setState(StateWaiting, string(req.Mode)+": "+err.Error())
+				}
+			}()
+			return nil
+		}
 		defer a.op.Unlock()
-		// the image's entrypoint runs initdb, then the server.
-		if err := a.startServer(StateBootstrapping); err != nil {
+		if err := first(); err != nil {
 			a.setState(StateWaiting, err.Error())
 			return err
 		}
 		return nil
 	}
-	if req.Mode == BootstrapInitdb {
-		// a new primary: only once it holds the primary lease.
+	if req.Mode != BootstrapClone {
 		a.setState(StateBootstrapping, "waiting for the primary lease")
 		go func() {
 			defer a.op.Unlock()
 			if err := a.keeper.acquire(a.ctx, func(msg string) { a.setState(StateBootstrapping, msg) }); err != nil {
-				a.setState(StateWaiting, "initdb: "+err.Error())
+				a.setState(StateWaiting, string(req.Mode)+": "+err.Error())
 				return
 			}
-			if err := a.startServer(StateBootstrapping); err != nil {
-				a.setState(StateWaiting, err.Error())
+			if err := first(); err != nil {
+				a.setState(StateWaiting, string(req.Mode)+": "+err.Error())
 			}
 		}()
 		return nil

@@ -67,6 +67,13 @@ func (c Client) Rejoin(ctx context.Context, baseURL string) (Status, error) {
 	return s, c.do(ctx, http.MethodPost, baseURL+RejoinPath, struct{}{}, &s)
 }
 
+// Backup asks a primary's agent to start a base backup (or returns the
+// run of the request's ID); it answers (202) before the backup is done.
+func (c Client) Backup(ctx context.Context, baseURL string, req BackupRequest) (BackupRun, error) {
+	var r BackupRun
+	return r, c.do(ctx, http.MethodPost, baseURL+BackupPath, req, &r)
+}
+
 func (c Client) do(ctx context.Context, method, url string, in, out any) error {
 	var body io.Reader
 	if in != nil {

@@ -47,6 +47,15 @@ type Config struct {
 	// RestConfig reaches the API server for the lease; nil: the pod's
 	// in-cluster configuration. Tests set it.
 	RestConfig *rest.Config
+
+	// Repository is where the instance archives WAL and takes base
+	// backups (EnvRepository); nil: no continuous archiving.
+	Repository *Repository
+	// Recovery is what a restore bootstrap recovers (EnvRecovery).
+	Recovery *RecoverySource
+	// RuntimeDir holds pgBackRest's configuration, logs and locks; empty:
+	// a new temporary directory.
+	RuntimeDir string
 }
 
 // ParseFlags reads the agent's flags from args (the words after `agent`,
@@ -88,6 +97,18 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 	c.LeaseName = os.Getenv(EnvLeaseName)
 	if c.LeaseName != "" && c.Namespace == "" {
 		return c, errors.New("agent: $" + EnvLeaseName + " is set but $" + EnvNamespace + " is not")
+	}
+	var repo Repository
+	if set, err := readEnvJSON(EnvRepository, &repo); err != nil {
+		return c, fmt.Errorf("agent: %w", err)
+	} else if set {
+		c.Repository = &repo
+	}
+	var rec RecoverySource
+	if set, err := readEnvJSON(EnvRecovery, &rec); err != nil {
+		return c, fmt.Errorf("agent: %w", err)
+	} else if set {
+		c.Recovery = &rec
 	}
 	return c, nil
 }

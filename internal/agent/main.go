@@ -40,6 +40,9 @@ func Main(cfg Config, log logr.Logger) error {
 		return err
 	}
 	defer os.Remove(a.pgpass)
+	if err := a.setUpArchive(ctx); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 
 	hs, err := a.listen()
 	if err != nil {

@@ -34,13 +34,16 @@ func (a *Agent) status(ctx context.Context) Status {
 	}
 	// initdb's temporary server answers on the same socket: only the
 	// server the agent runs says the instance's status.
+	s.Recovering = hasRecoverySignal(a.cfg.PGData)
 	if pid != 0 && postmasterPID(a.cfg.PGData) == pid {
 		q := s
 		if err := a.queryStatus(ctx, &q); err == nil {
+			q.Archive = a.archiveReport(ctx, q.Role == RolePrimary)
 			return q
 		}
 	}
 	a.diskStatus(ctx, &s)
+	s.Archive = a.archiveReport(ctx, false)
 	return s
 }
 

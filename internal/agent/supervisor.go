@@ -44,6 +44,12 @@ type Agent struct {
 	promoting bool
 	// fencedAt is when the agent last fenced its server.
 	fencedAt time.Time
+	// archive archives WAL and takes base backups; nil without a
+	// Repository.
+	archive *archiver
+	// runtimeDir holds pgBackRest's configurations and logs, with a
+	// Repository or a Recovery.
+	runtimeDir string
 }
 
 // server is one run of the image's command.
@@ -88,7 +94,8 @@ func (a *Agent) serverArgs() []string {
 			"-c", "primary_conninfo="+a.primaryConninfo(),
 			"-c", "primary_slot_name="+SlotName(a.cfg.Pod))
 	}
-	return args
+	args = append(args, a.archiveSettings()...)
+	return append(args, a.recoveryArgs()...)
 }
 
 // primaryConninfo is how a standby reaches the primary.
@@ -234,6 +241,7 @@ func (a *Agent) watchReady(srv *server) {
 		}
 		a.mu.Unlock()
 		a.log.Info("The server accepts connections")
+		a.finishRecovery()
 		if a.cfg.TLSDir == "" {
 			if changed, err := ensureReplicationHBA(a.cfg.PGData); err != nil {
 				a.log.Error(err, "Cannot let standbys stream")

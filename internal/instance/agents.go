@@ -40,6 +40,9 @@ type Agents interface {
 	// RejoinStandby asks the agent of a standby pod that cannot follow the
 	// primary's timeline to rewind from it (pg_rewind), in the background.
 	RejoinStandby(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error)
+	// Backup asks the agent of the primary pod to start a base backup
+	// into the Database's repository (or returns the run of req's ID).
+	Backup(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.BackupRequest) (agent.BackupRun, error)
 }
 
 // agentTimeout bounds one call to an agent; a demote or promote waits for
@@ -95,6 +98,13 @@ func (a PodAgents) Detach(ctx context.Context, db *dbv1.Database, pod *corev1.Po
 // RejoinStandby implements Agents.
 func (a PodAgents) RejoinStandby(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
 	return call(ctx, a, db, pod, agentActionTimeout, agent.Client.Rejoin)
+}
+
+// Backup implements Agents.
+func (a PodAgents) Backup(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.BackupRequest) (agent.BackupRun, error) {
+	return call(ctx, a, db, pod, agentStatusTimeout, func(c agent.Client, ctx context.Context, base string) (agent.BackupRun, error) {
+		return c.Backup(ctx, base, req)
+	})
 }
 
 // call makes one request f of pod's agent within timeout; f has the

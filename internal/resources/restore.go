@@ -38,7 +38,7 @@ func RestorePodHost(db *dbv1.Database) string {
 // RestorePodHost (the certificate names every pod under the headless
 // Service). It is nil when the Database has no bootstrap.
 func RestoreJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*batchv1ac.JobApplyConfiguration, error) {
-	if db.Spec.Bootstrap == nil {
+	if db.Spec.Bootstrap == nil || db.Spec.Bootstrap.FromBackup == nil {
 		return nil, nil
 	}
 	from := db.Spec.Bootstrap.FromBackup

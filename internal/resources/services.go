@@ -95,9 +95,11 @@ func servicePort(eng engine.Engine) *corev1ac.ServicePortApplyConfiguration {
 		WithTargetPort(intstr.FromString(eng.PortName()))
 }
 
-// RestoreFinished reports whether the Database has no restore to wait for:
-// it has no spec.bootstrap, or status.backup.restoredFrom says the restore
-// Job succeeded.
+// RestoreFinished reports whether the Database has no restore Job to wait
+// for: it has no spec.bootstrap.fromBackup, or status.backup.restoredFrom
+// says the restore Job succeeded. (A point-in-time recovery needs no
+// gate: its server accepts no connection until it was promoted.)
 func RestoreFinished(db *dbv1.Database) bool {
-	return db.Spec.Bootstrap == nil || (db.Status.Backup != nil && db.Status.Backup.RestoredFrom != "")
+	return db.Spec.Bootstrap == nil || db.Spec.Bootstrap.FromBackup == nil ||
+		(db.Status.Backup != nil && db.Status.Backup.RestoredFrom != "")
 }

@@ -162,6 +162,56 @@ const (
 	// image that cannot be pulled); the message names the Job, the pod,
 	// the kubelet's reason and its message.
 	ReasonBackupPodNotStarting = "BackupPodNotStarting"
+
+	// The reasons of a Database with spec.backup.objectStore (continuous
+	// archiving with pgBackRest, docs/design/backup.md).
+
+	// ReasonArchiving: WAL is archived and the newest base backup is
+	// recent enough: a point-in-time recovery can reach any point since
+	// status.backup.firstRecoverabilityPoint.
+	ReasonArchiving = "Archiving"
+	// ReasonArchiveStarting: the repository is being created or the first
+	// base backup runs; nothing is recoverable yet.
+	ReasonArchiveStarting = "ArchiveStarting"
+	// ReasonArchiveAccessDenied: the store refused the credentials (a
+	// wrong key, secret or a policy that does not allow the path).
+	ReasonArchiveAccessDenied = "ArchiveAccessDenied"
+	// ReasonArchiveBucketNotFound: the bucket does not exist.
+	ReasonArchiveBucketNotFound = "ArchiveBucketNotFound"
+	// ReasonArchiveTLSFailed: the store's certificate was not verified
+	// (another name, another CA): fix spec.backup.objectStore.endpoint or
+	// caSecret.
+	ReasonArchiveTLSFailed = "ArchiveTLSFailed"
+	// ReasonArchiveUnreachable: the store did not answer (refused, timed
+	// out, unknown host).
+	ReasonArchiveUnreachable = "ArchiveUnreachable"
+	// ReasonArchiveFailing: archiving fails for another reason; the message
+	// has pgBackRest's.
+	ReasonArchiveFailing = "ArchiveFailing"
+	// ReasonWALPilingUp: WAL waiting to be archived takes a growing share
+	// of the data volume; when it is full the primary stops. The message
+	// says how much and what to do.
+	ReasonWALPilingUp = "WALPilingUp"
+	// ReasonArchiveStale: nothing was archived for archiveTimeout plus a
+	// margin although the primary wrote.
+	ReasonArchiveStale = "ArchiveStale"
+	// ReasonRepositoryRefused: the repository path already holds another
+	// server's archive; dbkeeper writes nothing there. The message names
+	// the path.
+	ReasonRepositoryRefused = "RepositoryRefused"
+	// ReasonBaseBackupFailed: the last base backup failed; the message has
+	// pgBackRest's error. Archiving goes on.
+	ReasonBaseBackupFailed = "BaseBackupFailed"
+	// ReasonRecovering: spec.bootstrap.recovery restores and replays; the
+	// message says how far.
+	ReasonRecovering = "Recovering"
+	// ReasonRecoveryFailed: the recovery failed (no backup before the
+	// target, a target past the archive's end); the message has why.
+	ReasonRecoveryFailed = "RecoveryFailed"
+	// ReasonRecoveryRefused: the recovery's source cannot be used (it does
+	// not exist, has no object store, or, in another namespace, does not
+	// allow this one).
+	ReasonRecoveryRefused = "RecoveryRefused"
 )
 
 // Reasons of TLSReady.
@@ -224,6 +274,12 @@ const Finalizer = "database.dbkeeper.io/cleanup"
 // the backup controller run one backup Job from the CronJob's template, once
 // per token: `kubectl annotate db orders database.dbkeeper.io/backup-now=$(date +%s) --overwrite`.
 const AnnotationBackupNow = "database.dbkeeper.io/backup-now"
+
+// AnnotationRestoreAllowedNamespaces, on a Database with an object store,
+// lists (comma-separated, or "*") the other namespaces whose Databases may
+// recover from its archive (spec.bootstrap.recovery.namespace). Without
+// it, only Databases of its own namespace may.
+const AnnotationRestoreAllowedNamespaces = "database.dbkeeper.io/restore-allowed-namespaces"
 
 // AnnotationDemoteAppRole, set to "true" on a Database created before
 // dbkeeper separated the application's role from the superuser (its

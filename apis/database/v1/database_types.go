@@ -301,11 +301,162 @@ type IssuerReference struct {
 	Group string `json:"group,omitempty"`
 }
 
-// BootstrapSpec says where a new Database's data comes from.
+// BootstrapSpec says where a new Database's data comes from: a logical
+// dump (fromBackup) or a point-in-time recovery from a WAL archive
+// (recovery), exactly one of them.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.fromBackup) != has(self.recovery)",message="spec.bootstrap needs exactly one of fromBackup (a logical dump) and recovery (a point-in-time recovery from an archive)"
 type BootstrapSpec struct {
 	// FromBackup restores a dump from the backup volume of a Database in the
 	// same namespace (which may be this one's own, Retained predecessor).
-	FromBackup BootstrapFromBackup `json:"fromBackup"`
+	// +optional
+	FromBackup *BootstrapFromBackup `json:"fromBackup,omitempty"`
+
+	// Recovery restores a base backup and replays archived WAL up to a
+	// target (point-in-time recovery), from another Database's archive or
+	// from a repository path in an object store. The new Database then
+	// archives into a path of its own, never into the source's; clients
+	// cannot connect until the recovery has reached its target and the
+	// server was promoted.
+	// +optional
+	Recovery *BootstrapRecovery `json:"recovery,omitempty"`
+}
+
+// BootstrapRecovery is a point-in-time recovery: where the archive is and
+// how far to replay it.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.database) != has(self.objectStore)",message="spec.bootstrap.recovery needs exactly one source: database (a Database's archive) or objectStore (a repository path, such as one whose Database is gone)"
+// +kubebuilder:validation:XValidation:rule="!has(self.namespace) || has(self.database)",message="spec.bootstrap.recovery.namespace names the namespace of spec.bootstrap.recovery.database: set database too"
+type BootstrapRecovery struct {
+	// Database is the Database whose archive (status.backup.repositoryPath
+	// in its object store) is restored.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Database string `json:"database,omitempty"`
+
+	// Namespace is the source Database's namespace, empty for this one's.
+	// A source in another namespace must consent: its annotation
+	// database.dbkeeper.io/restore-allowed-namespaces lists this namespace
+	// (or "*"). The object store's credentials Secret (the source's
+	// spec.backup.objectStore.credentialsSecret, same name) and CA Secret
+	// must exist in this Database's namespace too.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
+
+	// ObjectStore is the repository to restore from when no Database
+	// describes it any more: path is the whole repository path, as the
+	// source's status.backup.repositoryPath showed it.
+	// +optional
+	ObjectStore *ObjectStoreSpec `json:"objectStore,omitempty"`
+
+	// Target is how far to replay; empty: to the end of the archive.
+	// +optional
+	Target *RecoveryTarget `json:"target,omitempty"`
+}
+
+// RecoveryTarget is the point a recovery stops at (at most one of its
+// fields; none: the end of the archive). The server replays every
+// transaction committed at or before the target, on the timeline that
+// was current at the target, and is then promoted.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.time) ? 1 : 0) + (has(self.lsn) ? 1 : 0) + (has(self.xid) ? 1 : 0) + (has(self.name) ? 1 : 0) <= 1",message="spec.bootstrap.recovery.target takes at most one of time, lsn, xid and name"
+type RecoveryTarget struct {
+	// Time is a commit time (RFC 3339, fractions of a second allowed, such
+	// as 2026-12-05T14:02:00.250Z): every transaction committed at or
+	// before it is kept, none after.
+	// +optional
+	// +kubebuilder:validation:Format=date-time
+	// +kubebuilder:validation:MaxLength=40
+	Time string `json:"time,omitempty"`
+
+	// LSN is a WAL position, such as 0/3000060: recovery stops at it
+	// (inclusive).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$`
+	LSN string `json:"lsn,omitempty"`
+
+	// XID is a transaction id: recovery stops after its commit.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,20}$`
+	XID string `json:"xid,omitempty"`
+
+	// Name is a restore point created with pg_create_restore_point().
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[-A-Za-z0-9_.:]+$`
+	Name string `json:"name,omitempty"`
+}
+
+// ObjectStoreSpec is an S3-compatible object store holding a pgBackRest
+// repository: the WAL archive and the base backups. It is reached over
+// HTTPS only (pgBackRest's S3 client speaks nothing else), its
+// certificate verified with the system's roots or with caSecret's.
+type ObjectStoreSpec struct {
+	// Endpoint is the store's host name (or IP address) and optional port,
+	// such as s3.eu-west-1.amazonaws.com or minio.storage.svc:9000.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$`
+	Endpoint string `json:"endpoint"`
+
+	// Bucket is the bucket; it must exist.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][-a-z0-9.]*[a-z0-9]$`
+	Bucket string `json:"bucket"`
+
+	// Path is the prefix under which repositories live. Each Database
+	// archives under <path>/<namespace>/<name>/<uid> (its
+	// status.backup.repositoryPath), a path no other Database ever
+	// writes. For a recovery source, path is the whole repository path.
+	// +kubebuilder:default="/dbkeeper"
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^/[-A-Za-z0-9_./]*$`
+	// +optional
+	Path string `json:"path,omitempty"`
+
+	// Region is the store's region (us-east-1 for stores that ignore it).
+	// +kubebuilder:default=us-east-1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[-a-z0-9]+$`
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// URIStyle is how the bucket is addressed: Path (https://endpoint/bucket,
+	// what most self-hosted stores need) or Host (https://bucket.endpoint).
+	// +kubebuilder:default=Path
+	// +kubebuilder:validation:Enum=Path;Host
+	// +optional
+	URIStyle string `json:"uriStyle,omitempty"`
+
+	// CredentialsSecret names a Secret in the Database's namespace with the
+	// keys accessKeyId and secretAccessKey. A change of its values is used
+	// from the next archived segment on, without restarting PostgreSQL.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	CredentialsSecret string `json:"credentialsSecret"`
+
+	// CASecret names a Secret in the Database's namespace whose key ca.crt
+	// holds the CA bundle (PEM) that verifies the store's certificate;
+	// empty: the image's system roots.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	CASecret string `json:"caSecret,omitempty"`
+
+	// EncryptionSecret names a Secret in the Database's namespace whose key
+	// passphrase encrypts the repository at rest (pgBackRest's
+	// aes-256-cbc). It cannot change once the repository exists; losing
+	// the passphrase loses the backups.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="encryptionSecret is immutable: the repository was encrypted with its passphrase"
+	EncryptionSecret string `json:"encryptionSecret,omitempty"`
 }
 
 // BootstrapFromBackup names a dump to restore.
@@ -420,6 +571,36 @@ type BackupSpec struct {
 	// Storage is the backup volume, shared by all dumps of the Database.
 	// +kubebuilder:default={size: "20Gi"}
 	Storage StorageSpec `json:"storage,omitempty"`
+
+	// ObjectStore, when set, makes the backups physical and continuous:
+	// every WAL segment is archived as soon as it is complete (or after
+	// archiveTimeout), base backups run on schedule and on demand, and a
+	// new Database can recover to any point within recoveryWindow. They
+	// survive the loss of the cluster. Without it, backups are the logical
+	// dumps in the backup volume. pgBackRest does the work
+	// (docs/design/backup.md).
+	// +optional
+	ObjectStore *ObjectStoreSpec `json:"objectStore,omitempty"`
+
+	// RecoveryWindow is how far back a point-in-time recovery must remain
+	// possible, in days (such as 14d): expiry keeps the newest base backup
+	// older than the window and every WAL segment after it.
+	// +kubebuilder:default="7d"
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,3}d$`
+	// +optional
+	RecoveryWindow string `json:"recoveryWindow,omitempty"`
+
+	// ArchiveTimeout bounds how long a quiet primary's last commits wait
+	// to be archived (PostgreSQL's archive_timeout): at most this much of
+	// the latest writes is lost with the cluster. The archive counts as
+	// stale when it has not advanced for archiveTimeout plus a margin
+	// while the primary wrote.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="archiveTimeout must be between 10s and 24h"
+	// +optional
+	ArchiveTimeout *metav1.Duration `json:"archiveTimeout,omitempty"`
 }
 
 // Phase is a one-word summary of a Database for humans, derived from the
@@ -729,6 +910,113 @@ type BackupStatus struct {
 	// dbkeeper last started a backup Job for; each token runs once.
 	// +optional
 	LastOnDemandToken string `json:"lastOnDemandToken,omitempty"`
+
+	// RepositoryPath is where, in spec.backup.objectStore's bucket, this
+	// Database archives: <path>/<namespace>/<name>/<uid>. Write it down:
+	// it is what a recovery names once the Database is gone.
+	// +optional
+	RepositoryPath string `json:"repositoryPath,omitempty"`
+
+	// Archive is the WAL archive's state, as the primary reports it.
+	// +optional
+	Archive *ArchiveStatus `json:"archive,omitempty"`
+
+	// LastBaseBackup is the newest base backup in the repository.
+	// +optional
+	LastBaseBackup *BaseBackupStatus `json:"lastBaseBackup,omitempty"`
+
+	// BaseBackups counts the base backups in the repository.
+	// +optional
+	BaseBackups int32 `json:"baseBackups,omitempty"`
+
+	// FirstRecoverabilityPoint is the earliest time a point-in-time
+	// recovery can reach: the end of the oldest base backup.
+	// +optional
+	FirstRecoverabilityPoint *metav1.Time `json:"firstRecoverabilityPoint,omitempty"`
+
+	// LastScheduledBaseBackup is when dbkeeper last asked for a scheduled
+	// base backup.
+	// +optional
+	LastScheduledBaseBackup *metav1.Time `json:"lastScheduledBaseBackup,omitempty"`
+
+	// Recovery is how far spec.bootstrap.recovery went.
+	// +optional
+	Recovery *RecoveryStatus `json:"recovery,omitempty"`
+}
+
+// ArchiveStatus is the WAL archive as the primary's agent sees it
+// (pg_stat_archiver, pgBackRest's own errors, the volume).
+type ArchiveStatus struct {
+	// LastArchivedWAL is the last segment archived.
+	// +optional
+	LastArchivedWAL string `json:"lastArchivedWAL,omitempty"`
+	// LastArchivedTime is when it was archived.
+	// +optional
+	LastArchivedTime *metav1.Time `json:"lastArchivedTime,omitempty"`
+	// LastFailedWAL is the last segment whose archiving failed.
+	// +optional
+	LastFailedWAL string `json:"lastFailedWAL,omitempty"`
+	// LastFailedTime is when it failed.
+	// +optional
+	LastFailedTime *metav1.Time `json:"lastFailedTime,omitempty"`
+	// LastFailure is pgBackRest's message for that failure (the store's
+	// own error: credentials, bucket, TLS, unreachable).
+	// +optional
+	LastFailure string `json:"lastFailure,omitempty"`
+	// PendingWALBytes is the size of pg_wal on the primary: it grows while
+	// archiving fails.
+	// +optional
+	PendingWALBytes int64 `json:"pendingWALBytes,omitempty"`
+	// VolumeAvailableBytes is the free space left on the primary's data
+	// volume.
+	// +optional
+	VolumeAvailableBytes int64 `json:"volumeAvailableBytes,omitempty"`
+}
+
+// BaseBackupStatus is one base backup.
+type BaseBackupStatus struct {
+	// Label is pgBackRest's name of the backup.
+	Label string `json:"label"`
+	// Type is full, diff or incr.
+	// +optional
+	Type string `json:"type,omitempty"`
+	// Started and Finished are when it ran.
+	// +optional
+	Started *metav1.Time `json:"started,omitempty"`
+	// +optional
+	Finished *metav1.Time `json:"finished,omitempty"`
+	// Size is the database's size the backup holds, in bytes.
+	// +optional
+	Size int64 `json:"size,omitempty"`
+	// RepositorySize is what it takes in the repository (compressed,
+	// incremental), in bytes.
+	// +optional
+	RepositorySize int64 `json:"repositorySize,omitempty"`
+	// Instance is the pod it was taken from.
+	// +optional
+	Instance string `json:"instance,omitempty"`
+	// StartLSN and StopLSN bound the WAL the backup needs to be
+	// consistent.
+	// +optional
+	StartLSN string `json:"startLSN,omitempty"`
+	// +optional
+	StopLSN string `json:"stopLSN,omitempty"`
+}
+
+// RecoveryStatus is how far a point-in-time recovery went.
+type RecoveryStatus struct {
+	// Source is the repository restored from, as bucket/path.
+	// +optional
+	Source string `json:"source,omitempty"`
+	// Target says where recovery was asked to stop.
+	// +optional
+	Target string `json:"target,omitempty"`
+	// Finished is when the server was promoted after reaching the target.
+	// +optional
+	Finished *metav1.Time `json:"finished,omitempty"`
+	// ReplayedLSN is how far replay went.
+	// +optional
+	ReplayedLSN string `json:"replayedLSN,omitempty"`
 }
 
 // CredentialsStatus names the Secrets with a Database's credentials and the

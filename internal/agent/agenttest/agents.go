@@ -15,6 +15,7 @@
 package agenttest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -186,7 +187,7 @@ func (a *Agents) Bootstrap(_ context.Context, db *dbv1.Database, pod *corev1.Pod
 	}
 	a.calls = append(a.calls, fmt.Sprintf("bootstrap %s %s", pod.Name, mode))
 	switch mode {
-	case agent.BootstrapInitdb:
+	case agent.BootstrapInitdb, agent.BootstrapRestore:
 		if c.systemID == "" {
 			c.systemID = fmt.Sprintf("74%017d", len(a.clusters))
 		}
@@ -432,4 +433,21 @@ func (a *Agents) Holder(db *dbv1.Database) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.cluster(db).holder
+}
+
+// Backup implements instance.Agents: the base backup of a reachable
+// primary finishes at once.
+func (a *Agents) Backup(_ context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.BackupRequest) (agent.BackupRun, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.reach(db, pod)
+	if err != nil {
+		return agent.BackupRun{}, err
+	}
+	if name, _ := c.primary(); name != pod.Name {
+		return agent.BackupRun{}, refused(http.StatusConflict, "this instance is not a running primary")
+	}
+	a.calls = append(a.calls, fmt.Sprintf("backup %s %s", pod.Name, req.ID))
+	now := metav1.Now()
+	return agent.BackupRun{ID: req.ID, Type: cmp.Or(req.Type, "incr"), Instance: pod.Name, Started: now, Finished: &now}, nil
 }

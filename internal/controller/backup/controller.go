@@ -167,7 +167,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 // again; the restore command finds its mark in the data and touches
 // nothing.
 func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.Engine, tls resources.ServerTLS) (*metav1.Condition, string, error) {
-	if db.Spec.Bootstrap == nil {
+	if db.Spec.Bootstrap == nil || db.Spec.Bootstrap.FromBackup == nil {
 		return nil, "", nil
 	}
 	if db.Status.Backup != nil && db.Status.Backup.RestoredFrom != "" {

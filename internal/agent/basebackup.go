@@ -1,0 +1,152 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BackupPath starts a base backup (POST, a BackupRequest; 202 and the
+// BackupRun) on the primary.
+const BackupPath = "/backup"
+
+// BackupRequest is the body of POST BackupPath.
+type BackupRequest struct {
+	// ID names the request: a second request of the same ID returns the
+	// run it started instead of starting another (the operator may ask
+	// again after a restart).
+	ID string `json:"id"`
+	// Type is pgBackRest's full, diff or incr (the first backup is full
+	// whatever is asked).
+	Type string `json:"type,omitempty"`
+}
+
+// BackupRun is a base backup the agent runs or ran: pgBackRest only
+// counts a backup that finished, so a run cut short (the agent or its
+// pod stopped) leaves nothing that could be restored by mistake, and the
+// next backup resumes or removes what it wrote.
+type BackupRun struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Instance string       `json:"instance"`
+	Started  metav1.Time  `json:"started"`
+	Finished *metav1.Time `json:"finished,omitempty"`
+	// Error is pgBackRest's message when the run failed.
+	Error string `json:"error,omitempty"`
+}
+
+// backupTimeout bounds one base backup.
+const backupTimeout = 6 * time.Hour
+
+// backupRunPath keeps the last BackupRun beside the data directory, so
+// that a run the agent's restart cut short is reported as such.
+func (a *Agent) backupRunPath() string {
+	return filepath.Join(filepath.Dir(a.cfg.PGData), "dbkeeper-backup.json")
+}
+
+// loadBackupRun reads the persisted run; one that never finished was cut
+// short by a restart.
+func (a *Agent) loadBackupRun() {
+	b, err := os.ReadFile(a.backupRunPath())
+	if err != nil {
+		return
+	}
+	var run BackupRun
+	if json.Unmarshal(b, &run) != nil {
+		return
+	}
+	if run.Finished == nil {
+		now := metav1.Now()
+		run.Finished = &now
+		run.Error = "interrupted: the agent restarted during the backup; pgBackRest does not count the partial backup, and the next one resumes or removes it"
+		a.saveBackupRun(&run)
+	}
+	a.archive.mu.Lock()
+	a.archive.run = &run
+	a.archive.mu.Unlock()
+}
+
+func (a *Agent) saveBackupRun(run *BackupRun) {
+	b, _ := json.Marshal(run)
+	if _, err := writeFileAtomic(a.backupRunPath(), b); err != nil {
+		a.log.Error(err, "Cannot keep the base backup's record")
+	}
+}
+
+// startBackup starts the base backup of req on this running primary, or
+// returns the run of req's ID; a run of another ID still running is a
+// conflict.
+func (a *Agent) startBackup(req BackupRequest) (BackupRun, error) {
+	r := a.archive
+	if r == nil {
+		return BackupRun{}, &opError{code: http.StatusBadRequest, msg: "this instance has no repository (spec.backup.objectStore)"}
+	}
+	typ := req.Type
+	if typ == "" {
+		typ = "incr"
+	}
+	if typ != "full" && typ != "diff" && typ != "incr" {
+		return BackupRun{}, &opError{code: http.StatusBadRequest, msg: "backup type must be full, diff or incr"}
+	}
+	if req.ID == "" {
+		return BackupRun{}, &opError{code: http.StatusBadRequest, msg: "a backup request needs an id"}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.run != nil && r.run.ID == req.ID {
+		return *r.run, nil
+	}
+	if r.run != nil && r.run.Finished == nil {
+		return *r.run, conflict("base backup %q is running since %s", r.run.ID, r.run.Started.UTC().Format(time.RFC3339))
+	}
+	if !r.stanzaOK {
+		return BackupRun{}, conflict("the repository is not ready: %s", orNone(r.stanzaErr))
+	}
+	if !a.runningPrimary() {
+		return BackupRun{}, conflict("%s", errNotPrimary)
+	}
+	run := &BackupRun{ID: req.ID, Type: typ, Instance: a.cfg.Pod, Started: metav1.Now()}
+	r.run = run
+	a.saveBackupRun(run)
+	a.log.Info("Starting a base backup", "id", req.ID, "type", typ)
+	go a.runBackup(*run)
+	return *run, nil
+}
+
+// runBackup runs pgbackrest backup for run (which also expires what the
+// recovery window no longer needs) and records how it ended.
+func (a *Agent) runBackup(run BackupRun) {
+	start := time.Now()
+	_, err := a.pgbackrest(a.ctx, a.archive.configPath(), backupTimeout, "backup", "--type="+run.Type)
+	now := metav1.Now()
+	run.Finished = &now
+	if err != nil {
+		run.Error = err.Error()
+		a.log.Error(err, "The base backup failed", "id", run.ID)
+	} else {
+		a.log.Info("The base backup finished", "id", run.ID, "duration", time.Since(start).Round(time.Millisecond))
+	}
+	a.saveBackupRun(&run)
+	a.archive.mu.Lock()
+	a.archive.run = &run
+	a.archive.mu.Unlock()
+	a.refreshInfo(context.WithoutCancel(a.ctx), true)
+}
+
+func (a *Agent) handleBackup(w http.ResponseWriter, r *http.Request) {
+	var req BackupRequest
+	if !readJSON(w, r, &req) {
+		return
+	}
+	run, err := a.startBackup(req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, run)
+}

@@ -1,0 +1,243 @@
+package agent
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The agent's environment for continuous archiving (docs/design/backup.md),
+// set by the StatefulSet when spec.backup.objectStore is: JSON documents.
+const (
+	// EnvRepository is the Repository this instance archives into and
+	// takes base backups to.
+	EnvRepository = "DBKEEPER_REPOSITORY"
+	// EnvRecovery is the RecoverySource a restore bootstrap
+	// (BootstrapRestore) recovers from.
+	EnvRecovery = "DBKEEPER_RECOVERY"
+)
+
+// Stanza is the pgBackRest stanza of every repository dbkeeper writes:
+// each repository path holds one Database, so the stanza needs no name of
+// its own.
+const Stanza = "db"
+
+// The files of a Repository's Secrets, as the StatefulSet mounts them.
+const (
+	AccessKeyIDFile     = "accessKeyId"
+	SecretAccessKeyFile = "secretAccessKey"
+	CAFile              = "ca.crt"
+	PassphraseFile      = "passphrase"
+)
+
+// Repository is a pgBackRest repository in an S3-compatible object store.
+// The secrets are files (mounted Secrets), read whenever the configuration
+// is written, so that a rotated key is used without a restart.
+type Repository struct {
+	// Endpoint is the store's host[:port]; HTTPS.
+	Endpoint string `json:"endpoint"`
+	// Bucket holds the repository.
+	Bucket string `json:"bucket"`
+	// Path is the repository's whole path in the bucket.
+	Path string `json:"path"`
+	// Region is the store's region.
+	Region string `json:"region,omitempty"`
+	// URIStyle is "path" or "host".
+	URIStyle string `json:"uriStyle,omitempty"`
+	// CredentialsDir holds AccessKeyIDFile and SecretAccessKeyFile.
+	CredentialsDir string `json:"credentialsDir"`
+	// CADir, when set, holds CAFile, which verifies the store.
+	CADir string `json:"caDir,omitempty"`
+	// CipherDir, when set, holds PassphraseFile: the repository is
+	// encrypted (aes-256-cbc).
+	CipherDir string `json:"cipherDir,omitempty"`
+	// RetentionDays is the recovery window: expiry keeps every full backup
+	// a point within it needs.
+	RetentionDays int `json:"retentionDays,omitempty"`
+	// ArchiveTimeout is PostgreSQL's archive_timeout.
+	ArchiveTimeout time.Duration `json:"archiveTimeout,omitempty"`
+}
+
+// RecoverySource is what a restore bootstrap recovers: a repository and
+// the point to stop at.
+type RecoverySource struct {
+	Repository Repository `json:"repository"`
+	// Target is where replay stops; the zero value replays to the end of
+	// the archive.
+	Target RecoveryTarget `json:"target,omitempty"`
+}
+
+// RecoveryTarget is at most one of its fields (see the Database's
+// spec.bootstrap.recovery.target).
+type RecoveryTarget struct {
+	// Time is RFC 3339, fractions of a second allowed.
+	Time string `json:"time,omitempty"`
+	LSN  string `json:"lsn,omitempty"`
+	XID  string `json:"xid,omitempty"`
+	Name string `json:"name,omitempty"`
+}
+
+// String says what t is, for logs and status.
+func (t RecoveryTarget) String() string {
+	switch {
+	case t.Time != "":
+		return "time " + t.Time
+	case t.LSN != "":
+		return "lsn " + t.LSN
+	case t.XID != "":
+		return "xid " + t.XID
+	case t.Name != "":
+		return "restore point " + t.Name
+	}
+	return "the end of the archive"
+}
+
+// restoreArgs are pgbackrest restore's options for t.
+func (t RecoveryTarget) restoreArgs() ([]string, error) {
+	switch {
+	case t.Time != "":
+		at, err := time.Parse(time.RFC3339Nano, t.Time)
+		if err != nil {
+			return nil, fmt.Errorf("recovery target time %q: %w", t.Time, err)
+		}
+		// PostgreSQL's timestamptz input, in UTC.
+		return []string{"--type=time", "--target=" + at.UTC().Format("2006-01-02 15:04:05.999999") + "+00", "--target-action=promote"}, nil
+	case t.LSN != "":
+		return []string{"--type=lsn", "--target=" + t.LSN, "--target-action=promote"}, nil
+	case t.XID != "":
+		return []string{"--type=xid", "--target=" + t.XID, "--target-action=promote"}, nil
+	case t.Name != "":
+		return []string{"--type=name", "--target=" + t.Name, "--target-action=promote"}, nil
+	}
+	return []string{"--type=default"}, nil
+}
+
+// readEnvJSON decodes the JSON document of the environment variable name
+// into v; it says whether the variable was set.
+func readEnvJSON(name string, v any) (bool, error) {
+	raw := os.Getenv(name)
+	if raw == "" {
+		return false, nil
+	}
+	if err := json.Unmarshal([]byte(raw), v); err != nil {
+		return true, fmt.Errorf("$%s: %w", name, err)
+	}
+	return true, nil
+}
+
+// pgbackrestOptions renders r as the [global] options of a pgBackRest
+// configuration, reading its secrets from their files; logDir holds
+// pgBackRest's logs, lock files and spool.
+func (r Repository) pgbackrestOptions(logDir string) (map[string]string, error) {
+	read := func(dir, file string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			return "", fmt.Errorf("reading the object store's %s: %w", file, err)
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "" || strings.ContainsAny(v, "\n\r") {
+			return "", fmt.Errorf("the object store's %s is empty or has several lines", file)
+		}
+		return v, nil
+	}
+	key, err := read(r.CredentialsDir, AccessKeyIDFile)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := read(r.CredentialsDir, SecretAccessKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	host, port := r.Endpoint, ""
+	if h, p, err := net.SplitHostPort(r.Endpoint); err == nil {
+		host, port = h, p
+	}
+	o := map[string]string{
+		"repo1-type":          "s3",
+		"repo1-s3-endpoint":   host,
+		"repo1-s3-bucket":     r.Bucket,
+		"repo1-s3-region":     cmp.Or(r.Region, "us-east-1"),
+		"repo1-s3-uri-style":  cmp.Or(r.URIStyle, "path"),
+		"repo1-s3-key":        key,
+		"repo1-s3-key-secret": secret,
+		"repo1-path":          r.Path,
+		"compress-type":       "zst",
+		"start-fast":          "y",
+		"log-path":            logDir,
+		"lock-path":           filepath.Join(logDir, "lock"),
+		"spool-path":          filepath.Join(logDir, "spool"),
+		"log-level-console":   "off",
+		"log-level-stderr":    "error",
+		"log-level-file":      "warn",
+		// a store that does not answer fails an archive-push within a
+		// minute, so pg_stat_archiver says so and PostgreSQL retries.
+		"io-timeout": "30",
+	}
+	if port != "" {
+		o["repo1-storage-port"] = port
+	}
+	if r.CADir != "" {
+		o["repo1-storage-ca-file"] = filepath.Join(r.CADir, CAFile)
+	}
+	if r.CipherDir != "" {
+		pass, err := read(r.CipherDir, PassphraseFile)
+		if err != nil {
+			return nil, err
+		}
+		o["repo1-cipher-type"] = "aes-256-cbc"
+		o["repo1-cipher-pass"] = pass
+	}
+	if r.RetentionDays > 0 {
+		o["repo1-retention-full-type"] = "time"
+		o["repo1-retention-full"] = fmt.Sprint(r.RetentionDays)
+	}
+	return o, nil
+}
+
+// pgbackrestConfig is a whole pgBackRest configuration: global holds the
+// repository's options, the stanza section the local server's.
+func pgbackrestConfig(global map[string]string, pgdata, socketDir string, port int, user string) string {
+	var b strings.Builder
+	section := func(name string, o map[string]string) {
+		fmt.Fprintf(&b, "[%s]\n", name)
+		keys := make([]string, 0, len(o))
+		for k := range o {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s=%s\n", k, o[k])
+		}
+	}
+	section("global", global)
+	b.WriteString("\n")
+	section(Stanza, map[string]string{
+		"pg1-path":        pgdata,
+		"pg1-socket-path": socketDir,
+		"pg1-port":        fmt.Sprint(port),
+		"pg1-user":        user,
+	})
+	return b.String()
+}
+
+// writeFileAtomic replaces path with data (mode 0600) unless it already
+// holds exactly that; it says whether it wrote.
+func writeFileAtomic(path string, data []byte) (bool, error) {
+	if old, err := os.ReadFile(path); err == nil && string(old) == string(data) {
+		return false, nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return false, fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return false, fmt.Errorf("writing %s: %w", path, err)
+	}
+	return true, nil
+}
