@@ -22,12 +22,18 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=database.dbkeeper.io, Version=v1
+	case v1.SchemeGroupVersion.WithKind("ArchiveStatus"):
+		return &databasev1.ArchiveStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("BackupSpec"):
 		return &databasev1.BackupSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("BackupStatus"):
 		return &databasev1.BackupStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BaseBackupStatus"):
+		return &databasev1.BaseBackupStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("BootstrapFromBackup"):
 		return &databasev1.BootstrapFromBackupApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BootstrapRecovery"):
+		return &databasev1.BootstrapRecoveryApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("BootstrapSpec"):
 		return &databasev1.BootstrapSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("CredentialsSpec"):
@@ -50,6 +56,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.InstanceStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("IssuerReference"):
 		return &databasev1.IssuerReferenceApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ObjectStoreSpec"):
+		return &databasev1.ObjectStoreSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("RecoveryStatus"):
+		return &databasev1.RecoveryStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("RecoveryTarget"):
+		return &databasev1.RecoveryTargetApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ReplicationStatus"):
 		return &databasev1.ReplicationStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ServiceSpec"):

@@ -98,7 +98,7 @@ func (a *Agent) moveRecoverySettings() error {
 	return nil
 }
 
-// unquoteSetting reads a postgresql.conf value: 'quoted' with '' for a
+// unquoteSetting reads a postgresql.conf value: 'quoted' with ” for a
 // quote, or bare.
 func unquoteSetting(v string) string {
 	if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {

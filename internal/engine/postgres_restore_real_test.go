@@ -98,7 +98,7 @@ func TestRestoreOnlyIntoAFreshDatabase(t *testing.T) {
 	copyDB := &dbv1.Database{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "copy"},
 		Spec: dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17",
-			Bootstrap: &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "orders"}}},
+			Bootstrap: &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: "orders"}}},
 	}
 	restore := renderRestorePod(t, copyDB, eng, secret, srv, dir)
 	run := func(target string) (string, int) {

@@ -51,7 +51,7 @@ func TestCatalogImages(t *testing.T) {
 	eng, err := catalog.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	bootstrap := func(db *dbv1.Database) {
-		db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "old"}}
+		db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: "old"}}
 	}
 
 	db := sample("orders", bootstrap)

@@ -44,7 +44,7 @@ func FuzzBuilders(f *testing.F) {
 		db.Spec.Backup.Schedule, db.Spec.Backup.Retention, db.Spec.Backup.Suspend = schedule, retention, suspend
 		db.Spec.DeletionPolicy = dbv1.DeletionPolicy(policy)
 		if bootstrapFrom != "" {
-			db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: bootstrapFrom, File: bootstrapFile}}
+			db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: bootstrapFrom, File: bootstrapFile}}
 		}
 
 		_, _ = resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)

@@ -65,7 +65,7 @@ var samples = map[string]*dbv1.Database{
 		db.Spec.Backup.Suspend = true
 		db.Spec.Backup.Retention = 24
 		db.Spec.Backup.Storage.StorageClassName = ptr.To("cheap")
-		db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "billing-old", File: "latest"}}
+		db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: "billing-old", File: "latest"}}
 	}),
 }
 

@@ -24,7 +24,7 @@ func TestClientServiceWaitsForTheRestore(t *testing.T) {
 	require.NoError(t, err)
 	bootstrapped := func(restoredFrom string) *dbv1.Database {
 		return sample("copy", func(db *dbv1.Database) {
-			db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "orders", File: "latest"}}
+			db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: "orders", File: "latest"}}
 			if restoredFrom != "" {
 				db.Status.Backup = &dbv1.BackupStatus{RestoredFrom: restoredFrom}
 			}

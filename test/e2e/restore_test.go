@@ -51,7 +51,7 @@ func withSource(t *testing.T) (string, func(name string) *dbv1.Database) {
 	return ns, func(name string) *dbv1.Database {
 		return newDatabase(ns, name, func(d *dbv1.Database) {
 			d.Spec.Backup.Schedule = "0 0 1 1 *"
-			d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "src"}}
+			d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: "src"}}
 		})
 	}
 }

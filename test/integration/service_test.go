@@ -85,7 +85,7 @@ func TestClientServiceOpensAfterTheRestore(t *testing.T) {
 	ns := newNamespace(t)
 	op := startOperator(t, ns, "service")
 	db := createDatabase(t, newDatabase(ns, "restored", func(d *dbv1.Database) {
-		d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "source"}}
+		d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: "source"}}
 	}))
 	ctx := context.Background()
 	key := client.ObjectKey{Namespace: ns, Name: resources.ClientServiceName(db)}

@@ -71,7 +71,7 @@ func TestBackupRestoresIntoANewDatabase(t *testing.T) {
 	require.False(t, failed, "backup failed: %s", done.Status.Backup.LastFailureMessage)
 
 	dst := newDatabase(ns, "dst", "15", func(d *dbv1.Database) {
-		d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: src.Name}}
+		d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: src.Name}}
 	})
 	create(t, dst)
 	restored := waitReady(t, dst)

@@ -86,7 +86,7 @@ func TestDeleteKeepsARestorableDump(t *testing.T) {
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: resources.BackupName(db)}, backup), "Delete keeps the backup volume")
 
 	revived := newDatabase(ns, "revived", "15", func(d *dbv1.Database) {
-		d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: db.Name}}
+		d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: db.Name}}
 	})
 	create(t, revived)
 	waitReady(t, revived)

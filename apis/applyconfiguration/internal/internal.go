@@ -29,9 +29,37 @@ func Parser() *typed.Parser {
 var parserOnce sync.Once
 var parser *typed.Parser
 var schemaYAML = typed.YAMLObject(`types:
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.ArchiveStatus
+  map:
+    fields:
+    - name: lastArchivedTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: lastArchivedWAL
+      type:
+        scalar: string
+    - name: lastFailedTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: lastFailedWAL
+      type:
+        scalar: string
+    - name: lastFailure
+      type:
+        scalar: string
+    - name: pendingWALBytes
+      type:
+        scalar: numeric
+    - name: volumeAvailableBytes
+      type:
+        scalar: numeric
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.BackupSpec
   map:
     fields:
+    - name: archiveTimeout
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+      default: 5m
     - name: beforeDelete
       type:
         scalar: boolean
@@ -39,6 +67,13 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
       default: 26h
+    - name: objectStore
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.ObjectStoreSpec
+    - name: recoveryWindow
+      type:
+        scalar: string
+      default: 7d
     - name: retention
       type:
         scalar: numeric
@@ -58,6 +93,18 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.BackupStatus
   map:
     fields:
+    - name: archive
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.ArchiveStatus
+    - name: baseBackups
+      type:
+        scalar: numeric
+    - name: firstRecoverabilityPoint
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: lastBaseBackup
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.BaseBackupStatus
     - name: lastFailedJob
       type:
         scalar: string
@@ -76,10 +123,49 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: lastScheduleTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: lastScheduledBaseBackup
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
     - name: lastSuccessfulTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: recovery
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.RecoveryStatus
+    - name: repositoryPath
+      type:
+        scalar: string
     - name: restoredFrom
+      type:
+        scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.BaseBackupStatus
+  map:
+    fields:
+    - name: finished
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: instance
+      type:
+        scalar: string
+    - name: label
+      type:
+        scalar: string
+    - name: repositorySize
+      type:
+        scalar: numeric
+    - name: size
+      type:
+        scalar: numeric
+    - name: startLSN
+      type:
+        scalar: string
+    - name: started
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: stopLSN
+      type:
+        scalar: string
+    - name: type
       type:
         scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.BootstrapFromBackup
@@ -92,12 +178,30 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: latest
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.BootstrapRecovery
+  map:
+    fields:
+    - name: database
+      type:
+        scalar: string
+    - name: namespace
+      type:
+        scalar: string
+    - name: objectStore
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.ObjectStoreSpec
+    - name: target
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.RecoveryTarget
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.BootstrapSpec
   map:
     fields:
     - name: fromBackup
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.BootstrapFromBackup
+    - name: recovery
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.BootstrapRecovery
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.CredentialsSpec
   map:
     fields:
@@ -359,8 +463,68 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: name
       type:
         scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.ObjectStoreSpec
+  map:
+    fields:
+    - name: bucket
+      type:
+        scalar: string
+    - name: caSecret
+      type:
+        scalar: string
+    - name: credentialsSecret
+      type:
+        scalar: string
+    - name: encryptionSecret
+      type:
+        scalar: string
+    - name: endpoint
+      type:
+        scalar: string
+    - name: path
+      type:
+        scalar: string
+      default: /dbkeeper
+    - name: region
+      type:
+        scalar: string
+      default: us-east-1
+    - name: uriStyle
+      type:
+        scalar: string
+      default: Path
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Phase
   scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.RecoveryStatus
+  map:
+    fields:
+    - name: finished
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: replayedLSN
+      type:
+        scalar: string
+    - name: source
+      type:
+        scalar: string
+    - name: target
+      type:
+        scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.RecoveryTarget
+  map:
+    fields:
+    - name: lsn
+      type:
+        scalar: string
+    - name: name
+      type:
+        scalar: string
+    - name: time
+      type:
+        scalar: untyped
+    - name: xid
+      type:
+        scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.ReplicationStatus
   map:
     fields:

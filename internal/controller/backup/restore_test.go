@@ -18,7 +18,7 @@ import (
 // succeeded one nothing.
 func TestRestoreProgress(t *testing.T) {
 	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}
-	db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "orders", File: "latest"}}
+	db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: "orders", File: "latest"}}
 	failedBy := func(reason, message string) *batchv1.Job {
 		return &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{
 			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: reason},

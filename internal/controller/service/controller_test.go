@@ -34,7 +34,7 @@ func TestSync(t *testing.T) {
 			ctx := context.Background()
 			db := facettest.Database()
 			if tc.bootstrap {
-				db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "src"}}
+				db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: "src"}}
 			}
 			if tc.restored {
 				db.Status.Backup = &dbv1.BackupStatus{RestoredFrom: "src/latest"}

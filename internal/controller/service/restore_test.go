@@ -16,7 +16,7 @@ func TestRestoreFinishedChanged(t *testing.T) {
 	db := func(bootstrap bool, restoredFrom string, ready int32) *dbv1.Database {
 		d := &dbv1.Database{}
 		if bootstrap {
-			d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: dbv1.BootstrapFromBackup{Database: "src"}}
+			d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: "src"}}
 		}
 		if restoredFrom != "" {
 			d.Status.Backup = &dbv1.BackupStatus{RestoredFrom: restoredFrom}

@@ -35,6 +35,24 @@ type BackupSpecApplyConfiguration struct {
 	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
 	// Storage is the backup volume, shared by all dumps of the Database.
 	Storage *StorageSpecApplyConfiguration `json:"storage,omitempty"`
+	// ObjectStore, when set, makes the backups physical and continuous:
+	// every WAL segment is archived as soon as it is complete (or after
+	// archiveTimeout), base backups run on schedule and on demand, and a
+	// new Database can recover to any point within recoveryWindow. They
+	// survive the loss of the cluster. Without it, backups are the logical
+	// dumps in the backup volume. pgBackRest does the work
+	// (docs/design/backup.md).
+	ObjectStore *ObjectStoreSpecApplyConfiguration `json:"objectStore,omitempty"`
+	// RecoveryWindow is how far back a point-in-time recovery must remain
+	// possible, in days (such as 14d): expiry keeps the newest base backup
+	// older than the window and every WAL segment after it.
+	RecoveryWindow *string `json:"recoveryWindow,omitempty"`
+	// ArchiveTimeout bounds how long a quiet primary's last commits wait
+	// to be archived (PostgreSQL's archive_timeout): at most this much of
+	// the latest writes is lost with the cluster. The archive counts as
+	// stale when it has not advanced for archiveTimeout plus a margin
+	// while the primary wrote.
+	ArchiveTimeout *metav1.Duration `json:"archiveTimeout,omitempty"`
 }
 
 // BackupSpecApplyConfiguration constructs a declarative configuration of the BackupSpec type for use with
@@ -88,5 +106,29 @@ func (b *BackupSpecApplyConfiguration) WithMaxAge(value metav1.Duration) *Backup
 // If called multiple times, the Storage field is set to the value of the last call.
 func (b *BackupSpecApplyConfiguration) WithStorage(value *StorageSpecApplyConfiguration) *BackupSpecApplyConfiguration {
 	b.Storage = value
+	return b
+}
+
+// WithObjectStore sets the ObjectStore field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ObjectStore field is set to the value of the last call.
+func (b *BackupSpecApplyConfiguration) WithObjectStore(value *ObjectStoreSpecApplyConfiguration) *BackupSpecApplyConfiguration {
+	b.ObjectStore = value
+	return b
+}
+
+// WithRecoveryWindow sets the RecoveryWindow field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RecoveryWindow field is set to the value of the last call.
+func (b *BackupSpecApplyConfiguration) WithRecoveryWindow(value string) *BackupSpecApplyConfiguration {
+	b.RecoveryWindow = &value
+	return b
+}
+
+// WithArchiveTimeout sets the ArchiveTimeout field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ArchiveTimeout field is set to the value of the last call.
+func (b *BackupSpecApplyConfiguration) WithArchiveTimeout(value metav1.Duration) *BackupSpecApplyConfiguration {
+	b.ArchiveTimeout = &value
 	return b
 }

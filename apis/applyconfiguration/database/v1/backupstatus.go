@@ -37,6 +37,24 @@ type BackupStatusApplyConfiguration struct {
 	// LastOnDemandToken is the value of the backup-now annotation that
 	// dbkeeper last started a backup Job for; each token runs once.
 	LastOnDemandToken *string `json:"lastOnDemandToken,omitempty"`
+	// RepositoryPath is where, in spec.backup.objectStore's bucket, this
+	// Database archives: <path>/<namespace>/<name>/<uid>. Write it down:
+	// it is what a recovery names once the Database is gone.
+	RepositoryPath *string `json:"repositoryPath,omitempty"`
+	// Archive is the WAL archive's state, as the primary reports it.
+	Archive *ArchiveStatusApplyConfiguration `json:"archive,omitempty"`
+	// LastBaseBackup is the newest base backup in the repository.
+	LastBaseBackup *BaseBackupStatusApplyConfiguration `json:"lastBaseBackup,omitempty"`
+	// BaseBackups counts the base backups in the repository.
+	BaseBackups *int32 `json:"baseBackups,omitempty"`
+	// FirstRecoverabilityPoint is the earliest time a point-in-time
+	// recovery can reach: the end of the oldest base backup.
+	FirstRecoverabilityPoint *metav1.Time `json:"firstRecoverabilityPoint,omitempty"`
+	// LastScheduledBaseBackup is when dbkeeper last asked for a scheduled
+	// base backup.
+	LastScheduledBaseBackup *metav1.Time `json:"lastScheduledBaseBackup,omitempty"`
+	// Recovery is how far spec.bootstrap.recovery went.
+	Recovery *RecoveryStatusApplyConfiguration `json:"recovery,omitempty"`
 }
 
 // BackupStatusApplyConfiguration constructs a declarative configuration of the BackupStatus type for use with
@@ -106,5 +124,61 @@ func (b *BackupStatusApplyConfiguration) WithRestoredFrom(value string) *BackupS
 // If called multiple times, the LastOnDemandToken field is set to the value of the last call.
 func (b *BackupStatusApplyConfiguration) WithLastOnDemandToken(value string) *BackupStatusApplyConfiguration {
 	b.LastOnDemandToken = &value
+	return b
+}
+
+// WithRepositoryPath sets the RepositoryPath field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RepositoryPath field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithRepositoryPath(value string) *BackupStatusApplyConfiguration {
+	b.RepositoryPath = &value
+	return b
+}
+
+// WithArchive sets the Archive field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Archive field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithArchive(value *ArchiveStatusApplyConfiguration) *BackupStatusApplyConfiguration {
+	b.Archive = value
+	return b
+}
+
+// WithLastBaseBackup sets the LastBaseBackup field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastBaseBackup field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithLastBaseBackup(value *BaseBackupStatusApplyConfiguration) *BackupStatusApplyConfiguration {
+	b.LastBaseBackup = value
+	return b
+}
+
+// WithBaseBackups sets the BaseBackups field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the BaseBackups field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithBaseBackups(value int32) *BackupStatusApplyConfiguration {
+	b.BaseBackups = &value
+	return b
+}
+
+// WithFirstRecoverabilityPoint sets the FirstRecoverabilityPoint field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the FirstRecoverabilityPoint field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithFirstRecoverabilityPoint(value metav1.Time) *BackupStatusApplyConfiguration {
+	b.FirstRecoverabilityPoint = &value
+	return b
+}
+
+// WithLastScheduledBaseBackup sets the LastScheduledBaseBackup field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastScheduledBaseBackup field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithLastScheduledBaseBackup(value metav1.Time) *BackupStatusApplyConfiguration {
+	b.LastScheduledBaseBackup = &value
+	return b
+}
+
+// WithRecovery sets the Recovery field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Recovery field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithRecovery(value *RecoveryStatusApplyConfiguration) *BackupStatusApplyConfiguration {
+	b.Recovery = value
 	return b
 }

@@ -11,11 +11,20 @@ package v1
 // BootstrapSpecApplyConfiguration represents a declarative configuration of the BootstrapSpec type for use
 // with apply.
 //
-// BootstrapSpec says where a new Database's data comes from.
+// BootstrapSpec says where a new Database's data comes from: a logical
+// dump (fromBackup) or a point-in-time recovery from a WAL archive
+// (recovery), exactly one of them.
 type BootstrapSpecApplyConfiguration struct {
 	// FromBackup restores a dump from the backup volume of a Database in the
 	// same namespace (which may be this one's own, Retained predecessor).
 	FromBackup *BootstrapFromBackupApplyConfiguration `json:"fromBackup,omitempty"`
+	// Recovery restores a base backup and replays archived WAL up to a
+	// target (point-in-time recovery), from another Database's archive or
+	// from a repository path in an object store. The new Database then
+	// archives into a path of its own, never into the source's; clients
+	// cannot connect until the recovery has reached its target and the
+	// server was promoted.
+	Recovery *BootstrapRecoveryApplyConfiguration `json:"recovery,omitempty"`
 }
 
 // BootstrapSpecApplyConfiguration constructs a declarative configuration of the BootstrapSpec type for use with
@@ -29,5 +38,13 @@ func BootstrapSpec() *BootstrapSpecApplyConfiguration {
 // If called multiple times, the FromBackup field is set to the value of the last call.
 func (b *BootstrapSpecApplyConfiguration) WithFromBackup(value *BootstrapFromBackupApplyConfiguration) *BootstrapSpecApplyConfiguration {
 	b.FromBackup = value
+	return b
+}
+
+// WithRecovery sets the Recovery field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Recovery field is set to the value of the last call.
+func (b *BootstrapSpecApplyConfiguration) WithRecovery(value *BootstrapRecoveryApplyConfiguration) *BootstrapSpecApplyConfiguration {
+	b.Recovery = value
 	return b
 }
