@@ -188,6 +188,8 @@ const (
 // touched (409).
 type BootstrapRequest struct {
 	Mode BootstrapMode `json:"mode"`
+	// Recovery is what BootstrapRestore recovers.
+	Recovery *RecoverySource `json:"recovery,omitempty"`
 }
 
 // DemoteResponse is the answer of POST DemotePath: the primary stopped

@@ -75,18 +75,18 @@ func makeRuntimeDir(cfg Config) (string, error) {
 	return dir, nil
 }
 
-// setUpArchive makes the runtime directory and, with a Repository, the
-// archiver: its configuration is written before the server can start
+// setUpArchive makes the runtime directory, clears a restore that was cut
+// short and, with a Repository, makes the archiver: its configuration is written before the server can start
 // (archive_command reads it), and its loop runs until ctx ends.
 func (a *Agent) setUpArchive(ctx context.Context) error {
-	if a.cfg.Repository == nil && a.cfg.Recovery == nil {
-		return nil
-	}
 	dir, err := makeRuntimeDir(a.cfg)
 	if err != nil {
 		return err
 	}
 	a.runtimeDir = dir
+	if err := a.clearHalfRestore(); err != nil {
+		return err
+	}
 	if a.cfg.Repository == nil {
 		return nil
 	}

@@ -19,7 +19,7 @@ func (a *Agent) bootstrap(req BootstrapRequest) error {
 		return &opError{code: http.StatusBadRequest, msg: fmt.Sprintf("unknown bootstrap mode %q", req.Mode)}
 	}
 	if req.Mode == BootstrapRestore {
-		if err := a.checkRestore(); err != nil {
+		if err := checkRestore(req); err != nil {
 			return err
 		}
 	}
@@ -43,7 +43,7 @@ func (a *Agent) bootstrap(req BootstrapRequest) error {
 	// lease. The image's entrypoint runs initdb, then the server.
 	first := func() error {
 		if req.Mode == BootstrapRestore {
-			return a.restore()
+			return a.restore(*req.Recovery)
 		}
 		return a.startServer(StateBootstrapping)
 	}

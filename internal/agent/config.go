@@ -51,8 +51,6 @@ type Config struct {
 	// Repository is where the instance archives WAL and takes base
 	// backups (EnvRepository); nil: no continuous archiving.
 	Repository *Repository
-	// Recovery is what a restore bootstrap recovers (EnvRecovery).
-	Recovery *RecoverySource
 	// RuntimeDir holds pgBackRest's configuration, logs and locks; empty:
 	// a new temporary directory.
 	RuntimeDir string
@@ -103,12 +101,6 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 		return c, fmt.Errorf("agent: %w", err)
 	} else if set {
 		c.Repository = &repo
-	}
-	var rec RecoverySource
-	if set, err := readEnvJSON(EnvRecovery, &rec); err != nil {
-		return c, fmt.Errorf("agent: %w", err)
-	} else if set {
-		c.Recovery = &rec
 	}
 	return c, nil
 }

@@ -12,16 +12,10 @@ import (
 	"time"
 )
 
-// The agent's environment for continuous archiving (docs/design/backup.md),
-// set by the StatefulSet when spec.backup.objectStore is: JSON documents.
-const (
-	// EnvRepository is the Repository this instance archives into and
-	// takes base backups to.
-	EnvRepository = "DBKEEPER_REPOSITORY"
-	// EnvRecovery is the RecoverySource a restore bootstrap
-	// (BootstrapRestore) recovers from.
-	EnvRecovery = "DBKEEPER_RECOVERY"
-)
+// EnvRepository is the Repository (JSON) this instance archives into and
+// takes base backups to, set by the StatefulSet when the Database has
+// spec.backup.objectStore (docs/design/backup.md).
+const EnvRepository = "DBKEEPER_REPOSITORY"
 
 // Stanza is the pgBackRest stanza of every repository dbkeeper writes:
 // each repository path holds one Database, so the stanza needs no name of
@@ -62,10 +56,23 @@ type Repository struct {
 	RetentionDays int `json:"retentionDays,omitempty"`
 	// ArchiveTimeout is PostgreSQL's archive_timeout.
 	ArchiveTimeout time.Duration `json:"archiveTimeout,omitempty"`
+	// Secrets, when set, are the credentials themselves instead of the
+	// directories' files: a recovery's source comes in its bootstrap
+	// request, read by the operator from Secrets the pod does not mount.
+	Secrets *RepositorySecrets `json:"secrets,omitempty"`
 }
 
-// RecoverySource is what a restore bootstrap recovers: a repository and
-// the point to stop at.
+// RepositorySecrets are an object store's credentials, CA bundle (PEM)
+// and the repository's passphrase.
+type RepositorySecrets struct {
+	AccessKeyID     string `json:"accessKeyId"`
+	SecretAccessKey string `json:"secretAccessKey"`
+	CA              string `json:"ca,omitempty"`
+	Passphrase      string `json:"passphrase,omitempty"`
+}
+
+// RecoverySource is what a restore bootstrap recovers: a repository (with
+// its Secrets) and the point to stop at.
 type RecoverySource struct {
 	Repository Repository `json:"repository"`
 	// Target is where replay stops; the zero value replays to the end of
@@ -132,28 +139,40 @@ func readEnvJSON(name string, v any) (bool, error) {
 }
 
 // pgbackrestOptions renders r as the [global] options of a pgBackRest
-// configuration, reading its secrets from their files; logDir holds
-// pgBackRest's logs, lock files and spool.
-func (r Repository) pgbackrestOptions(logDir string) (map[string]string, error) {
-	read := func(dir, file string) (string, error) {
-		b, err := os.ReadFile(filepath.Join(dir, file))
+// configuration, reading its secrets from their files (or r.Secrets);
+// dir holds pgBackRest's logs, lock files and spool, and the CA file of
+// r.Secrets.
+func (r Repository) pgbackrestOptions(dir string) (map[string]string, error) {
+	read := func(d, file string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(d, file))
 		if err != nil {
 			return "", fmt.Errorf("reading the object store's %s: %w", file, err)
 		}
-		v := strings.TrimSpace(string(b))
-		if v == "" || strings.ContainsAny(v, "\n\r") {
-			return "", fmt.Errorf("the object store's %s is empty or has several lines", file)
+		return oneLine(file, string(b))
+	}
+	sec := r.Secrets
+	if sec == nil {
+		sec = &RepositorySecrets{}
+		var err error
+		if sec.AccessKeyID, err = read(r.CredentialsDir, AccessKeyIDFile); err != nil {
+			return nil, err
 		}
-		return v, nil
+		if sec.SecretAccessKey, err = read(r.CredentialsDir, SecretAccessKeyFile); err != nil {
+			return nil, err
+		}
+		if r.CipherDir != "" {
+			if sec.Passphrase, err = read(r.CipherDir, PassphraseFile); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		for _, v := range []struct{ name, v string }{{AccessKeyIDFile, sec.AccessKeyID}, {SecretAccessKeyFile, sec.SecretAccessKey}} {
+			if _, err := oneLine(v.name, v.v); err != nil {
+				return nil, err
+			}
+		}
 	}
-	key, err := read(r.CredentialsDir, AccessKeyIDFile)
-	if err != nil {
-		return nil, err
-	}
-	secret, err := read(r.CredentialsDir, SecretAccessKeyFile)
-	if err != nil {
-		return nil, err
-	}
+	key, secret := strings.TrimSpace(sec.AccessKeyID), strings.TrimSpace(sec.SecretAccessKey)
 	host, port := r.Endpoint, ""
 	if h, p, err := net.SplitHostPort(r.Endpoint); err == nil {
 		host, port = h, p
@@ -169,9 +188,9 @@ func (r Repository) pgbackrestOptions(logDir string) (map[string]string, error) 
 		"repo1-path":          r.Path,
 		"compress-type":       "zst",
 		"start-fast":          "y",
-		"log-path":            logDir,
-		"lock-path":           filepath.Join(logDir, "lock"),
-		"spool-path":          filepath.Join(logDir, "spool"),
+		"log-path":            dir,
+		"lock-path":           filepath.Join(dir, "lock"),
+		"spool-path":          filepath.Join(dir, "spool"),
 		"log-level-console":   "off",
 		"log-level-stderr":    "error",
 		"log-level-file":      "warn",
@@ -182,14 +201,17 @@ func (r Repository) pgbackrestOptions(logDir string) (map[string]string, error) 
 	if port != "" {
 		o["repo1-storage-port"] = port
 	}
-	if r.CADir != "" {
-		o["repo1-storage-ca-file"] = filepath.Join(r.CADir, CAFile)
-	}
-	if r.CipherDir != "" {
-		pass, err := read(r.CipherDir, PassphraseFile)
-		if err != nil {
+	switch {
+	case r.Secrets != nil && r.Secrets.CA != "":
+		ca := filepath.Join(dir, "source-ca.crt")
+		if _, err := writeFileAtomic(ca, []byte(r.Secrets.CA)); err != nil {
 			return nil, err
 		}
+		o["repo1-storage-ca-file"] = ca
+	case r.Secrets == nil && r.CADir != "":
+		o["repo1-storage-ca-file"] = filepath.Join(r.CADir, CAFile)
+	}
+	if pass := strings.TrimSpace(sec.Passphrase); pass != "" {
 		o["repo1-cipher-type"] = "aes-256-cbc"
 		o["repo1-cipher-pass"] = pass
 	}
@@ -240,4 +262,15 @@ func writeFileAtomic(path string, data []byte) (bool, error) {
 		return false, fmt.Errorf("writing %s: %w", path, err)
 	}
 	return true, nil
+}
+
+// oneLine is a secret's value without surrounding space; a value that is
+// empty or has several lines is refused (it would break the
+// configuration file).
+func oneLine(name, v string) (string, error) {
+	v = strings.TrimSpace(v)
+	if v == "" || strings.ContainsAny(v, "\n\r") {
+		return "", fmt.Errorf("the object store's %s is empty or has several lines", name)
+	}
+	return v, nil
 }

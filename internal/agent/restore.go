@@ -22,32 +22,46 @@ const BootstrapRestore BootstrapMode = "restore"
 // restoreTimeout bounds the copy of a base backup.
 const restoreTimeout = 6 * time.Hour
 
-// recoverySettingsPath keeps, beside the data directory, the recovery
-// settings pgbackrest restore wrote: the agent gives them to the server
-// on the command line while recovery.signal is there, never in
-// postgresql.auto.conf, which a standby cloned from this instance would
-// inherit (a recovery_target there would stop its replay).
-func (a *Agent) recoverySettingsPath() string {
-	return filepath.Join(filepath.Dir(a.cfg.PGData), "dbkeeper-recovery.json")
+// recoveryDir, beside the data directory on its volume, holds what an
+// unfinished recovery needs across restarts: the source's pgBackRest
+// configuration (restore_command reads it while the server replays), the
+// recovery settings, and the mark of a restore that has not finished
+// copying. finishRecovery removes it.
+func (a *Agent) recoveryDir() string {
+	return filepath.Join(filepath.Dir(a.cfg.PGData), "dbkeeper-recovery")
 }
+
+// recoverySettingsPath keeps the recovery settings pgbackrest restore
+// wrote: the agent gives them to the server on the command line while
+// recovery.signal is there, never in postgresql.auto.conf, which a standby
+// cloned from this instance would inherit (a recovery_target there would
+// stop its replay).
+func (a *Agent) recoverySettingsPath() string { return filepath.Join(a.recoveryDir(), "settings.json") }
 
 // sourceConfigPath is the pgBackRest configuration of the recovery's
 // source repository.
-func (a *Agent) sourceConfigPath() string {
-	return filepath.Join(a.runtimeDir, "source.conf")
-}
+func (a *Agent) sourceConfigPath() string { return filepath.Join(a.recoveryDir(), "source.conf") }
 
-// restore copies the base backup and starts the recovery (under a.op,
-// once the agent holds the primary lease). A failed copy empties the data
-// directory again.
-func (a *Agent) restore() error {
-	src := a.cfg.Recovery
+// restoringMark says a restore began copying and has not finished: the
+// data directory is incomplete.
+func (a *Agent) restoringMark() string { return filepath.Join(a.recoveryDir(), "restoring") }
+
+// restore copies the newest base backup before src's target and starts
+// the recovery (under a.op, once the agent holds the primary lease). A
+// failed copy empties the data directory again.
+func (a *Agent) restore(src RecoverySource) error {
+	if err := os.MkdirAll(filepath.Join(a.recoveryDir(), "lock"), 0o700); err != nil {
+		return fmt.Errorf("making %s: %w", a.recoveryDir(), err)
+	}
 	if err := a.writeConfig(src.Repository, a.sourceConfigPath()); err != nil {
 		return err
 	}
 	target, err := src.Target.restoreArgs()
 	if err != nil {
 		return err
+	}
+	if err := os.WriteFile(a.restoringMark(), nil, 0o600); err != nil {
+		return fmt.Errorf("marking the restore: %w", err)
 	}
 	restoreCmd := fmt.Sprintf(`pgbackrest --config=%s --stanza=%s archive-get %%f "%%p"`, a.sourceConfigPath(), Stanza)
 	args := append([]string{"restore", "--recovery-option=restore_command=" + restoreCmd}, target...)
@@ -63,8 +77,26 @@ func (a *Agent) restore() error {
 	if err := a.moveRecoverySettings(); err != nil {
 		return err
 	}
+	if err := os.Remove(a.restoringMark()); err != nil {
+		return fmt.Errorf("unmarking the restore: %w", err)
+	}
 	a.log.Info("Restored the base backup: replaying the archive", "duration", time.Since(start).Round(time.Millisecond), "target", src.Target.String())
 	return a.startServer(StateStarting)
+}
+
+// clearHalfRestore empties a data directory whose restore was cut short
+// (the agent stopped while pgbackrest restore copied), so that the
+// instance waits to be bootstrapped again instead of starting what is
+// there.
+func (a *Agent) clearHalfRestore() error {
+	if _, err := os.Stat(a.restoringMark()); err != nil {
+		return nil
+	}
+	a.log.Info("A restore was cut short: emptying the data directory to start it over")
+	if err := emptyDir(a.cfg.PGData); err != nil {
+		return err
+	}
+	return os.RemoveAll(a.recoveryDir())
 }
 
 // moveRecoverySettings takes restore_command and the recovery_target
@@ -138,10 +170,13 @@ func (a *Agent) recoveryArgs() []string {
 	return args
 }
 
-// checkRestore says whether a restore bootstrap can run.
-func (a *Agent) checkRestore() error {
-	if a.cfg.Recovery == nil {
-		return &opError{code: http.StatusBadRequest, msg: "a restore needs $" + EnvRecovery}
+// checkRestore says whether req can restore.
+func checkRestore(req BootstrapRequest) error {
+	if req.Recovery == nil {
+		return &opError{code: http.StatusBadRequest, msg: "a restore bootstrap needs its recovery source"}
+	}
+	if _, err := req.Recovery.Target.restoreArgs(); err != nil {
+		return &opError{code: http.StatusBadRequest, msg: err.Error()}
 	}
 	return nil
 }
@@ -172,8 +207,8 @@ func (a *Agent) finishRecovery() {
 		a.log.Error(err, "Cannot set the superuser's password after the recovery")
 		return
 	}
-	if err := os.Remove(path); err != nil {
-		a.log.Error(err, "Cannot remove the recovery's settings")
+	if err := os.RemoveAll(a.recoveryDir()); err != nil {
+		a.log.Error(err, "Cannot remove the recovery's files")
 	}
 	a.log.Info("The recovery has finished: the server was promoted and the superuser has this Database's password")
 }

@@ -25,7 +25,7 @@ type Agents interface {
 	// Status is what the agent of pod reports.
 	Status(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error)
 	// Bootstrap asks the agent of pod to fill its empty data directory.
-	Bootstrap(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, mode agent.BootstrapMode) (agent.Status, error)
+	Bootstrap(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.BootstrapRequest) (agent.Status, error)
 	// Demote asks the agent of the primary pod to stop taking writes and
 	// restart as a standby.
 	Demote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.DemoteResponse, error)
@@ -72,9 +72,9 @@ func (a PodAgents) Status(ctx context.Context, db *dbv1.Database, pod *corev1.Po
 }
 
 // Bootstrap implements Agents.
-func (a PodAgents) Bootstrap(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, mode agent.BootstrapMode) (agent.Status, error) {
+func (a PodAgents) Bootstrap(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.BootstrapRequest) (agent.Status, error) {
 	return call(ctx, a, db, pod, agentActionTimeout, func(c agent.Client, ctx context.Context, base string) (agent.Status, error) {
-		return c.Bootstrap(ctx, base, agent.BootstrapRequest{Mode: mode})
+		return c.Bootstrap(ctx, base, req)
 	})
 }
 

@@ -51,6 +51,9 @@ func BackupPVC(db *dbv1.Database) *corev1ac.PersistentVolumeClaimApplyConfigurat
 // BackupCronJob is the CronJob that dumps the database into the backup PVC
 // on spec.backup.schedule with the engine's own dump tool, over the network
 // through the client Service, verifying its certificate when tls is on.
+// With spec.backup.objectStore the schedule takes base backups instead and
+// the CronJob is kept suspended: its dumps stay in the volume for
+// spec.bootstrap.fromBackup.
 func BackupCronJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*batchv1ac.CronJobApplyConfiguration, error) {
 	job, err := backupJobSpec(db, eng, tls)
 	if err != nil {
@@ -62,7 +65,7 @@ func BackupCronJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*batchv
 		WithOwnerReferences(OwnerReference(db)).
 		WithSpec(batchv1ac.CronJobSpec().
 			WithSchedule(db.Spec.Backup.Schedule).
-			WithSuspend(db.Spec.Backup.Suspend).
+			WithSuspend(db.Spec.Backup.Suspend || db.Spec.Backup.ObjectStore != nil).
 			WithConcurrencyPolicy(batchv1.ForbidConcurrent).
 			WithStartingDeadlineSeconds(backupStartingDeadline).
 			WithSuccessfulJobsHistoryLimit(backupHistory).

@@ -106,6 +106,9 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 	if tls {
 		addServerTLS(db, eng, pod, container)
 	}
+	if err := addRepository(db, pod, container); err != nil {
+		return nil, err
+	}
 	pod.WithContainers(container)
 
 	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).

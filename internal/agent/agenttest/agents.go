@@ -175,7 +175,8 @@ func (a *Agents) Status(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (
 }
 
 // Bootstrap implements instance.Agents.
-func (a *Agents) Bootstrap(_ context.Context, db *dbv1.Database, pod *corev1.Pod, mode agent.BootstrapMode) (agent.Status, error) {
+func (a *Agents) Bootstrap(_ context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.BootstrapRequest) (agent.Status, error) {
+	mode := req.Mode
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c, err := a.reach(db, pod)

@@ -27,6 +27,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/jobs"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -61,6 +62,10 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
 	s := newSyncer(mgr.GetClient(), w, time.Now)
 	s.engines = o.Engines
+	s.agents = o.Agents
+	if s.agents == nil {
+		s.agents = instance.PodAgents{Secrets: mgr.GetAPIReader()}
+	}
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
@@ -89,6 +94,9 @@ type syncer struct {
 	now    func() time.Time
 	// engines is the image catalog; the zero one is the built-in.
 	engines engine.Catalog
+	// agents reaches the instances' agents: a Database with an object
+	// store archives through them (syncArchive).
+	agents instance.Agents
 }
 
 // newSyncer is the backup syncer that reads and patches with c, applies
@@ -117,6 +125,16 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	cron := &batchv1.CronJob{}
 	if err := s.apply(ctx, db, cron, desired, "CronJob"); err != nil {
 		return facet.Outcome{}, err
+	}
+
+	if db.Spec.Backup.ObjectStore != nil {
+		// base backups and the WAL archive in the object store; the
+		// CronJob above stays suspended, its dumps kept.
+		restoring, restoredFrom, err := s.bootstrap(ctx, db, eng, tls)
+		if err != nil {
+			return facet.Outcome{}, err
+		}
+		return s.syncArchive(ctx, db, restoring, restoredFrom)
 	}
 
 	token, err := s.runOnDemand(ctx, db, eng, tls)
@@ -264,6 +282,9 @@ func (s *syncer) write(ctx context.Context, live client.Object, desired namedApp
 func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
 	if db.Status.Backup == nil {
 		return nil
+	}
+	if db.Spec.Backup.ObjectStore != nil || db.Status.Backup.RepositoryPath != "" {
+		return dbv1ac.DatabaseStatus().WithBackup(backupStatusApply(db.Status.Backup))
 	}
 	b := db.Status.Backup
 	return statusOf(History{

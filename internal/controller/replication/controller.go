@@ -428,16 +428,23 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 		if err := needPod(); err != nil {
 			return err
 		}
-		mode := agent.BootstrapInitdb
-		if a.Kind == ActBootstrapClone {
-			mode = agent.BootstrapClone
+		req := agent.BootstrapRequest{Mode: agent.BootstrapClone}
+		if a.Kind == ActBootstrapInitdb {
+			var err error
+			if req, err = s.firstBootstrap(ctx, db); err != nil {
+				return err
+			}
 		}
-		if _, err := s.agents.Bootstrap(ctx, db, pod, mode); err != nil {
+		if _, err := s.agents.Bootstrap(ctx, db, pod, req); err != nil {
 			return err
 		}
-		if mode == agent.BootstrapInitdb {
+		switch req.Mode {
+		case agent.BootstrapInitdb:
 			s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonBootstrapped, "Bootstrap", "Creating the first primary %s (initdb)", a.Pod)
-		} else {
+		case agent.BootstrapRestore:
+			s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonBootstrapped, "Bootstrap", "Creating the first primary %s: recovering %s%s to %s",
+				a.Pod, req.Recovery.Repository.Bucket, req.Recovery.Repository.Path, req.Recovery.Target)
+		default:
 			s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonCloning, "Bootstrap", "Cloning standby %s from the primary %s", a.Pod, plan.CurrentPrimary)
 		}
 	case ActDemote:

@@ -219,7 +219,7 @@ func TestNoInitdbWhenDataExists(t *testing.T) {
 	ctx := context.Background()
 	pod := &corev1.Pod{}
 	require.NoError(t, f.c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders-1"}, pod))
-	_, err := f.agents.Bootstrap(ctx, f.db, pod, agent.BootstrapInitdb)
+	_, err := f.agents.Bootstrap(ctx, f.db, pod, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
 	require.NoError(t, err)
 	_, err = f.agents.Demote(ctx, f.db, pod)
 	require.NoError(t, err)

@@ -1,0 +1,176 @@
+package resources
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+		"strings"
+	"time"
+
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
+)
+
+// repositoryMountPath is where the engine container mounts the Secrets of
+// the Database's object store.
+const (
+	repositoryMountPath = "/dbkeeper/repository"
+)
+
+// RepositoryPath is where in its object store's bucket db archives:
+// <spec.backup.objectStore.path>/<namespace>/<name>/<uid>. The UID makes
+// it a path no other Database ever writes, not even one of the same name
+// created after this one was deleted. Empty without an object store.
+func RepositoryPath(db *dbv1.Database) string {
+	store := db.Spec.Backup.ObjectStore
+	if store == nil || db.UID == "" {
+		return ""
+	}
+	return path.Join("/", store.Path, db.Namespace, db.Name, string(db.UID))
+}
+
+// RecoveryRefusedError says why a recovery source cannot be used.
+type RecoveryRefusedError struct{ msg string }
+
+func (e *RecoveryRefusedError) Error() string { return e.msg }
+
+func refuse(format string, args ...any) error {
+	return &RecoveryRefusedError{msg: fmt.Sprintf(format, args...)}
+}
+
+// RecoveryStore is the repository spec.bootstrap.recovery restores: the
+// object store with path set to the whole repository path. source is the
+// Database recovery.database names (nil for an objectStore source); a
+// source in another namespace must list db's namespace in its
+// restore-allowed-namespaces annotation.
+func RecoveryStore(db, source *dbv1.Database) (*dbv1.ObjectStoreSpec, error) {
+	rec := db.Spec.Bootstrap.Recovery
+	if rec.ObjectStore != nil {
+		store := *rec.ObjectStore
+		return &store, nil
+	}
+	ns := rec.Namespace
+	if ns == "" {
+		ns = db.Namespace
+	}
+	ref := ns + "/" + rec.Database
+	if source == nil {
+		return nil, refuse("spec.bootstrap.recovery.database: Database %s does not exist", ref)
+	}
+	if source.UID == db.UID {
+		return nil, refuse("spec.bootstrap.recovery.database: a Database cannot recover from its own archive")
+	}
+	if source.Spec.Backup.ObjectStore == nil {
+		return nil, refuse("spec.bootstrap.recovery.database: Database %s has no spec.backup.objectStore, so no archive to recover from", ref)
+	}
+	if ns != db.Namespace && !allowsRestoreInto(source, db.Namespace) {
+		return nil, refuse("spec.bootstrap.recovery.database: Database %s does not allow recoveries into namespace %s: its annotation %s must list it",
+			ref, db.Namespace, dbv1.AnnotationRestoreAllowedNamespaces)
+	}
+	store := *source.Spec.Backup.ObjectStore
+	store.Path = RepositoryPath(source)
+	return &store, nil
+}
+
+// allowsRestoreInto says whether source's annotation lets Databases of
+// namespace ns recover from its archive.
+func allowsRestoreInto(source *dbv1.Database, ns string) bool {
+	for _, v := range strings.Split(source.Annotations[dbv1.AnnotationRestoreAllowedNamespaces], ",") {
+		if v = strings.TrimSpace(v); v == "*" || v == ns {
+			return true
+		}
+	}
+	return false
+}
+
+// agentRepository is the agent's view of store at repository path repo,
+// with its Secrets mounted under dir.
+func agentRepository(store *dbv1.ObjectStoreSpec, repo, dir string) agent.Repository {
+	r := agent.Repository{
+		Endpoint: store.Endpoint, Bucket: store.Bucket, Path: repo, Region: store.Region,
+		URIStyle:       strings.ToLower(store.URIStyle),
+		CredentialsDir: dir + "/credentials",
+	}
+	if store.CASecret != "" {
+		r.CADir = dir + "/ca"
+	}
+	if store.EncryptionSecret != "" {
+		r.CipherDir = dir + "/cipher"
+	}
+	return r
+}
+
+// addRepository gives the engine container db's repository: its
+// description in agent.EnvRepository and its Secrets as files (so that a
+// rotated key reaches pgBackRest without a restart).
+func addRepository(db *dbv1.Database, pod *corev1ac.PodSpecApplyConfiguration, container *corev1ac.ContainerApplyConfiguration) error {
+	store := db.Spec.Backup.ObjectStore
+	if store == nil {
+		return nil
+	}
+	repo := agentRepository(store, RepositoryPath(db), repositoryMountPath)
+	repo.RetentionDays = RecoveryWindowDays(db)
+	repo.ArchiveTimeout = ArchiveTimeout(db)
+	raw, err := json.Marshal(repo)
+	if err != nil {
+		return fmt.Errorf("encoding the repository: %w", err)
+	}
+	container.WithEnv(corev1ac.EnvVar().WithName(agent.EnvRepository).WithValue(string(raw)))
+	mountStoreSecrets(pod, container, "repository", repositoryMountPath, store)
+	return nil
+}
+
+// RecoverySource is what the first instance of db restores (the agent's
+// restore bootstrap): store (see RecoveryStore) with its Secrets' values,
+// and spec.bootstrap.recovery.target.
+func RecoverySource(db *dbv1.Database, store *dbv1.ObjectStoreSpec, secrets agent.RepositorySecrets) agent.RecoverySource {
+	repo := agentRepository(store, store.Path, "")
+	repo.CredentialsDir, repo.CADir, repo.CipherDir = "", "", ""
+	repo.Secrets = &secrets
+	src := agent.RecoverySource{Repository: repo}
+	if t := db.Spec.Bootstrap.Recovery.Target; t != nil {
+		src.Target = agent.RecoveryTarget{Time: t.Time, LSN: t.LSN, XID: t.XID, Name: t.Name}
+	}
+	return src
+}
+
+// mountStoreSecrets mounts store's credentials, CA and passphrase Secrets
+// read-only under dir, as volumes named prefix-*.
+func mountStoreSecrets(pod *corev1ac.PodSpecApplyConfiguration, container *corev1ac.ContainerApplyConfiguration, prefix, dir string, store *dbv1.ObjectStoreSpec) {
+	mount := func(name, secret, sub string, keys ...string) {
+		items := make([]*corev1ac.KeyToPathApplyConfiguration, 0, len(keys))
+		for _, k := range keys {
+			items = append(items, corev1ac.KeyToPath().WithKey(k).WithPath(k))
+		}
+		pod.WithVolumes(corev1ac.Volume().WithName(prefix + "-" + name).
+			WithSecret(corev1ac.SecretVolumeSource().WithSecretName(secret).WithDefaultMode(0o440).WithItems(items...)))
+		container.WithVolumeMounts(corev1ac.VolumeMount().WithName(prefix + "-" + name).WithMountPath(dir + "/" + sub).WithReadOnly(true))
+	}
+	mount("credentials", store.CredentialsSecret, "credentials", agent.AccessKeyIDFile, agent.SecretAccessKeyFile)
+	if store.CASecret != "" {
+		mount("ca", store.CASecret, "ca", agent.CAFile)
+	}
+	if store.EncryptionSecret != "" {
+		mount("cipher", store.EncryptionSecret, "cipher", agent.PassphraseFile)
+	}
+}
+
+// RecoveryWindowDays is spec.backup.recoveryWindow in days (7 when
+// unset).
+func RecoveryWindowDays(db *dbv1.Database) int {
+	days := 0
+	if _, err := fmt.Sscanf(db.Spec.Backup.RecoveryWindow, "%dd", &days); err != nil || days <= 0 {
+		return 7
+	}
+	return days
+}
+
+// ArchiveTimeout is spec.backup.archiveTimeout (5 minutes when unset).
+func ArchiveTimeout(db *dbv1.Database) time.Duration {
+	if t := db.Spec.Backup.ArchiveTimeout; t != nil && t.Duration > 0 {
+		return t.Duration
+	}
+	return 5 * time.Minute
+}
