@@ -60,6 +60,9 @@ func (a *Agent) restore(src RecoverySource) error {
 	if err != nil {
 		return err
 	}
+	if err := os.MkdirAll(a.cfg.PGData, 0o700); err != nil {
+		return fmt.Errorf("making the data directory: %w", err)
+	}
 	if err := os.WriteFile(a.restoringMark(), nil, 0o600); err != nil {
 		return fmt.Errorf("marking the restore: %w", err)
 	}

@@ -1,0 +1,167 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/test/framework/objectstore"
+)
+
+// archiveFixture is a real object store (versitygw) with one bucket, and
+// the files of its credentials and CA as a pod mounts them.
+type archiveFixture struct {
+	store  *objectstore.Store
+	bucket string
+	// credentials and ca are the directories of the Secrets' files.
+	credentials, ca string
+}
+
+func newArchiveFixture(t *testing.T, c *cluster) *archiveFixture {
+	t.Helper()
+	_, err := os.Stat("/usr/bin/pgbackrest")
+	require.NoError(t, err, "pgbackrest is not installed: apt-get install pgbackrest (.ci/run does)")
+	ctx := context.Background()
+	store, err := objectstore.Start(ctx, objectstore.Options{})
+	require.NoError(t, err, "starting the object store (make tools builds versitygw)")
+	t.Cleanup(func() { _ = store.Stop() })
+	f := &archiveFixture{store: store, bucket: "backups", credentials: filepath.Join(c.dir, "s3-credentials"), ca: filepath.Join(c.dir, "s3-ca")}
+	require.NoError(t, store.CreateBucket(ctx, f.bucket))
+	c.mkdir(f.credentials, 0o755)
+	c.mkdir(f.ca, 0o755)
+	write := func(dir, name, v string) {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(v), 0o400))
+		require.NoError(t, os.Chown(p, c.uid, c.gid))
+	}
+	write(f.credentials, agent.AccessKeyIDFile, store.AccessKey)
+	write(f.credentials, agent.SecretAccessKeyFile, store.SecretKey)
+	write(f.ca, agent.CAFile, string(store.CA))
+	return f
+}
+
+// endpoint names the store as its certificate does (pgBackRest matches
+// DNS names only), at the port it listens on.
+func (f *archiveFixture) endpoint() string {
+	_, port, _ := net.SplitHostPort(f.store.Local)
+	return net.JoinHostPort("localhost", port)
+}
+
+// repository is the Repository of path as a pod's agent gets it.
+func (f *archiveFixture) repository(path string) agent.Repository {
+	return agent.Repository{Endpoint: f.endpoint(), Bucket: f.bucket, Path: path, URIStyle: "path",
+		CredentialsDir: f.credentials, CADir: f.ca, RetentionDays: 7, ArchiveTimeout: time.Minute}
+}
+
+func (f *archiveFixture) env(t *testing.T, path string) string {
+	raw, err := json.Marshal(f.repository(path))
+	require.NoError(t, err)
+	return agent.EnvRepository + "=" + string(raw)
+}
+
+// TestArchiveAndPointInTimeRecovery archives a primary's WAL into a real
+// object store with pgBackRest, takes a base backup through the agent,
+// and recovers a new instance to the commit time of one row of a ledger:
+// it has every row committed at or before that time and none after, it
+// is a primary out of recovery with this Database's superuser password,
+// its postgresql.auto.conf carries no recovery target (a clone would
+// inherit it), and it archives into its own path, never the source's.
+func TestArchiveAndPointInTimeRecovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and an object store; skipped under -short")
+	}
+	c := newCluster(t)
+	c.serverArgs = []string{"-c", "track_commit_timestamp=on"}
+	f := newArchiveFixture(t, c)
+	ctx := context.Background()
+
+	const sourcePath, targetPath = "/dbkeeper/ns/orders/uid-1", "/dbkeeper/ns/orders-restored/uid-2"
+	a := c.start("db-0", f.env(t, sourcePath))
+	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	require.NoError(t, err)
+	c.waitStatus(a, 2*time.Minute, "running as the primary", runningAs(agent.RolePrimary))
+	s := c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+	assert.Equal(t, f.bucket+sourcePath, s.Archive.Repository)
+
+	conn := sql(t, a)
+	mustExec(t, conn, "CREATE TABLE ledger (id int PRIMARY KEY)")
+	insert := func(from, to int) {
+		for i := from; i <= to; i++ {
+			mustExec(t, conn, "INSERT INTO ledger VALUES ($1)", i)
+		}
+	}
+	insert(1, 20)
+
+	// a base backup through the agent; asking again with its ID returns
+	// the same run.
+	run, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
+	require.NoError(t, err)
+	again, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
+	require.NoError(t, err)
+	assert.Equal(t, run.Started.Unix(), again.Started.Unix(), "a second request of the same ID started another backup")
+	s = c.waitStatus(a, 3*time.Minute, "the base backup finished", func(s agent.Status) bool {
+		return s.Archive != nil && s.Archive.Run != nil && s.Archive.Run.Finished != nil && len(s.Archive.Backups) == 1
+	})
+	require.Empty(t, s.Archive.Run.Error)
+	assert.Equal(t, "full", s.Archive.Backups[0].Type)
+	assert.Positive(t, s.Archive.Backups[0].Size)
+
+	insert(21, 60)
+	var target time.Time
+	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_xact_commit_timestamp(xmin) FROM ledger WHERE id = 40").Scan(&target))
+	var segment string
+	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&segment))
+	c.waitStatus(a, time.Minute, "segment "+segment+" archived", func(s agent.Status) bool {
+		return s.Archive != nil && s.Archive.LastArchivedWAL >= segment
+	})
+
+	// the recovery: a new instance, its own repository, the source's
+	// passed in the request with its secrets.
+	b := c.start("db-1", f.env(t, targetPath))
+	src := f.repository(sourcePath)
+	src.CredentialsDir, src.CADir = "", ""
+	src.Secrets = &agent.RepositorySecrets{AccessKeyID: f.store.AccessKey, SecretAccessKey: f.store.SecretKey, CA: string(f.store.CA)}
+	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapRestore,
+		Recovery: &agent.RecoverySource{Repository: src, Target: agent.RecoveryTarget{Time: target.Format(time.RFC3339Nano)}}})
+	require.NoError(t, err)
+	c.waitStatus(b, 3*time.Minute, "recovered and promoted", runningAs(agent.RolePrimary))
+
+	restored := sql(t, b) // this Database's superuser password works
+	assert.Equal(t, 40, count(t, restored, "SELECT count(*) FROM ledger"), "rows committed at or before the target")
+	assert.Equal(t, 40, count(t, restored, "SELECT max(id) FROM ledger"), "no row committed after the target")
+	assert.Equal(t, 0, count(t, restored, "SELECT count(*) FROM ledger WHERE pg_xact_commit_timestamp(xmin) > $1", target))
+	auto, err := os.ReadFile(filepath.Join(b.pgdata, "postgresql.auto.conf"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(auto), "recovery_target", "a clone of the restored primary would inherit the target")
+	assert.NotContains(t, string(auto), "restore_command")
+
+	// the new instance archives its new timeline into its own path only.
+	c.waitStatus(b, 2*time.Minute, "its own repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+	var history string
+	require.NoError(t, restored.QueryRow(ctx, "SELECT lpad(to_hex(timeline_id), 8, '0') || '.history' FROM pg_control_checkpoint()").Scan(&history))
+	waitFor(t, func() bool {
+		keys, err := f.store.List(ctx, f.bucket, strings.TrimPrefix(targetPath, "/")+"/archive/")
+		return err == nil && containsSuffix(keys, history)
+	}, time.Minute, "the new timeline's history file in the new repository")
+	keys, err := f.store.List(ctx, f.bucket, strings.TrimPrefix(sourcePath, "/")+"/archive/")
+	require.NoError(t, err)
+	assert.False(t, containsSuffix(keys, history), "the restored instance wrote into the source's archive")
+}
+
+func containsSuffix(keys []string, suffix string) bool {
+	for _, k := range keys {
+		if strings.HasSuffix(k, suffix) || strings.Contains(k, suffix) {
+			return true
+		}
+	}
+	return false
+}
