@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
-		"strings"
+	"strings"
 	"time"
 
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
