@@ -125,8 +125,11 @@ func (a *Agent) archiveSettings() []string {
 	if timeout <= 0 {
 		timeout = 5 * time.Minute
 	}
+	// track_commit_timestamp: a point-in-time recovery targets a commit
+	// time, which pg_xact_commit_timestamp(xmin) tells of any row.
 	return []string{"-c", "archive_mode=on", "-c", "archive_command=" + cmd,
-		"-c", "archive_timeout=" + strconv.Itoa(int(timeout/time.Second))}
+		"-c", "archive_timeout=" + strconv.Itoa(int(timeout/time.Second)),
+		"-c", "track_commit_timestamp=on"}
 }
 
 // pgbackrest runs pgbackrest with the configuration conf and args, within

@@ -1,0 +1,106 @@
+package backup_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/controller/backup"
+)
+
+// TestAssessArchive: each state of the archive has a reason of its own,
+// and the store's own error reaches the message.
+func TestAssessArchive(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	at := func(ago time.Duration) *metav1.Time { m := metav1.NewTime(now.Add(-ago)); return &m }
+	db := &dbv1.Database{Spec: dbv1.DatabaseSpec{Backup: dbv1.BackupSpec{
+		ObjectStore:    &dbv1.ObjectStoreSpec{Endpoint: "s3.example", Bucket: "b", CredentialsSecret: "c"},
+		ArchiveTimeout: &metav1.Duration{Duration: time.Minute},
+		MaxAge:         &metav1.Duration{Duration: 26 * time.Hour},
+	}}}
+	backups := []agent.BaseBackup{{Label: "20261205-110000F", Type: "full", Started: *at(time.Hour), Finished: *at(time.Hour - time.Minute)}}
+	healthy := func() *agent.ArchiveReport {
+		return &agent.ArchiveReport{Repository: "b/dbkeeper/ns/db/uid", StanzaReady: true,
+			LastArchivedWAL: "000000010000000000000005", LastArchivedTime: at(10 * time.Second), Backups: backups}
+	}
+	primary := &agent.Status{Role: agent.RolePrimary, Ready: true, Timeline: 1, CurrentLSN: "0/6000060", VolumeAvailableBytes: 8 << 30}
+	gib := resource.MustParse("10Gi")
+
+	for _, tc := range []struct {
+		name    string
+		report  func(r *agent.ArchiveReport)
+		status  *agent.Status
+		reason  string
+		message string
+	}{
+		{name: "healthy", reason: dbv1.ReasonArchiving, message: "1 base backups"},
+		{name: "wrong credentials", reason: dbv1.ReasonArchiveAccessDenied, message: "InvalidAccessKeyId",
+			report: func(r *agent.ArchiveReport) {
+				r.LastFailedTime, r.LastFailedWAL, r.FailedCount = at(time.Second), "000000010000000000000006", 3
+				r.LastFailure = "ERROR: [039]: HTTP request failed with 403 (Forbidden): *** Path/Query *** ... <Code>InvalidAccessKeyId</Code>"
+			}},
+		{name: "no bucket", reason: dbv1.ReasonArchiveBucketNotFound, message: "create the bucket",
+			report: func(r *agent.ArchiveReport) {
+				r.LastFailedTime = at(time.Second)
+				r.LastFailure = "ERROR: [039]: HTTP request failed with 404 (Not Found): <Code>NoSuchBucket</Code>"
+			}},
+		{name: "TLS", reason: dbv1.ReasonArchiveTLSFailed, message: "caSecret",
+			report: func(r *agent.ArchiveReport) {
+				r.LastFailedTime = at(time.Second)
+				r.LastFailure = "ERROR: [073]: unable to find hostname 's3.example' in certificate common name or subject alternative names"
+			}},
+		{name: "unreachable", reason: dbv1.ReasonArchiveUnreachable,
+			report: func(r *agent.ArchiveReport) {
+				r.LastFailedTime = at(time.Second)
+				r.LastFailure = "ERROR: [049]: unable to connect to 's3.example:443': [111] Connection refused"
+			}},
+		{name: "WAL piling up", reason: dbv1.ReasonWALPilingUp, message: "grow spec.storage.size",
+			report: func(r *agent.ArchiveReport) {
+				r.LastFailedTime = at(time.Second)
+				r.LastFailure = "ERROR: [049]: unable to connect"
+				r.WALBytes = 3 << 30
+			}},
+		{name: "a repository of another server", reason: dbv1.ReasonRepositoryRefused, message: "another server's archive",
+			report: func(r *agent.ArchiveReport) {
+				r.StanzaReady = false
+				r.StanzaError = "pgbackrest stanza-create: ERROR: [028]: backup and archive info files exist but do not match the database"
+			}},
+		{name: "stale", reason: dbv1.ReasonArchiveStale, message: "nothing was archived",
+			report: func(r *agent.ArchiveReport) { r.LastArchivedTime = at(10 * time.Minute) }},
+		{name: "quiet, not stale", reason: dbv1.ReasonArchiving,
+			report: func(r *agent.ArchiveReport) {
+				r.LastArchivedTime, r.LastArchivedWAL = at(10*time.Minute), "000000010000000000000006"
+			}},
+		{name: "no base backup yet", reason: dbv1.ReasonArchiveStarting, message: "first base backup",
+			report: func(r *agent.ArchiveReport) { r.Backups = nil }},
+		{name: "the last base backup failed", reason: dbv1.ReasonBaseBackupFailed, message: "disk quota",
+			report: func(r *agent.ArchiveReport) {
+				r.Run = &agent.BackupRun{ID: "scheduled-x", Started: *at(time.Minute), Finished: at(time.Second), Error: "ERROR: disk quota"}
+			}},
+		{name: "base backup older than maxAge", reason: dbv1.ReasonBackupStale,
+			report: func(r *agent.ArchiveReport) {
+				r.Backups = []agent.BaseBackup{{Label: "old", Finished: *at(30 * time.Hour)}}
+			}},
+		{name: "no report", reason: dbv1.ReasonArchiveStarting, status: &agent.Status{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := healthy()
+			if tc.report != nil {
+				tc.report(rep)
+			}
+			v := backup.ArchiveView{Primary: "db-0", Report: rep, Status: primary, VolumeBytes: gib.Value()}
+			if tc.status != nil {
+				v.Report, v.Status = nil, tc.status
+			}
+			cond := backup.AssessArchive(db, v, now)
+			assert.Equal(t, tc.reason, cond.Reason, cond.Message)
+			assert.Contains(t, cond.Message, tc.message)
+			assert.Equal(t, tc.reason == dbv1.ReasonArchiving, cond.Status == metav1.ConditionTrue, cond.Message)
+		})
+	}
+}
