@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds the test control plane, the real node's binaries (kubelet,
-# kube-proxy, CoreDNS, crictl) and the code generators from the Go module
-# proxy, at the versions pinned by the go.mod files beside this script, into a
-# per-user cache outside the clone. A binary already built at its version is
-# not built again, so only the first run on a machine pays (42 minutes on 2
-# cores with the images building beside it, before CoreDNS was trimmed).
+# kube-proxy, CoreDNS, crictl), the S3 store (versitygw) and the code
+# generators from the Go module proxy, at the versions pinned by the go.mod
+# files beside this script, into a per-user cache outside the clone. A binary
+# already built at its version is not built again, so only the first run on a
+# machine pays (42 minutes on 2 cores with the images building beside it,
+# before CoreDNS was trimmed).
 #
 #   test/tools/install.sh            build what is missing, print the bin dir
 #   test/tools/install.sh --print    print the bin dir only
@@ -36,6 +37,7 @@ tools=(
 	"kwok            kwok                     sigs.k8s.io/kwok/cmd/kwok                     sigs.k8s.io/kwok"
 	"helm            helm                     helm.sh/helm/v3/cmd/helm                      helm.sh/helm/v3"
 	"controller-gen  controller-gen           sigs.k8s.io/controller-tools/cmd/controller-gen sigs.k8s.io/controller-tools"
+	"versitygw       versitygw                github.com/versity/versitygw/cmd/versitygw    github.com/versity/versitygw"
 )
 
 # build LINE...: builds the tools of these lines of $tools that are missing,
