@@ -331,6 +331,11 @@ func parseInfo(out string) (*repositoryInfo, error) {
 			Code    int    `json:"code"`
 			Message string `json:"message"`
 		} `json:"status"`
+		Repo []struct {
+			Status struct {
+				Message string `json:"message"`
+			} `json:"status"`
+		} `json:"repo"`
 	}
 	if err := json.Unmarshal([]byte(out), &stanzas); err != nil {
 		return nil, fmt.Errorf("reading pgbackrest info: %w", err)
@@ -339,6 +344,14 @@ func parseInfo(out string) (*repositoryInfo, error) {
 		return nil, fmt.Errorf("pgbackrest info: %d stanzas, want 1", len(stanzas))
 	}
 	st := stanzas[0]
+	// info exits 0 whatever happened: its status says (2: no backup yet).
+	if st.Status.Code != 0 && st.Status.Code != 2 {
+		msg := st.Status.Message
+		for _, r := range st.Repo {
+			msg += ": " + r.Status.Message
+		}
+		return nil, fmt.Errorf("pgbackrest info: %s", msg)
+	}
 	info := &repositoryInfo{}
 	for _, ar := range st.Archive {
 		if info.archiveMin == "" || ar.Min < info.archiveMin {

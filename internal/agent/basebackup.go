@@ -122,7 +122,7 @@ func (a *Agent) startBackup(req BackupRequest) (BackupRun, error) {
 // recovery window no longer needs) and records how it ended.
 func (a *Agent) runBackup(run BackupRun) {
 	start := time.Now()
-	_, err := a.pgbackrest(a.ctx, a.archive.configPath(), backupTimeout, "backup", "--type="+run.Type)
+	_, err := a.pgbackrest(a.ctx, a.archive.configPath(), backupTimeout, "backup", "--type="+run.Type, longIOTimeout)
 	now := metav1.Now()
 	run.Finished = &now
 	if err != nil {

@@ -17,6 +17,9 @@ import (
 // spec.backup.objectStore (docs/design/backup.md).
 const EnvRepository = "DBKEEPER_REPOSITORY"
 
+// longIOTimeout is the io-timeout of a base backup or a restore.
+const longIOTimeout = "--io-timeout=60"
+
 // Stanza is the pgBackRest stanza of every repository dbkeeper writes:
 // each repository path holds one Database, so the stanza needs no name of
 // its own.
@@ -194,9 +197,12 @@ func (r Repository) pgbackrestOptions(dir string) (map[string]string, error) {
 		"log-level-console":   "off",
 		"log-level-stderr":    "error",
 		"log-level-file":      "warn",
-		// a store that does not answer fails an archive-push within a
-		// minute, so pg_stat_archiver says so and PostgreSQL retries.
-		"io-timeout": "30",
+		// pgBackRest retries a network error until 8 io-timeouts have
+		// passed (ERRORS.md of test/framework/objectstore): with 10 s, a
+		// store that does not answer fails an archive-push in 80 s instead
+		// of 8 minutes, so pg_stat_archiver says so soon. Backups and
+		// restores, which move more, set their own (longIOTimeout).
+		"io-timeout": "10",
 	}
 	if port != "" {
 		o["repo1-storage-port"] = port

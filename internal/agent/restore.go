@@ -67,7 +67,7 @@ func (a *Agent) restore(src RecoverySource) error {
 		return fmt.Errorf("marking the restore: %w", err)
 	}
 	restoreCmd := fmt.Sprintf(`pgbackrest --config=%s --stanza=%s archive-get %%f "%%p"`, a.sourceConfigPath(), Stanza)
-	args := append([]string{"restore", "--recovery-option=restore_command=" + restoreCmd}, target...)
+	args := append([]string{"restore", longIOTimeout, "--recovery-option=restore_command=" + restoreCmd}, target...)
 	start := time.Now()
 	a.setState(StateBootstrapping, "restoring the base backup before "+src.Target.String()+" from "+src.Repository.Bucket+src.Repository.Path)
 	a.log.Info("Restoring", "bucket", src.Repository.Bucket, "path", src.Repository.Path, "target", src.Target.String())

@@ -104,6 +104,9 @@ type Options struct {
 	// bridge's 198.18.0.1), the store listens on 127.0.0.1 with the same
 	// port too (Store.Local).
 	Addr string
+	// DNSNames are more names of the store its certificate carries, such
+	// as the in-cluster name Publish gives it.
+	DNSNames []string
 }
 
 // Store is a running versitygw.
@@ -187,7 +190,7 @@ func Start(ctx context.Context, opts Options) (*Store, error) {
 	if err := os.MkdirAll(s.dataDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("creating the store's data directory: %w", err)
 	}
-	if s.CA, err = writeTLS(s.Dir, host); err != nil {
+	if s.CA, err = writeTLS(s.Dir, host, opts.DNSNames); err != nil {
 		return nil, err
 	}
 	s.CAFile = filepath.Join(s.Dir, "ca.crt")
@@ -443,8 +446,8 @@ func (s *Store) path(bucket, key string) (string, error) {
 
 // writeTLS writes <dir>/ca.crt (0644), tls.crt and tls.key: a new CA and a
 // server certificate it signs for host (the listen host), 127.0.0.1,
-// localhost and DNSName. It returns the CA's PEM.
-func writeTLS(dir, host string) ([]byte, error) {
+// localhost, DNSName and names. It returns the CA's PEM.
+func writeTLS(dir, host string, names []string) ([]byte, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generating the CA key: %w", err)
@@ -478,7 +481,7 @@ func writeTLS(dir, host string) ([]byte, error) {
 		NotAfter:     now.Add(30 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{DNSName, "localhost"},
+		DNSNames:     append([]string{DNSName, "localhost"}, names...),
 	}
 	ips := []net.IP{net.IPv4(127, 0, 0, 1)}
 	if ip := net.ParseIP(host); ip != nil {

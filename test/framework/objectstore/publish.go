@@ -1,0 +1,61 @@
+package objectstore
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The store's name in a cluster Publish gives it: the selector-less
+// Service InClusterService in InClusterNamespace. Start the store with
+// Options.DNSNames{InClusterHost} so that its certificate carries it.
+const (
+	InClusterNamespace = "objectstore"
+	InClusterService   = "s3"
+	InClusterHost      = InClusterService + "." + InClusterNamespace + ".svc.cluster.local"
+)
+
+// Publish makes the store reachable from the pods of the cluster c under
+// InClusterHost: a headless Service without a selector and an
+// EndpointSlice naming the store's listen address (the node IP on the
+// host's bridge), as a team publishes a store that runs outside the
+// cluster. It returns the endpoint pods use, host:port.
+func (s *Store) Publish(ctx context.Context, c client.Client) (string, error) {
+	host, portText, err := net.SplitHostPort(s.Endpoint)
+	if err != nil {
+		return "", err
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return "", fmt.Errorf("the store's port %q: %w", portText, err)
+	}
+	if net.ParseIP(host) == nil {
+		return "", fmt.Errorf("the store listens on %s, not an IP address a pod can reach", s.Endpoint)
+	}
+	objs := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: InClusterNamespace}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: InClusterNamespace, Name: InClusterService},
+			Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "https", Port: int32(port)}}}},
+		&discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: InClusterNamespace, Name: InClusterService + "-host",
+				Labels: map[string]string{discoveryv1.LabelServiceName: InClusterService, discoveryv1.LabelManagedBy: "dbkeeper-tests"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("publishing the object store: creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return net.JoinHostPort(InClusterHost, portText), nil
+}

@@ -1,0 +1,197 @@
+package realnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/test/framework"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/objectstore"
+)
+
+// storeBucket is the bucket of the suite's object store.
+const storeBucket = "backups"
+
+// s3 is the suite's object store and s3Endpoint where pods reach it,
+// started by TestMain: versitygw on the host side of the bridge,
+// published in the cluster under objectstore.InClusterHost.
+var (
+	s3         *objectstore.Store
+	s3Endpoint string
+)
+
+// startObjectStore runs the suite's object store on the node IP, publishes
+// it in the cluster and creates storeBucket.
+func startObjectStore(c *cluster.Cluster) (*objectstore.Store, string, error) {
+	ctx := context.Background()
+	port, err := framework.FreePort()
+	if err != nil {
+		return nil, "", err
+	}
+	store, err := objectstore.Start(ctx, objectstore.Options{Addr: net.JoinHostPort(cluster.NodeIP, strconv.Itoa(port)),
+		DNSNames: []string{objectstore.InClusterHost}})
+	if err != nil {
+		return nil, "", err
+	}
+	endpoint, err := store.Publish(ctx, c.Client)
+	if err == nil {
+		err = store.CreateBucket(ctx, storeBucket)
+	}
+	if err != nil {
+		return nil, "", errors.Join(err, store.Stop())
+	}
+	return store, endpoint, nil
+}
+
+// objectStore creates, in namespace ns, the Secrets of the suite's store
+// (credentials, CA) and returns the spec that names them.
+func objectStore(t *testing.T, ns string) *dbv1.ObjectStoreSpec {
+	t.Helper()
+	require.NotNil(t, s3, "the suite's object store did not start")
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-credentials"},
+		StringData: map[string]string{agent.AccessKeyIDFile: s3.AccessKey, agent.SecretAccessKeyFile: s3.SecretKey}})
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-ca"},
+		StringData: map[string]string{agent.CAFile: string(s3.CA)}})
+	return &dbv1.ObjectStoreSpec{Endpoint: s3Endpoint, Bucket: storeBucket, Path: "/dbkeeper",
+		Region: objectstore.Region, URIStyle: "Path", CredentialsSecret: "s3-credentials", CASecret: "s3-ca"}
+}
+
+// insertRows inserts rows from..to into items, one transaction each, and
+// returns the commit time of the last (track_commit_timestamp is on with
+// an object store).
+func insertRows(t *testing.T, conn dbtest.Conn, from, to int) time.Time {
+	t.Helper()
+	out := queryEventually(t, conn, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS ledger (id int PRIMARY KEY);
+		SELECT set_config('synchronous_commit', 'on', false);
+		DO $$ BEGIN FOR i IN %d..%d LOOP INSERT INTO ledger VALUES (i); COMMIT; END LOOP; END $$;
+		SELECT to_char(pg_xact_commit_timestamp(xmin) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') FROM ledger WHERE id = %d`, from, to, to))
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	at, err := time.Parse(time.RFC3339Nano, lines[len(lines)-1])
+	require.NoError(t, err, "the commit time of row %d: %q", to, out)
+	return at
+}
+
+// TestPointInTimeRecoveryFromTheObjectStore: a replicated Database with
+// an object store archives its WAL and takes its first base backup on its
+// own; rows are written before and after a switchover (a new timeline);
+// two new Databases recover to the commit time of a row before the
+// switchover and of one after it, and each has exactly the rows committed
+// at or before its target. Neither touches the source's archive.
+func TestPointInTimeRecoveryFromTheObjectStore(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	store := objectStore(t, ns)
+	src := newDatabase(ns, "ledger", "17", func(d *dbv1.Database) {
+		d.Spec.Replicas = ptr.To(int32(2))
+		d.Spec.Backup.ObjectStore = store
+	})
+	create(t, src)
+	waitReady(t, src)
+	cond := waitCondition(t, src, dbv1.ConditionBackupReady, metav1.ConditionTrue, dbv1.ReasonArchiving)
+	t.Logf("BackupReady: %s", cond.Message)
+	got := dbtest.Get(t, k8s, src)
+	require.NotNil(t, got.Status.Backup)
+	assert.Equal(t, "/dbkeeper/"+ns+"/ledger/"+string(got.UID), got.Status.Backup.RepositoryPath)
+	require.NotNil(t, got.Status.Backup.LastBaseBackup, "the first base backup")
+	assert.NotNil(t, got.Status.Backup.FirstRecoverabilityPoint)
+
+	conn := generated(src)
+	before := insertRows(t, conn, 1, 50)
+	time.Sleep(time.Second)
+	insertRows(t, conn, 51, 100)
+
+	t.Log("switchover to ledger-1: a new timeline")
+	dbtest.Patch(t, k8s, src, func(d *dbv1.Database) {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[dbv1.AnnotationSwitchoverTo] = "ledger-1"
+	})
+	require.Eventually(t, func() bool {
+		d := dbtest.Get(t, k8s, src)
+		return d.Status.Replication != nil && d.Status.Replication.CurrentPrimary == "ledger-1" && d.Status.Replication.TargetPrimary == "ledger-1"
+	}, timeout, time.Second, "the switchover to ledger-1")
+	waitReady(t, src)
+	after := insertRows(t, conn, 101, 150)
+	time.Sleep(time.Second)
+	insertRows(t, conn, 151, 200)
+	switched := time.Now()
+	query(t, conn, "SELECT 1") // the application role cannot switch WAL: archive_timeout does, or the next writes
+	require.Eventually(t, func() bool {
+		d := dbtest.Get(t, k8s, src)
+		a := d.Status.Backup.Archive
+		return a != nil && a.LastArchivedTime != nil && a.LastArchivedTime.After(switched.Add(-time.Second)) &&
+			strings.HasPrefix(a.LastArchivedWAL, "00000002")
+	}, 3*time.Minute, 2*time.Second, "WAL of the new timeline archived after the last rows")
+
+	recover := func(name string, at time.Time) *dbv1.Database {
+		d := newDatabase(ns, name, "17", func(d *dbv1.Database) {
+			d.Spec.Backup.ObjectStore = store
+			d.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{Database: src.Name,
+				Target: &dbv1.RecoveryTarget{Time: at.Format(time.RFC3339Nano)}}}
+		})
+		create(t, d)
+		return d
+	}
+	early, late := recover("before-switchover", before), recover("after-switchover", after)
+	for _, c := range []struct {
+		db   *dbv1.Database
+		rows int
+	}{{early, 50}, {late, 150}} {
+		got := waitReady(t, c.db)
+		require.NotNil(t, got.Status.Backup.Recovery, "status.backup.recovery")
+		assert.NotNil(t, got.Status.Backup.Recovery.Finished)
+		assert.Equal(t, strconv.Itoa(c.rows)+"|"+strconv.Itoa(c.rows), query(t, generated(c.db), "SELECT count(*), max(id) FROM ledger"),
+			"%s has exactly the rows committed at or before its target", c.db.Name)
+		assert.NotEqual(t, dbtest.Get(t, k8s, src).Status.Backup.RepositoryPath, got.Status.Backup.RepositoryPath)
+	}
+}
+
+// TestArchiveReasonsNameTheCause: wrong credentials and a missing bucket
+// each turn BackupReady False with a reason of its own, naming the cause,
+// while the Database serves.
+func TestArchiveReasonsNameTheCause(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	store := objectStore(t, ns)
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrong-credentials"},
+		StringData: map[string]string{agent.AccessKeyIDFile: s3.AccessKey, agent.SecretAccessKeyFile: "not-the-secret"}})
+	wrongKey := newDatabase(ns, "wrong-key", "15", func(d *dbv1.Database) {
+		s := *store
+		s.CredentialsSecret = "wrong-credentials"
+		d.Spec.Backup.ObjectStore = &s
+	})
+	noBucket := newDatabase(ns, "no-bucket", "15", func(d *dbv1.Database) {
+		s := *store
+		s.Bucket = "no-such-bucket"
+		d.Spec.Backup.ObjectStore = &s
+	})
+	create(t, wrongKey)
+	create(t, noBucket)
+	for _, c := range []struct {
+		db     *dbv1.Database
+		reason string
+	}{{wrongKey, dbv1.ReasonArchiveAccessDenied}, {noBucket, dbv1.ReasonArchiveBucketNotFound}} {
+		cond := waitCondition(t, c.db, dbv1.ConditionBackupReady, metav1.ConditionFalse, c.reason)
+		t.Logf("%s: %s", c.db.Name, cond.Message)
+		assert.Contains(t, cond.Message, "s3://", "the message names the repository")
+		waitCondition(t, c.db, dbv1.ConditionStatefulSetReady, metav1.ConditionTrue, dbv1.ReasonStatefulSetReady)
+	}
+}
