@@ -21,6 +21,34 @@ var lastSuccessDesc = prometheus.NewDesc(
 	"When the last successful backup Job of the Database completed, in seconds since the epoch.",
 	[]string{"namespace", "name"}, nil)
 
+// The archive's metrics, for Databases with spec.backup.objectStore; a
+// dashboard or an alert reads them as they are (docs/design/backup.md):
+// `time() - dbkeeper_database_archive_last_archived_timestamp_seconds`
+// against archiveTimeout, failing == 1 for minutes, the pending WAL
+// against the volume.
+var (
+	lastArchivedDesc = prometheus.NewDesc(
+		"dbkeeper_database_archive_last_archived_timestamp_seconds",
+		"When the primary last archived a WAL segment to the object store, in seconds since the epoch.",
+		[]string{"namespace", "name"}, nil)
+	archiveFailingDesc = prometheus.NewDesc(
+		"dbkeeper_database_archive_failing",
+		"1 when the primary's last archive attempt failed (BackupReady says why), else 0.",
+		[]string{"namespace", "name"}, nil)
+	pendingWALDesc = prometheus.NewDesc(
+		"dbkeeper_database_archive_pending_wal_bytes",
+		"The size of the primary's pg_wal, which grows while archiving fails.",
+		[]string{"namespace", "name"}, nil)
+	firstRecoverableDesc = prometheus.NewDesc(
+		"dbkeeper_database_first_recoverability_point_timestamp_seconds",
+		"The earliest time a point-in-time recovery can reach, in seconds since the epoch.",
+		[]string{"namespace", "name"}, nil)
+	baseBackupsDesc = prometheus.NewDesc(
+		"dbkeeper_database_base_backups",
+		"The number of base backups in the Database's repository.",
+		[]string{"namespace", "name"}, nil)
+)
+
 // statusCollector reads status.backup of every cached Database at scrape
 // time, so that a deleted Database's series goes with it.
 type statusCollector struct {
@@ -42,7 +70,11 @@ func registerMetrics(reader client.Reader) {
 	registerOnce.Do(func() { metrics.Registry.MustRegister(collector) })
 }
 
-func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lastSuccessDesc }
+func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{lastSuccessDesc, lastArchivedDesc, archiveFailingDesc, pendingWALDesc, firstRecoverableDesc, baseBackupsDesc} {
+		ch <- d
+	}
+}
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
@@ -62,9 +94,33 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, db := range list.Items {
-		if b := db.Status.Backup; b != nil && b.LastSuccessfulTime != nil {
-			ch <- prometheus.MustNewConstMetric(lastSuccessDesc, prometheus.GaugeValue,
-				float64(b.LastSuccessfulTime.Unix()), db.Namespace, db.Name)
+		b := db.Status.Backup
+		if b == nil {
+			continue
+		}
+		gauge := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, db.Namespace, db.Name)
+		}
+		if b.LastSuccessfulTime != nil {
+			gauge(lastSuccessDesc, float64(b.LastSuccessfulTime.Unix()))
+		}
+		if b.RepositoryPath == "" {
+			continue
+		}
+		gauge(baseBackupsDesc, float64(b.BaseBackups))
+		if b.FirstRecoverabilityPoint != nil {
+			gauge(firstRecoverableDesc, float64(b.FirstRecoverabilityPoint.Unix()))
+		}
+		if a := b.Archive; a != nil {
+			if a.LastArchivedTime != nil {
+				gauge(lastArchivedDesc, float64(a.LastArchivedTime.Unix()))
+			}
+			failing := 0.0
+			if a.LastFailedTime != nil && (a.LastArchivedTime == nil || a.LastFailedTime.After(a.LastArchivedTime.Time)) {
+				failing = 1
+			}
+			gauge(archiveFailingDesc, failing)
+			gauge(pendingWALDesc, float64(a.PendingWALBytes))
 		}
 	}
 }
