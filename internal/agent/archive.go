@@ -150,7 +150,15 @@ func (a *Agent) pgbackrest(ctx context.Context, conf string, timeout time.Durati
 func pgbackrestError(out string, err error) string {
 	for _, l := range strings.Split(out, "\n") {
 		if i := strings.Index(l, "ERROR:"); i >= 0 {
-			return strings.TrimSpace(l[i:])
+			msg := strings.TrimSpace(l[i:])
+			// the store's own error code, from the response body that
+			// follows ("<Code>SignatureDoesNotMatch</Code>")
+			if _, rest, ok := strings.Cut(out, "<Code>"); ok {
+				if code, _, ok := strings.Cut(rest, "</Code>"); ok && !strings.Contains(msg, code) {
+					msg += " " + code
+				}
+			}
+			return msg
 		}
 	}
 	if s := strings.TrimSpace(out); s != "" {

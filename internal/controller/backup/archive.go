@@ -142,8 +142,12 @@ func archiveStale(db *dbv1.Database, rep *agent.ArchiveReport, st *agent.Status,
 	if age <= limit {
 		return ""
 	}
+	// the last archived file may be a segment, a .partial, a .backup
+	// label or a .history file: its first 24 characters name the segment
+	// (a history file's are not one, and do not count).
 	current, err := currentSegment(st)
-	if err != nil || !(current > strings.TrimSuffix(rep.LastArchivedWAL, ".partial")) || len(rep.LastArchivedWAL) != 24 {
+	last := rep.LastArchivedWAL
+	if err != nil || len(last) < 24 || strings.HasSuffix(last, ".history") || !(current > last[:24]) {
 		return ""
 	}
 	return fmt.Sprintf("nothing was archived for %s (the last segment %s at %s) while the primary writes segment %s: more than spec.backup.archiveTimeout plus %s",

@@ -104,3 +104,15 @@ func TestAssessArchive(t *testing.T) {
 		})
 	}
 }
+
+// TestArchiveStaleAfterABackupLabel: the last archived file may be a base
+// backup's label; its segment still counts.
+func TestArchiveStaleAfterABackupLabel(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	old := metav1.NewTime(now.Add(-time.Hour))
+	db := &dbv1.Database{Spec: dbv1.DatabaseSpec{Backup: dbv1.BackupSpec{ObjectStore: &dbv1.ObjectStoreSpec{}}}}
+	rep := &agent.ArchiveReport{StanzaReady: true, LastArchivedWAL: "000000010000000000000004.00000028.backup", LastArchivedTime: &old,
+		Backups: []agent.BaseBackup{{Label: "f", Finished: old}}}
+	cond := backup.AssessArchive(db, backup.ArchiveView{Report: rep, Status: &agent.Status{Timeline: 1, CurrentLSN: "0/9000000"}}, now)
+	assert.Equal(t, dbv1.ReasonArchiveStale, cond.Reason, cond.Message)
+}
