@@ -1,0 +1,144 @@
+package resources_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+func withStore(db *dbv1.Database) {
+	db.Spec.Backup.ObjectStore = &dbv1.ObjectStoreSpec{Endpoint: "s3.example:9000", Bucket: "backups", Path: "/dbkeeper",
+		CredentialsSecret: "store", CASecret: "store-ca", URIStyle: "Path"}
+}
+
+// TestRepositoryPathsNeverMeet: Databases of the same name in two
+// namespaces, and one re-created with the name of a deleted one, archive
+// under different paths.
+func TestRepositoryPathsNeverMeet(t *testing.T) {
+	a := sample("orders", withStore)
+	b := sample("orders", withStore)
+	b.Namespace = "other"
+	c := sample("orders", withStore)
+	c.UID = types.UID("a-new-uid")
+	paths := map[string]bool{}
+	for _, db := range []*dbv1.Database{a, b, c} {
+		p := resources.RepositoryPath(db)
+		assert.NotEmpty(t, p)
+		assert.False(t, paths[p], "two Databases share %s", p)
+		paths[p] = true
+	}
+	assert.Equal(t, "/dbkeeper/shop/orders/"+string(a.UID), resources.RepositoryPath(a))
+	assert.Empty(t, resources.RepositoryPath(sample("dumps", nil)), "no object store, no path")
+}
+
+// TestStatefulSetCarriesTheRepository: the engine container gets the
+// repository (its path, the recovery window) and the store's Secrets as
+// read-only files, never as environment values.
+func TestStatefulSetCarriesTheRepository(t *testing.T) {
+	eng, err := engine.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	db := sample("orders", func(db *dbv1.Database) { withStore(db); db.Spec.Backup.RecoveryWindow = "14d" })
+	ac, err := resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
+	require.NoError(t, err)
+	raw, err := json.Marshal(ac)
+	require.NoError(t, err)
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, json.Unmarshal(raw, sts))
+	c := sts.Spec.Template.Spec.Containers[0]
+	var repo agent.Repository
+	for _, e := range c.Env {
+		if e.Name == agent.EnvRepository {
+			require.NoError(t, json.Unmarshal([]byte(e.Value), &repo))
+		}
+		assert.NotContains(t, e.Value, "secretAccessKey\":\"", "a secret in the environment")
+	}
+	assert.Equal(t, resources.RepositoryPath(db), repo.Path)
+	assert.Equal(t, 14, repo.RetentionDays)
+	assert.Nil(t, repo.Secrets)
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+		if m.MountPath == repo.CredentialsDir || m.MountPath == repo.CADir {
+			assert.True(t, m.ReadOnly)
+		}
+	}
+	require.Contains(t, mounts, repo.CredentialsDir)
+	require.Contains(t, mounts, repo.CADir)
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.Name == mounts[repo.CredentialsDir] {
+			require.NotNil(t, v.Secret)
+			assert.Equal(t, "store", v.Secret.SecretName)
+		}
+	}
+}
+
+// TestRecoveryStoreNeedsConsent: a source in another namespace must name
+// the new Database's namespace in its annotation; a missing source, one
+// without an object store and the Database itself are refused with a
+// message naming the field; the repository recovered is the source's own
+// path.
+func TestRecoveryStoreNeedsConsent(t *testing.T) {
+	source := sample("orders", withStore)
+	source.Namespace = "prod"
+	source.UID = "source-uid"
+	restore := func(ns string) *dbv1.Database {
+		return sample("orders-copy", func(db *dbv1.Database) {
+			db.Namespace = "staging"
+			db.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{Database: "orders", Namespace: ns}}
+		})
+	}
+	refused := func(t *testing.T, err error, contains string) {
+		t.Helper()
+		var r *resources.RecoveryRefusedError
+		require.True(t, errors.As(err, &r), "%v", err)
+		assert.Contains(t, err.Error(), contains)
+	}
+
+	_, err := resources.RecoveryStore(restore("prod"), source)
+	refused(t, err, dbv1.AnnotationRestoreAllowedNamespaces)
+
+	source.Annotations = map[string]string{dbv1.AnnotationRestoreAllowedNamespaces: "dev, staging"}
+	store, err := resources.RecoveryStore(restore("prod"), source)
+	require.NoError(t, err)
+	assert.Equal(t, resources.RepositoryPath(source), store.Path)
+	assert.Equal(t, "/dbkeeper/prod/orders/source-uid", store.Path)
+
+	source.Annotations[dbv1.AnnotationRestoreAllowedNamespaces] = "*"
+	_, err = resources.RecoveryStore(restore("prod"), source)
+	require.NoError(t, err)
+
+	_, err = resources.RecoveryStore(restore("prod"), nil)
+	refused(t, err, "does not exist")
+	source.Spec.Backup.ObjectStore = nil
+	_, err = resources.RecoveryStore(restore("prod"), source)
+	refused(t, err, "no spec.backup.objectStore")
+
+	self := restore("")
+	_, err = resources.RecoveryStore(self, self)
+	refused(t, err, "its own archive")
+
+	// a path of a Database that is gone: taken as it is, with the target.
+	gone := sample("orders-copy", func(db *dbv1.Database) {
+		db.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{
+			ObjectStore: &dbv1.ObjectStoreSpec{Endpoint: "s3.example", Bucket: "b", Path: "/dbkeeper/prod/orders/old-uid", CredentialsSecret: "s"},
+			Target:      &dbv1.RecoveryTarget{Time: "2026-12-05T14:01:59.5Z"}}}
+	})
+	store, err = resources.RecoveryStore(gone, nil)
+	require.NoError(t, err)
+	src := resources.RecoverySource(gone, store, agent.RepositorySecrets{AccessKeyID: "k", SecretAccessKey: "s"})
+	assert.Equal(t, "/dbkeeper/prod/orders/old-uid", src.Repository.Path)
+	assert.Equal(t, "2026-12-05T14:01:59.5Z", src.Target.Time)
+	assert.Equal(t, "k", src.Repository.Secrets.AccessKeyID)
+	assert.Empty(t, src.Repository.CredentialsDir)
+}
+
