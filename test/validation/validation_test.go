@@ -397,6 +397,52 @@ func TestCreateRefused(t *testing.T) {
 			spec:   map[string]any{"credentials": map[string]any{"secretName": "orders-superuser"}},
 			want:   []string{msgSecretSuperuser},
 		},
+		{
+			name: "bootstrap with both a dump and a recovery",
+			spec: map[string]any{"bootstrap": map[string]any{"fromBackup": map[string]any{"database": "a"}, "recovery": map[string]any{"database": "a"}}},
+			want: []string{"spec.bootstrap needs exactly one of fromBackup"},
+		},
+		{
+			name: "recovery without a source",
+			spec: map[string]any{"bootstrap": map[string]any{"recovery": map[string]any{"target": map[string]any{"lsn": "0/3000060"}}}},
+			want: []string{"spec.bootstrap.recovery needs exactly one source"},
+		},
+		{
+			name: "recovery namespace without a database",
+			spec: map[string]any{"bootstrap": map[string]any{"recovery": map[string]any{"namespace": "prod", "objectStore": map[string]any{"endpoint": "s3.example:9000", "bucket": "backups", "credentialsSecret": "store"}}}},
+			want: []string{"spec.bootstrap.recovery.namespace names the namespace"},
+		},
+		{
+			name: "recovery to two targets",
+			spec: map[string]any{"bootstrap": map[string]any{"recovery": map[string]any{"database": "a",
+				"target": map[string]any{"lsn": "0/3000060", "name": "before-migration"}}}},
+			want: []string{"takes at most one of time, lsn, xid and name"},
+		},
+		{
+			name: "recovery to a time that is not one",
+			spec: map[string]any{"bootstrap": map[string]any{"recovery": map[string]any{"database": "a", "target": map[string]any{"time": "yesterday"}}}},
+			want: []string{"spec.bootstrap.recovery.target.time"},
+		},
+		{
+			name: "object store without credentials",
+			spec: map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "s3.example", "bucket": "backups"}}},
+			want: []string{"spec.backup.objectStore.credentialsSecret: Required value"},
+		},
+		{
+			name: "object store endpoint with a scheme",
+			spec: map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example", "bucket": "backups", "credentialsSecret": "s"}}},
+			want: []string{"spec.backup.objectStore.endpoint"},
+		},
+		{
+			name: "archiveTimeout below 10s",
+			spec: map[string]any{"backup": map[string]any{"archiveTimeout": "1s"}},
+			want: []string{"archiveTimeout must be between 10s and 24h"},
+		},
+		{
+			name: "recoveryWindow in hours",
+			spec: map[string]any{"backup": map[string]any{"recoveryWindow": "36h"}},
+			want: []string{"spec.backup.recoveryWindow"},
+		},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -702,6 +748,12 @@ func TestValidCreateAccepted(t *testing.T) {
 		{name: "deletionPolicy DoNotDelete", spec: map[string]any{"deletionPolicy": "DoNotDelete"}},
 		{name: "name of 45 characters", dbName: "a" + strings.Repeat("b", 44)},
 		{name: "name of one letter", dbName: "a"},
+		{name: "object store, recovery window, archive timeout", spec: map[string]any{"backup": map[string]any{
+			"objectStore": map[string]any{"endpoint": "s3.example:9000", "bucket": "backups", "credentialsSecret": "store"}, "recoveryWindow": "14d", "archiveTimeout": "30s"}}},
+		{name: "recovery to a time with microseconds", spec: map[string]any{"bootstrap": map[string]any{"recovery": map[string]any{
+			"database": "ledger", "namespace": "prod", "target": map[string]any{"time": "2026-12-05T14:01:59.123456Z"}}}}},
+		{name: "recovery from a repository path to the archive's end", spec: map[string]any{"bootstrap": map[string]any{"recovery": map[string]any{
+			"objectStore": map[string]any{"endpoint": "s3.example", "bucket": "backups", "path": "/dbkeeper/prod/ledger/0b1c", "credentialsSecret": "s"}}}}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
