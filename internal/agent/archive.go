@@ -270,6 +270,12 @@ type ArchiveReport struct {
 	LastFailure string `json:"lastFailure,omitempty"`
 	// WALBytes is the size of pg_wal.
 	WALBytes int64 `json:"walBytes,omitempty"`
+	// WaitingSegments counts the completed segments waiting to be
+	// archived (pg_wal/archive_status/*.ready), OldestWaiting is when the
+	// oldest of them was completed: an archive_command that hangs (a store
+	// that does not answer) shows here before pgBackRest gives up.
+	WaitingSegments int          `json:"waitingSegments,omitempty"`
+	OldestWaiting   *metav1.Time `json:"oldestWaiting,omitempty"`
 	// StatsAt is when the primary's statistics were read.
 	StatsAt *metav1.Time `json:"statsAt,omitempty"`
 	// Backups are the repository's base backups, oldest first, as
@@ -413,8 +419,37 @@ func (a *Agent) archiveReport(ctx context.Context, primary bool) *ArchiveReport 
 		if rep.LastFailedTime != nil && (rep.LastArchivedTime == nil || rep.LastFailedTime.After(rep.LastArchivedTime.Time)) {
 			rep.LastFailure = lastError(r.archiveLogPath())
 		}
+		rep.WaitingSegments, rep.OldestWaiting = waitingSegments(a.cfg.PGData)
 	}
 	return rep
+}
+
+// waitingSegments counts the segments PostgreSQL marked ready to archive
+// and says when the oldest was marked.
+func waitingSegments(pgdata string) (int, *metav1.Time) {
+	entries, err := os.ReadDir(filepath.Join(pgdata, "pg_wal", "archive_status"))
+	if err != nil {
+		return 0, nil
+	}
+	n := 0
+	var oldest time.Time
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".ready") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		n++
+		if oldest.IsZero() || info.ModTime().Before(oldest) {
+			oldest = info.ModTime()
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return n, metaTime(&oldest)
 }
 
 // archiverSQL reads pg_stat_archiver and the size of pg_wal.

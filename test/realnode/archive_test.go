@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,37 +19,38 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 	"github.com/dbkeeper/dbkeeper/test/framework/objectstore"
 )
 
-// storeBucket is the bucket of the suite's object store.
+// storeBucket is the bucket of the suite's object stores.
 const storeBucket = "backups"
 
 // s3 is the suite's object store and s3Endpoint where pods reach it,
 // started by TestMain: versitygw on the host side of the bridge,
-// published in the cluster under objectstore.InClusterHost.
+// published in the cluster as the Service "s3".
 var (
 	s3         *objectstore.Store
 	s3Endpoint string
 )
 
-// startObjectStore runs the suite's object store on the node IP, publishes
-// it in the cluster and creates storeBucket.
-func startObjectStore(c *cluster.Cluster) (*objectstore.Store, string, error) {
+// startObjectStore runs an object store on the node IP, publishes it in
+// the cluster as service and creates storeBucket.
+func startObjectStore(c *cluster.Cluster, service string) (*objectstore.Store, string, error) {
 	ctx := context.Background()
 	port, err := framework.FreePort()
 	if err != nil {
 		return nil, "", err
 	}
 	store, err := objectstore.Start(ctx, objectstore.Options{Addr: net.JoinHostPort(cluster.NodeIP, strconv.Itoa(port)),
-		DNSNames: []string{objectstore.InClusterHost}})
+		DNSNames: []string{objectstore.InClusterHost(service)}})
 	if err != nil {
 		return nil, "", err
 	}
-	endpoint, err := store.Publish(ctx, c.Client)
+	endpoint, err := store.Publish(ctx, c.Client, service)
 	if err == nil {
 		err = store.CreateBucket(ctx, storeBucket)
 	}
@@ -63,11 +65,18 @@ func startObjectStore(c *cluster.Cluster) (*objectstore.Store, string, error) {
 func objectStore(t *testing.T, ns string) *dbv1.ObjectStoreSpec {
 	t.Helper()
 	require.NotNil(t, s3, "the suite's object store did not start")
+	return storeSpec(t, ns, s3, s3Endpoint)
+}
+
+// storeSpec creates, in namespace ns, the Secrets of store and returns
+// the spec that names them, for pods that reach it at endpoint.
+func storeSpec(t *testing.T, ns string, store *objectstore.Store, endpoint string) *dbv1.ObjectStoreSpec {
+	t.Helper()
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-credentials"},
-		StringData: map[string]string{agent.AccessKeyIDFile: s3.AccessKey, agent.SecretAccessKeyFile: s3.SecretKey}})
+		StringData: map[string]string{agent.AccessKeyIDFile: store.AccessKey, agent.SecretAccessKeyFile: store.SecretKey}})
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-ca"},
-		StringData: map[string]string{agent.CAFile: string(s3.CA)}})
-	return &dbv1.ObjectStoreSpec{Endpoint: s3Endpoint, Bucket: storeBucket, Path: "/dbkeeper",
+		StringData: map[string]string{agent.CAFile: string(store.CA)}})
+	return &dbv1.ObjectStoreSpec{Endpoint: endpoint, Bucket: storeBucket, Path: "/dbkeeper",
 		Region: objectstore.Region, URIStyle: "Path", CredentialsSecret: "s3-credentials", CASecret: "s3-ca"}
 }
 
@@ -208,4 +217,124 @@ func TestArchiveReasonsNameTheCause(t *testing.T) {
 		assert.Contains(t, cond.Message, "s3://", "the message names the repository")
 		waitCondition(t, c.db, dbv1.ConditionStatefulSetReady, metav1.ConditionTrue, dbv1.ReasonStatefulSetReady)
 	}
+}
+
+// storeDown is how long TestArchiveCatchesUpAfterTheStoreWasDown keeps
+// its store unreachable: 10 minutes, or DBKEEPER_STORE_DOWN.
+func storeDown(t *testing.T) time.Duration {
+	if v := os.Getenv("DBKEEPER_STORE_DOWN"); v != "" {
+		d, err := time.ParseDuration(v)
+		require.NoError(t, err, "DBKEEPER_STORE_DOWN")
+		return d
+	}
+	return 10 * time.Minute
+}
+
+// TestArchiveCatchesUpAfterTheStoreWasDown: the object store stops
+// answering (SIGSTOP: connections hang, as behind a dead load balancer)
+// for 10 minutes under a steady writer. Writes go on; BackupReady turns
+// False within two minutes, then names the cause (ArchiveUnreachable);
+// once the store answers again the archive catches up on its own, and it
+// has every segment from the first base backup to the last one archived.
+func TestArchiveCatchesUpAfterTheStoreWasDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	down := storeDown(t)
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	store, endpoint, err := startObjectStore(local, "s3-fault")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Resume(); _ = store.Stop() })
+	db := newDatabase(ns, "steady", "17", func(d *dbv1.Database) {
+		d.Spec.Backup.ObjectStore = storeSpec(t, ns, store, endpoint)
+		d.Spec.Backup.ArchiveTimeout = &metav1.Duration{Duration: 10 * time.Second}
+	})
+	create(t, db)
+	waitReady(t, db)
+	waitCondition(t, db, dbv1.ConditionBackupReady, metav1.ConditionTrue, dbv1.ReasonArchiving)
+
+	rw, err := dbtest.ServiceTarget(ctx, k8s, ns, db.Name, resources.GeneratedSecretName(db))
+	require.NoError(t, err)
+	w, err := dbtest.StartWriterWithTimeout(ctx, rw, "acks", 5*time.Second)
+	require.NoError(t, err)
+	defer w.Stop()
+	time.Sleep(5 * time.Second)
+
+	t.Logf("the store stops answering for %s", down)
+	require.NoError(t, store.Pause())
+	paused := time.Now()
+	backupReady := func() metav1.Condition {
+		d := dbtest.Get(t, k8s, db)
+		for _, c := range d.Status.Conditions {
+			if c.Type == dbv1.ConditionBackupReady {
+				return c
+			}
+		}
+		return metav1.Condition{}
+	}
+	var seen time.Duration
+	require.Eventually(t, func() bool {
+		seen = time.Since(paused)
+		return backupReady().Status == metav1.ConditionFalse
+	}, 3*time.Minute, time.Second, "BackupReady turns False while the store does not answer")
+	t.Logf("BackupReady False %s after the store stopped: %s", seen.Round(time.Second), backupReady().Message)
+	assert.Less(t, seen, 2*time.Minute, "the status says the archive fails")
+	require.Eventually(t, func() bool { return backupReady().Reason == dbv1.ReasonArchiveUnreachable }, 4*time.Minute, 2*time.Second,
+		"BackupReady names the cause")
+	t.Logf("BackupReady: %s", backupReady().Message)
+
+	time.Sleep(time.Until(paused.Add(down)))
+	assert.Less(t, w.LongestGap(paused), 15*time.Second, "writes went on while the store was down")
+	acked := w.AckCount()
+	require.NoError(t, store.Resume())
+	resumed := time.Now()
+	t.Logf("the store answers again; %d writes acknowledged so far", acked)
+	waitCondition(t, db, dbv1.ConditionBackupReady, metav1.ConditionTrue, dbv1.ReasonArchiving)
+	t.Logf("archiving caught up %s after the store came back", time.Since(resumed).Round(time.Second))
+	w.Stop()
+	assert.Zero(t, w.Failed(), "failed writes while the store was down")
+
+	got := dbtest.Get(t, k8s, db)
+	keys, err := store.List(ctx, storeBucket, strings.TrimPrefix(got.Status.Backup.RepositoryPath, "/")+"/archive/")
+	require.NoError(t, err)
+	first := got.Status.Backup.LastBaseBackup.StartLSN
+	require.NotEmpty(t, first)
+	gaps := archiveGaps(t, keys)
+	assert.Empty(t, gaps, "segments missing from the archive")
+	assert.Greater(t, len(keys), 3, "the archive holds the segments written while the store was down")
+}
+
+// archiveGaps lists the segments missing between the first and the last
+// segment of timeline 1 in a pgBackRest archive's keys
+// (.../0000000100000000/000000010000000000000003-<sha1>.zst).
+func archiveGaps(t *testing.T, keys []string) []string {
+	t.Helper()
+	have := map[uint64]bool{}
+	var lo, hi uint64
+	for _, k := range keys {
+		base := k[strings.LastIndex(k, "/")+1:]
+		if len(base) < 24 || !strings.HasPrefix(base, "00000001") || strings.Contains(base[:24], ".") {
+			continue
+		}
+		log, err1 := strconv.ParseUint(base[8:16], 16, 32)
+		seg, err2 := strconv.ParseUint(base[16:24], 16, 32)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		n := log<<8 | seg // 16 MiB segments: 256 per log file
+		if len(have) == 0 || n < lo {
+			lo = n
+		}
+		if n > hi {
+			hi = n
+		}
+		have[n] = true
+	}
+	var gaps []string
+	for n := lo; n <= hi && len(have) > 0; n++ {
+		if !have[n] {
+			gaps = append(gaps, fmt.Sprintf("00000001%08X%08X", n>>8, n&0xff))
+		}
+	}
+	return gaps
 }

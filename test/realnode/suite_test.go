@@ -61,7 +61,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		psql = dbtest.Client{Client: c.Client, Clientset: kubernetes.NewForConfigOrDie(c.Config), Image: c.Images["postgres:17"]}
-		if s3, s3Endpoint, err = startObjectStore(c); err != nil {
+		if s3, s3Endpoint, err = startObjectStore(c, "s3"); err != nil {
 			fmt.Fprintf(os.Stderr, "realnode: the object store: %v\n", err)
 			os.Exit(1)
 		}

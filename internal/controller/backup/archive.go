@@ -31,6 +31,11 @@ type ArchiveView struct {
 // may go without a new segment while the primary writes.
 const archiveStaleMargin = 2 * time.Minute
 
+// archiveStuckAfter is how long a completed segment may wait to be
+// archived before the archive counts as failing, although no attempt has
+// ended yet.
+const archiveStuckAfter = 30 * time.Second
+
 // walPilingUpShare is the share of the data volume pg_wal may take while
 // archiving fails before WALPilingUp is reported (long before the volume
 // is full and the primary stops).
@@ -74,6 +79,14 @@ func AssessArchive(db *dbv1.Database, v ArchiveView, now time.Time) metav1.Condi
 	}
 	if !rep.StanzaReady {
 		return conditions.False(t, dbv1.ReasonArchiveStarting, "creating the repository "+where)
+	}
+	if rep.OldestWaiting != nil && now.Sub(rep.OldestWaiting.Time) > archiveStuckAfter {
+		msg := fmt.Sprintf("%d WAL segments wait to be archived to %s, the oldest since %s: archive_command has not succeeded since (a store that does not answer; pgBackRest reports its error when it gives up)",
+			rep.WaitingSegments, where, rep.OldestWaiting.UTC().Format(time.RFC3339))
+		if pil := walPilingUp(rep, v); pil != "" {
+			return conditions.False(t, dbv1.ReasonWALPilingUp, pil+"; "+msg)
+		}
+		return conditions.False(t, dbv1.ReasonArchiveFailing, msg)
 	}
 	if stale := archiveStale(db, rep, v.Status, now); stale != "" {
 		return conditions.False(t, dbv1.ReasonArchiveStale, stale)

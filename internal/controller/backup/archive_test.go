@@ -70,6 +70,10 @@ func TestAssessArchive(t *testing.T) {
 				r.StanzaReady = false
 				r.StanzaError = "pgbackrest stanza-create: ERROR: [028]: backup and archive info files exist but do not match the database"
 			}},
+		{name: "segments wait, no attempt ended", reason: dbv1.ReasonArchiveFailing, message: "3 WAL segments wait",
+			report: func(r *agent.ArchiveReport) { r.WaitingSegments, r.OldestWaiting = 3, at(90*time.Second) }},
+		{name: "a segment waits a moment", reason: dbv1.ReasonArchiving,
+			report: func(r *agent.ArchiveReport) { r.WaitingSegments, r.OldestWaiting = 1, at(5*time.Second) }},
 		{name: "stale", reason: dbv1.ReasonArchiveStale, message: "nothing was archived",
 			report: func(r *agent.ArchiveReport) { r.LastArchivedTime = at(10 * time.Minute) }},
 		{name: "quiet, not stale", reason: dbv1.ReasonArchiving,

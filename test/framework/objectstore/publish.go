@@ -14,21 +14,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// The store's name in a cluster Publish gives it: the selector-less
-// Service InClusterService in InClusterNamespace. Start the store with
-// Options.DNSNames{InClusterHost} so that its certificate carries it.
-const (
-	InClusterNamespace = "objectstore"
-	InClusterService   = "s3"
-	InClusterHost      = InClusterService + "." + InClusterNamespace + ".svc.cluster.local"
-)
+// InClusterNamespace holds the Services Publish makes.
+const InClusterNamespace = "objectstore"
+
+// InClusterHost is the name Publish gives a store under the Service name
+// service; start the store with it in Options.DNSNames so that its
+// certificate carries it.
+func InClusterHost(service string) string {
+	return service + "." + InClusterNamespace + ".svc.cluster.local"
+}
 
 // Publish makes the store reachable from the pods of the cluster c under
-// InClusterHost: a headless Service without a selector and an
+// InClusterHost(service): a headless Service without a selector and an
 // EndpointSlice naming the store's listen address (the node IP on the
 // host's bridge), as a team publishes a store that runs outside the
 // cluster. It returns the endpoint pods use, host:port.
-func (s *Store) Publish(ctx context.Context, c client.Client) (string, error) {
+func (s *Store) Publish(ctx context.Context, c client.Client, service string) (string, error) {
 	host, portText, err := net.SplitHostPort(s.Endpoint)
 	if err != nil {
 		return "", err
@@ -42,11 +43,11 @@ func (s *Store) Publish(ctx context.Context, c client.Client) (string, error) {
 	}
 	objs := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: InClusterNamespace}},
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: InClusterNamespace, Name: InClusterService},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: InClusterNamespace, Name: service},
 			Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "https", Port: int32(port)}}}},
 		&discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{Namespace: InClusterNamespace, Name: InClusterService + "-host",
-				Labels: map[string]string{discoveryv1.LabelServiceName: InClusterService, discoveryv1.LabelManagedBy: "dbkeeper-tests"}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: InClusterNamespace, Name: service + "-host",
+				Labels: map[string]string{discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: "dbkeeper-tests"}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
@@ -57,5 +58,5 @@ func (s *Store) Publish(ctx context.Context, c client.Client) (string, error) {
 			return "", fmt.Errorf("publishing the object store: creating %T %s: %w", o, o.GetName(), err)
 		}
 	}
-	return net.JoinHostPort(InClusterHost, portText), nil
+	return net.JoinHostPort(InClusterHost(service), portText), nil
 }
