@@ -459,16 +459,9 @@ const archiverSQL = `SELECT archived_count, COALESCE(last_archived_wal, ''), las
 	FROM pg_stat_archiver`
 
 func (a *Agent) archiverStats(ctx context.Context, rep *ArchiveReport) error {
-	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
-	defer cancel()
-	c, err := a.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close(context.Background())
 	var archived, failed *time.Time
 	var at time.Time
-	if err := c.QueryRow(ctx, archiverSQL).Scan(&rep.ArchivedCount, &rep.LastArchivedWAL, &archived,
+	if err := a.queryRow(ctx, archiverSQL, &rep.ArchivedCount, &rep.LastArchivedWAL, &archived,
 		&rep.FailedCount, &rep.LastFailedWAL, &failed, &rep.WALBytes, &at); err != nil {
 		return fmt.Errorf("reading pg_stat_archiver: %w", err)
 	}

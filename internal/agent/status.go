@@ -79,8 +79,9 @@ const statusSQL = `SELECT pg_is_in_recovery(),
 		ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END,
 	COALESCE((SELECT status FROM pg_stat_wal_receiver), '')`
 
-// queryStatus fills s from the running server.
-func (a *Agent) queryStatus(ctx context.Context, s *Status) error {
+// queryRow runs one query on the local server, within queryTimeout, and
+// scans its row into dest.
+func (a *Agent) queryRow(ctx context.Context, sql string, dest ...any) error {
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
 	c, err := a.connect(ctx)
@@ -88,9 +89,14 @@ func (a *Agent) queryStatus(ctx context.Context, s *Status) error {
 		return err
 	}
 	defer c.Close(context.Background())
+	return c.QueryRow(ctx, sql).Scan(dest...)
+}
+
+// queryStatus fills s from the running server.
+func (a *Agent) queryStatus(ctx context.Context, s *Status) error {
 	var recovery bool
 	var tli int64
-	if err := c.QueryRow(ctx, statusSQL).Scan(&recovery, &s.SystemID, &s.CurrentLSN, &s.ReceivedLSN, &s.ReplayedLSN, &tli, &s.WALReceiver); err != nil {
+	if err := a.queryRow(ctx, statusSQL, &recovery, &s.SystemID, &s.CurrentLSN, &s.ReceivedLSN, &s.ReplayedLSN, &tli, &s.WALReceiver); err != nil {
 		return fmt.Errorf("reading the server's status: %w", err)
 	}
 	s.Role = RolePrimary

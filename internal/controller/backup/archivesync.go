@@ -2,6 +2,7 @@ package backup
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -286,104 +287,21 @@ func recoveryStatus(db *dbv1.Database, v ArchiveView, now time.Time) *dbv1.Recov
 	return &dbv1.RecoveryStatus{Source: src, Target: recoveryTarget(db), Finished: &t, ReplayedLSN: v.Status.CurrentLSN}
 }
 
-// backupStatusApply is b as an apply configuration, every field.
+// backupStatusApply is b as an apply configuration, every field: the
+// apply configurations are generated from the API types with the same
+// JSON fields, so the JSON of one is the other.
 func backupStatusApply(b *dbv1.BackupStatus) *dbv1ac.BackupStatusApplyConfiguration {
 	out := dbv1ac.BackupStatus()
 	if b == nil {
 		return out
 	}
-	setTime := func(t *metav1.Time, f func(metav1.Time) *dbv1ac.BackupStatusApplyConfiguration) {
-		if t != nil {
-			f(*t)
-		}
+	raw, err := json.Marshal(b)
+	if err == nil {
+		err = json.Unmarshal(raw, out)
 	}
-	setTime(b.LastScheduleTime, out.WithLastScheduleTime)
-	setTime(b.LastSuccessfulTime, out.WithLastSuccessfulTime)
-	setTime(b.LastFailedTime, out.WithLastFailedTime)
-	setTime(b.FirstRecoverabilityPoint, out.WithFirstRecoverabilityPoint)
-	setTime(b.LastScheduledBaseBackup, out.WithLastScheduledBaseBackup)
-	setString := func(v string, f func(string) *dbv1ac.BackupStatusApplyConfiguration) {
-		if v != "" {
-			f(v)
-		}
-	}
-	setString(b.LastJob, out.WithLastJob)
-	setString(b.LastFailedJob, out.WithLastFailedJob)
-	setString(b.LastFailureMessage, out.WithLastFailureMessage)
-	setString(b.RestoredFrom, out.WithRestoredFrom)
-	setString(b.LastOnDemandToken, out.WithLastOnDemandToken)
-	setString(b.RepositoryPath, out.WithRepositoryPath)
-	if b.BaseBackups != 0 {
-		out.WithBaseBackups(b.BaseBackups)
-	}
-	if a := b.Archive; a != nil {
-		ac := dbv1ac.ArchiveStatus()
-		if a.LastArchivedWAL != "" {
-			ac.WithLastArchivedWAL(a.LastArchivedWAL)
-		}
-		if a.LastArchivedTime != nil {
-			ac.WithLastArchivedTime(*a.LastArchivedTime)
-		}
-		if a.LastFailedWAL != "" {
-			ac.WithLastFailedWAL(a.LastFailedWAL)
-		}
-		if a.LastFailedTime != nil {
-			ac.WithLastFailedTime(*a.LastFailedTime)
-		}
-		if a.LastFailure != "" {
-			ac.WithLastFailure(a.LastFailure)
-		}
-		if a.PendingWALBytes != 0 {
-			ac.WithPendingWALBytes(a.PendingWALBytes)
-		}
-		if a.VolumeAvailableBytes != 0 {
-			ac.WithVolumeAvailableBytes(a.VolumeAvailableBytes)
-		}
-		out.WithArchive(ac)
-	}
-	if l := b.LastBaseBackup; l != nil {
-		ac := dbv1ac.BaseBackupStatus().WithLabel(l.Label)
-		if l.Type != "" {
-			ac.WithType(l.Type)
-		}
-		if l.Started != nil {
-			ac.WithStarted(*l.Started)
-		}
-		if l.Finished != nil {
-			ac.WithFinished(*l.Finished)
-		}
-		if l.Size != 0 {
-			ac.WithSize(l.Size)
-		}
-		if l.RepositorySize != 0 {
-			ac.WithRepositorySize(l.RepositorySize)
-		}
-		if l.Instance != "" {
-			ac.WithInstance(l.Instance)
-		}
-		if l.StartLSN != "" {
-			ac.WithStartLSN(l.StartLSN)
-		}
-		if l.StopLSN != "" {
-			ac.WithStopLSN(l.StopLSN)
-		}
-		out.WithLastBaseBackup(ac)
-	}
-	if r := b.Recovery; r != nil {
-		ac := dbv1ac.RecoveryStatus()
-		if r.Source != "" {
-			ac.WithSource(r.Source)
-		}
-		if r.Target != "" {
-			ac.WithTarget(r.Target)
-		}
-		if r.Finished != nil {
-			ac.WithFinished(*r.Finished)
-		}
-		if r.ReplayedLSN != "" {
-			ac.WithReplayedLSN(r.ReplayedLSN)
-		}
-		out.WithRecovery(ac)
+	if err != nil {
+		// both sides are generated from one type: this cannot fail.
+		panic(fmt.Sprintf("converting status.backup: %v", err))
 	}
 	return out
 }
