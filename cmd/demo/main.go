@@ -3,7 +3,8 @@
 // of REAL-NODE.md; else on the fake node), runs the dbkeeper manager binary
 // against it, applies config/samples, waits until the sample Database is
 // Ready, shows it, on a real node runs a client query through the
-// Database's Service and Secret, and keeps everything running until Ctrl-C
+// Database's Service and Secret and a point-in-time recovery from an S3
+// object store (pitr.go), and keeps everything running until Ctrl-C
 // (or `make demo-down`), which tears it all down.
 package main
 
@@ -80,10 +81,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// The object store of the point-in-time recovery stops once the
+	// cluster is down: no pod archives into it any more.
+	stopStore := func() error { return nil }
 	defer func() {
 		fmt.Println("demo: tearing down")
 		if err := c.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "demo: stopping the cluster:", err)
+		}
+		if err := stopStore(); err != nil {
+			fmt.Fprintln(os.Stderr, "demo: stopping the object store:", err)
 		}
 	}()
 	kubeconfig := filepath.Join(state, "kubeconfig")
@@ -132,6 +139,14 @@ func run() error {
 	_ = kubectl("describe", "database", "--namespace=default", "orders")
 	if c.Node == cluster.RealNode {
 		if err := clientQuery(ctx, c, kubectl); err != nil {
+			return err
+		}
+		store, endpoint, err := startObjectStore(ctx, c)
+		if err != nil {
+			return err
+		}
+		stopStore = store.Stop
+		if err := pointInTimeRecovery(ctx, c, kubectl, store, endpoint); err != nil {
 			return err
 		}
 	}

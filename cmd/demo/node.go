@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,11 +36,38 @@ func nodeKind(flag string) (cluster.NodeKind, error) {
 // by its DNS name. It writes a row, reads the table back, and shows the
 // pod's log with kubectl logs (the API server reads it from the kubelet).
 func clientQuery(ctx context.Context, c *cluster.Cluster, kubectl func(...string) error) error {
-	image := c.Images["postgres:17"]
+	fmt.Println("\ndemo: a client pod runs psql through the Service orders.default.svc with the Secret's uri")
+	start := time.Now()
+	if _, err := runPsql(ctx, c, kubectl, "orders",
+		"--command=select version(), (select ssl from pg_stat_ssl where pid = pg_backend_pid()) as tls",
+		"--command=create table if not exists visits (id serial primary key, at timestamptz not null default now())",
+		"--command=insert into visits default values",
+		"--command=select count(*) as visits, max(at) as last_visit from visits"); err != nil {
+		return err
+	}
+	fmt.Printf("demo: client query done in %s\n", time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// runPsql runs psql with args in a pod <db>-client of namespace default (a
+// new one each time), connected as the application of Database db: the
+// uri and ca.crt of its Secret <db>-credentials, through its client
+// Service. It waits for the pod to succeed, prints its log as kubectl logs
+// shows it, and returns that log.
+func runPsql(ctx context.Context, c *cluster.Cluster, kubectl func(...string) error, db string, args ...string) (string, error) {
+	name := db + "-client"
+	var command strings.Builder
+	for _, a := range append([]string{"psql", "$(PGURI)", "--no-psqlrc", "--set=ON_ERROR_STOP=1"}, args...) {
+		quoted, err := json.Marshal(a) // a JSON string is a YAML scalar
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&command, "    - %s\n", quoted)
+	}
 	pod := fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
-  name: orders-client
+  name: %[1]s
   namespace: default
 spec:
   restartPolicy: Never
@@ -52,51 +80,42 @@ spec:
     seccompProfile: {type: RuntimeDefault}
   containers:
   - name: psql
-    image: %s
+    image: %[2]s
     imagePullPolicy: IfNotPresent
     env:
     - name: PGURI
-      valueFrom: {secretKeyRef: {name: orders-credentials, key: uri}}
+      valueFrom: {secretKeyRef: {name: %[3]s-credentials, key: uri}}
     - {name: PGCONNECT_TIMEOUT, value: "10"}
     # the uri says sslmode=verify-full: libpq verifies the server with the
     # Secret's ca.crt
-    - {name: PGSSLROOTCERT, value: /etc/orders-ca/ca.crt}
+    - {name: PGSSLROOTCERT, value: /etc/db-ca/ca.crt}
     volumeMounts:
-    - {name: ca, mountPath: /etc/orders-ca, readOnly: true}
+    - {name: ca, mountPath: /etc/db-ca, readOnly: true}
     command:
-    - psql
-    - $(PGURI)
-    - --no-psqlrc
-    - --set=ON_ERROR_STOP=1
-    - --command=select version(), (select ssl from pg_stat_ssl where pid = pg_backend_pid()) as tls
-    - --command=create table if not exists visits (id serial primary key, at timestamptz not null default now())
-    - --command=insert into visits default values
-    - --command=select count(*) as visits, max(at) as last_visit from visits
-    securityContext:
+%[4]s    securityContext:
       allowPrivilegeEscalation: false
       readOnlyRootFilesystem: true
       capabilities: {drop: [ALL]}
   volumes:
   - name: ca
-    secret: {secretName: orders-credentials, items: [{key: ca.crt, path: ca.crt}]}
-`, image)
-	fmt.Println("\ndemo: a client pod runs psql through the Service orders.default.svc with the Secret's uri")
-	start := time.Now()
-	_ = kubectl("delete", "pod", "--namespace=default", "orders-client", "--ignore-not-found", "--wait=true")
+    secret: {secretName: %[3]s-credentials, items: [{key: ca.crt, path: ca.crt}]}
+`, name, c.Images["postgres:17"], db, command.String())
+	_ = kubectl("delete", "pod", "--namespace=default", name, "--ignore-not-found", "--wait=true")
 	if err := kubectlStdin(ctx, c, pod, "apply", "-f", "-"); err != nil {
-		return fmt.Errorf("creating the client pod: %w", err)
+		return "", fmt.Errorf("creating the client pod %s: %w", name, err)
 	}
-	waitErr := kubectl("wait", "--namespace=default", "pod/orders-client", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=90s")
-	fmt.Println("\n$ kubectl logs orders-client")
-	if err := kubectl("logs", "--namespace=default", "orders-client"); err != nil {
-		return fmt.Errorf("reading the client's log: %w", err)
+	waitErr := kubectl("wait", "--namespace=default", "pod/"+name, "--for=jsonpath={.status.phase}=Succeeded", "--timeout=90s")
+	fmt.Println("\n$ kubectl logs " + name)
+	log, err := kubectlOutput(ctx, c, "logs", "--namespace=default", name)
+	fmt.Print(log)
+	if err != nil {
+		return "", fmt.Errorf("reading the log of %s: %w", name, err)
 	}
 	if waitErr != nil {
-		_ = kubectl("describe", "pod", "--namespace=default", "orders-client")
-		return fmt.Errorf("the client query did not succeed: %w", waitErr)
+		_ = kubectl("describe", "pod", "--namespace=default", name)
+		return "", fmt.Errorf("the psql of %s did not succeed: %w", name, waitErr)
 	}
-	fmt.Printf("demo: client query done in %s\n", time.Since(start).Round(100*time.Millisecond))
-	return nil
+	return log, nil
 }
 
 // kubectlStdin runs kubectl with stdin as its input.
@@ -105,4 +124,13 @@ func kubectlStdin(ctx context.Context, c *cluster.Cluster, stdin string, args ..
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	return cmd.Run()
+}
+
+// kubectlOutput runs kubectl and returns what it writes to stdout; its
+// stderr goes to the demo's.
+func kubectlOutput(ctx context.Context, c *cluster.Cluster, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.Bin, "kubectl"), append([]string{"--kubeconfig=" + c.Kubeconfig}, args...)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	return string(out), err
 }
