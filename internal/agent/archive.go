@@ -37,6 +37,20 @@ type archiver struct {
 	// infoDirty asks for `pgbackrest info` at the next tick (a backup
 	// finished).
 	infoDirty bool
+	// poke wakes the loop before its tick: the server has just started
+	// accepting connections, so a new primary creates the stanza at once.
+	poke chan struct{}
+}
+
+// pokeArchive wakes the archiver's loop, if there is one.
+func (a *Agent) pokeArchive() {
+	if a.archive == nil {
+		return
+	}
+	select {
+	case a.archive.poke <- struct{}{}:
+	default:
+	}
 }
 
 // archiveTick is how often the archiver refreshes the configuration and,
@@ -90,7 +104,7 @@ func (a *Agent) setUpArchive(ctx context.Context) error {
 	if a.cfg.Repository == nil {
 		return nil
 	}
-	a.archive = &archiver{repo: *a.cfg.Repository, dir: dir}
+	a.archive = &archiver{repo: *a.cfg.Repository, dir: dir, poke: make(chan struct{}, 1)}
 	if err := a.writeConfig(a.archive.repo, a.archive.configPath()); err != nil {
 		// the loop retries: a Secret's key may appear later.
 		a.log.Error(err, "Cannot write the pgBackRest configuration yet")
@@ -185,6 +199,7 @@ func (a *Agent) archiveLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-r.poke:
 		case <-time.After(archiveTick):
 		}
 	}

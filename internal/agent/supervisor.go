@@ -242,6 +242,7 @@ func (a *Agent) watchReady(srv *server) {
 		a.mu.Unlock()
 		a.log.Info("The server accepts connections")
 		a.finishRecovery()
+		a.pokeArchive()
 		if a.cfg.TLSDir == "" {
 			if changed, err := ensureReplicationHBA(a.cfg.PGData); err != nil {
 				a.log.Error(err, "Cannot let standbys stream")

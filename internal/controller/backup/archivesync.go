@@ -26,7 +26,7 @@ import (
 // store to show within a minute), sooner while something runs or fails.
 const (
 	archivePoll     = 30 * time.Second
-	archivePollBusy = 10 * time.Second
+	archivePollBusy = 5 * time.Second
 	// firstBackupRetry is how long a failed first base backup waits
 	// before it is asked again.
 	firstBackupRetry = 5 * time.Minute
@@ -67,7 +67,9 @@ func (s *syncer) syncArchive(ctx context.Context, db *dbv1.Database, restoring *
 		log.FromContext(ctx).Info("Recovery finished", "target", st.Recovery.Target, "replayedLSN", st.Recovery.ReplayedLSN)
 	}
 
-	after := archivePoll
+	// a Database that asks for a short archiveTimeout sees its archive's
+	// progress as often.
+	after := min(archivePoll, archiveTimeout(db))
 	if view.Report == nil {
 		keepArchive(st, prev)
 	} else {
@@ -126,7 +128,7 @@ func (s *syncer) archiveView(ctx context.Context, db *dbv1.Database) ArchiveView
 // when to look again.
 func (s *syncer) requestBackups(ctx context.Context, db *dbv1.Database, v ArchiveView, st *dbv1.BackupStatus, now time.Time) (time.Duration, error) {
 	rep := v.Report
-	after := archivePoll
+	after := min(archivePoll, archiveTimeout(db))
 	running := rep.Run != nil && rep.Run.Finished == nil
 	if running || !rep.StanzaReady {
 		return archivePollBusy, nil
