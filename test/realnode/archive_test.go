@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agent"
@@ -188,7 +189,8 @@ func TestPointInTimeRecoveryFromTheObjectStore(t *testing.T) {
 
 // TestArchiveReasonsNameTheCause: wrong credentials and a missing bucket
 // each turn BackupReady False with a reason of its own, naming the cause,
-// while the Database serves.
+// while the Database serves. The right key written into the credentials
+// Secret is then used without restarting PostgreSQL.
 func TestArchiveReasonsNameTheCause(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
@@ -216,6 +218,21 @@ func TestArchiveReasonsNameTheCause(t *testing.T) {
 		t.Logf("%s: %s", c.db.Name, cond.Message)
 		assert.Contains(t, cond.Message, "s3://", "the message names the repository")
 		waitCondition(t, c.db, dbv1.ConditionStatefulSetReady, metav1.ConditionTrue, dbv1.ReasonStatefulSetReady)
+	}
+
+	t.Log("the right key goes into the Secret: archiving starts, PostgreSQL is not restarted")
+	ctx := context.Background()
+	started := query(t, generated(wrongKey), "SELECT pg_postmaster_start_time()")
+	sec := &corev1.Secret{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "wrong-credentials"}, sec))
+	sec.Data[agent.SecretAccessKeyFile] = []byte(s3.SecretKey)
+	require.NoError(t, k8s.Update(ctx, sec))
+	dbtest.WaitCondition(t, k8s, wrongKey, dbv1.ConditionBackupReady, metav1.ConditionTrue, dbv1.ReasonArchiving, 2*timeout)
+	assert.Equal(t, started, query(t, generated(wrongKey), "SELECT pg_postmaster_start_time()"), "the server was restarted")
+	pod := &corev1.Pod{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "wrong-key-0"}, pod))
+	for _, c := range pod.Status.ContainerStatuses {
+		assert.Zero(t, c.RestartCount, "container %s restarted", c.Name)
 	}
 }
 
