@@ -159,26 +159,47 @@ func (a *Agent) pgbackrest(ctx context.Context, conf string, timeout time.Durati
 	return out, nil
 }
 
-// pgbackrestError is the line of pgBackRest's output that says what
-// failed ("ERROR: [049]: unable to get address for ..."), else err.
+// pgbackrestError is what pgBackRest's output says failed: its ERROR line
+// with the causes on the indented lines after it ("ERROR: [103]: unable
+// to find a valid repository: repo1: [FileReadError] ... timeout after
+// 10000ms waiting for read from ..."), and the store's own error code
+// from a response body ("<Code>NoSuchBucket</Code>"); else err.
 func pgbackrestError(out string, err error) string {
-	for _, l := range strings.Split(out, "\n") {
-		if i := strings.Index(l, "ERROR:"); i >= 0 {
-			msg := strings.TrimSpace(l[i:])
-			// the store's own error code, from the response body that
-			// follows ("<Code>SignatureDoesNotMatch</Code>")
-			if _, rest, ok := strings.Cut(out, "<Code>"); ok {
-				if code, _, ok := strings.Cut(rest, "</Code>"); ok && !strings.Contains(msg, code) {
-					msg += " " + code
-				}
+	if msg := lastErrorIn(out); msg != "" {
+		if _, rest, ok := strings.Cut(out, "<Code>"); ok {
+			if code, _, ok := strings.Cut(rest, "</Code>"); ok && !strings.Contains(msg, code) {
+				msg += " " + code
 			}
-			return msg
 		}
+		return msg
 	}
 	if s := strings.TrimSpace(out); s != "" {
 		return errorLine(s)
 	}
 	return err.Error()
+}
+
+// lastErrorIn is the last ERROR of pgBackRest's output or log, without
+// its timestamp and process prefix, joined with the causes on the
+// indented lines that follow it (not its HINTs); empty without one.
+func lastErrorIn(out string) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		j := strings.Index(lines[i], "ERROR:")
+		if j < 0 {
+			continue
+		}
+		parts := []string{strings.TrimSpace(lines[i][j:])}
+		for _, l := range lines[i+1:] {
+			t := strings.TrimSpace(l)
+			if t == "" || t == l || strings.HasPrefix(t, "HINT:") || len(parts) == 4 {
+				break
+			}
+			parts = append(parts, t)
+		}
+		return strings.Join(parts, " ")
+	}
+	return ""
 }
 
 // archiveLoop keeps the archiver's configuration, stanza and repository
@@ -493,20 +514,14 @@ func metaTime(t *time.Time) *metav1.Time {
 	return &m
 }
 
-// lastError is the last ERROR line of a pgBackRest log file, without its
-// timestamp and process prefix; empty when there is none.
+// lastError is the last ERROR of a pgBackRest log file, with its causes
+// (lastErrorIn); empty when there is none.
 func lastError(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if j := strings.Index(lines[i], "ERROR:"); j >= 0 {
-			return strings.TrimSpace(lines[i][j:])
-		}
-	}
-	return ""
+	return lastErrorIn(string(b))
 }
 
 // trimLog empties a log file that grew beyond max bytes (pgBackRest's
