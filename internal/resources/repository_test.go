@@ -141,4 +141,3 @@ func TestRecoveryStoreNeedsConsent(t *testing.T) {
 	assert.Equal(t, "k", src.Repository.Secrets.AccessKeyID)
 	assert.Empty(t, src.Repository.CredentialsDir)
 }
-
