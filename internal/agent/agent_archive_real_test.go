@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,6 +156,25 @@ func TestArchiveAndPointInTimeRecovery(t *testing.T) {
 	keys, err := f.store.List(ctx, f.bucket, strings.TrimPrefix(sourcePath, "/")+"/archive/")
 	require.NoError(t, err)
 	assert.False(t, containsSuffix(keys, history), "the restored instance wrote into the source's archive")
+
+	// another server (its own initdb) pointed at the source's path is
+	// refused by pgBackRest's check of the system identifier, and writes
+	// nothing there. The source stops first, so that its archive is still.
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	<-a.exited
+	before, err := f.store.List(ctx, f.bucket, strings.TrimPrefix(sourcePath, "/")+"/")
+	require.NoError(t, err)
+	other := c.start("db-2", f.env(t, sourcePath))
+	_, err = c.client.Bootstrap(ctx, other.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	require.NoError(t, err)
+	s = c.waitStatus(other, 2*time.Minute, "the repository refused", func(s agent.Status) bool {
+		return s.Archive != nil && s.Archive.StanzaError != ""
+	})
+	assert.False(t, s.Archive.StanzaReady)
+	assert.Contains(t, s.Archive.StanzaError, "do not match the database", "what the backup controller reads as RepositoryRefused")
+	after, err := f.store.List(ctx, f.bucket, strings.TrimPrefix(sourcePath, "/")+"/")
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "another server wrote into the repository")
 }
 
 func containsSuffix(keys []string, suffix string) bool {
