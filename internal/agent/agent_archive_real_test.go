@@ -116,6 +116,9 @@ func TestArchiveAndPointInTimeRecovery(t *testing.T) {
 	assert.Equal(t, "full", s.Archive.Backups[0].Type)
 	assert.Positive(t, s.Archive.Backups[0].Size)
 
+	// pgBackRest picks the backup by its stop time in whole seconds: a
+	// target in the second the backup stopped finds none.
+	time.Sleep(time.Until(s.Archive.Backups[0].Finished.Add(time.Second)) + 100*time.Millisecond)
 	insert(21, 60)
 	var target time.Time
 	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_xact_commit_timestamp(xmin) FROM ledger WHERE id = 40").Scan(&target))
@@ -184,4 +187,36 @@ func containsSuffix(keys []string, suffix string) bool {
 		}
 	}
 	return false
+}
+
+// TestArchiveReportsAStoreThatHangs: a store that stops answering (SIGSTOP)
+// shows first as segments waiting to be archived, then, when pgBackRest
+// gives up (8 × io-timeout), as a failure whose message has the cause.
+func TestArchiveReportsAStoreThatHangs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and an object store; skipped under -short")
+	}
+	c := newCluster(t)
+	f := newArchiveFixture(t, c)
+	ctx := context.Background()
+	a := c.start("db-0", f.env(t, "/dbkeeper/ns/hang/uid"))
+	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	require.NoError(t, err)
+	c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+
+	require.NoError(t, f.store.Pause())
+	defer f.store.Resume()
+	conn := sql(t, a)
+	mustExec(t, conn, "CREATE TABLE t AS SELECT 1 AS x")
+	mustExec(t, conn, "SELECT pg_switch_wal()")
+	s := c.waitStatus(a, time.Minute, "a segment waiting", func(s agent.Status) bool {
+		return s.Archive != nil && s.Archive.WaitingSegments > 0 && s.Archive.OldestWaiting != nil
+	})
+	t.Logf("waiting: %d segments since %s", s.Archive.WaitingSegments, s.Archive.OldestWaiting)
+	s = c.waitStatus(a, 3*time.Minute, "the failure reported", func(s agent.Status) bool {
+		return s.Archive != nil && s.Archive.LastFailedTime != nil
+	})
+	t.Logf("failure: %s", s.Archive.LastFailure)
+
+	assert.Contains(t, s.Archive.LastFailure, "timeout after 10000ms waiting for read")
 }

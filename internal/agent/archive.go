@@ -67,10 +67,11 @@ const (
 // repository.
 func (r *archiver) configPath() string { return filepath.Join(r.dir, "pgbackrest.conf") }
 
-// archiveLogPath is pgBackRest's file log of archive-push: its last
-// ERROR says why archiving fails.
-func (r *archiver) archiveLogPath() string {
-	return filepath.Join(r.dir, Stanza+"-archive-push.log")
+// archiveErrorPath holds what the last archive-push wrote to stderr: its
+// ERROR says why archiving fails. (pgBackRest's archive-push writes no
+// file log of its own.)
+func (r *archiver) archiveErrorPath() string {
+	return filepath.Join(r.dir, "archive-push.stderr")
 }
 
 // makeRuntimeDir makes the directory of pgBackRest's configuration, logs,
@@ -134,7 +135,11 @@ func (a *Agent) archiveSettings() []string {
 	if a.archive == nil {
 		return nil
 	}
-	cmd := fmt.Sprintf("pgbackrest --config=%s --stanza=%s archive-push %%p", a.archive.configPath(), Stanza)
+	// stderr goes to a file the agent reads, and to PostgreSQL's log when
+	// the push failed.
+	errFile := a.archive.archiveErrorPath()
+	cmd := fmt.Sprintf(`pgbackrest --config=%s --stanza=%s archive-push "%%p" 2>%s || { rc=$?; cat %s >&2; exit $rc; }`,
+		a.archive.configPath(), Stanza, errFile, errFile)
 	timeout := a.archive.repo.ArchiveTimeout
 	if timeout <= 0 {
 		timeout = 5 * time.Minute
@@ -216,7 +221,6 @@ func (a *Agent) archiveLoop(ctx context.Context) {
 			a.ensureStanza(ctx)
 			a.refreshInfo(ctx, false)
 		}
-		trimLog(r.archiveLogPath(), 1<<20)
 		select {
 		case <-ctx.Done():
 			return
@@ -453,7 +457,7 @@ func (a *Agent) archiveReport(ctx context.Context, primary bool) *ArchiveReport 
 			a.log.V(1).Info("Cannot read pg_stat_archiver", "err", err.Error())
 		}
 		if rep.LastFailedTime != nil && (rep.LastArchivedTime == nil || rep.LastFailedTime.After(rep.LastArchivedTime.Time)) {
-			rep.LastFailure = lastError(r.archiveLogPath())
+			rep.LastFailure = lastError(r.archiveErrorPath())
 		}
 		rep.WaitingSegments, rep.OldestWaiting = waitingSegments(a.cfg.PGData)
 	}
@@ -514,22 +518,14 @@ func metaTime(t *time.Time) *metav1.Time {
 	return &m
 }
 
-// lastError is the last ERROR of a pgBackRest log file, with its causes
-// (lastErrorIn); empty when there is none.
+// lastError is the last ERROR of a file of pgBackRest's output, with its
+// causes (lastErrorIn); empty when there is none.
 func lastError(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
 	return lastErrorIn(string(b))
-}
-
-// trimLog empties a log file that grew beyond max bytes (pgBackRest's
-// file log only holds warnings and errors, so this is rare).
-func trimLog(path string, max int64) {
-	if fi, err := os.Stat(path); err == nil && fi.Size() > max {
-		_ = os.Truncate(path, 0)
-	}
 }
 
 // hasRecoverySignal says whether the data directory is in targeted
