@@ -53,6 +53,9 @@ func (a *Agent) pokeArchive() {
 	}
 }
 
+// archivePushTimeout bounds one archive-push (a 16 MiB segment).
+const archivePushTimeout = 2 * time.Minute
+
 // archiveTick is how often the archiver refreshes the configuration and,
 // on the primary, tries the stanza; infoEvery how often it reads the
 // repository.
@@ -136,10 +139,14 @@ func (a *Agent) archiveSettings() []string {
 		return nil
 	}
 	// stderr goes to a file the agent reads, and to PostgreSQL's log when
-	// the push failed.
+	// the push failed. pgBackRest 2.55 (trixie's) went on retrying a store
+	// that hangs well past its 8 io-timeouts: archivePushTimeout bounds
+	// each push, so that the failure is counted and PostgreSQL retries.
 	errFile := a.archive.archiveErrorPath()
-	cmd := fmt.Sprintf(`pgbackrest --config=%s --stanza=%s archive-push "%%p" 2>%s || { rc=$?; cat %s >&2; exit $rc; }`,
-		a.archive.configPath(), Stanza, errFile, errFile)
+	secs := int(archivePushTimeout / time.Second)
+	cmd := fmt.Sprintf(`timeout %d pgbackrest --config=%s --stanza=%s archive-push "%%p" 2>%s || { rc=$?; `+
+		`[ $rc -ne 124 ] || echo "ERROR: archive-push timed out after %ds: the store did not answer" >>%s; cat %s >&2; exit $rc; }`,
+		secs, a.archive.configPath(), Stanza, errFile, secs, errFile, errFile)
 	timeout := a.archive.repo.ArchiveTimeout
 	if timeout <= 0 {
 		timeout = 5 * time.Minute

@@ -296,8 +296,15 @@ func TestArchiveCatchesUpAfterTheStoreWasDown(t *testing.T) {
 	}, 3*time.Minute, time.Second, "BackupReady turns False while the store does not answer")
 	t.Logf("BackupReady False %s after the store stopped: %s", seen.Round(time.Second), backupReady().Message)
 	assert.Less(t, seen, 2*time.Minute, "the status says the archive fails")
-	require.Eventually(t, func() bool { return backupReady().Reason == dbv1.ReasonArchiveUnreachable }, 4*time.Minute, 2*time.Second,
-		"BackupReady names the cause")
+	last := ""
+	require.Eventually(t, func() bool {
+		c := backupReady()
+		if c.Message != last {
+			t.Logf("%s after the store stopped: BackupReady %s/%s: %s", time.Since(paused).Round(time.Second), c.Status, c.Reason, c.Message)
+			last = c.Message
+		}
+		return c.Reason == dbv1.ReasonArchiveUnreachable
+	}, 4*time.Minute, 2*time.Second, "BackupReady names the cause")
 	t.Logf("BackupReady: %s", backupReady().Message)
 
 	time.Sleep(time.Until(paused.Add(down)))

@@ -59,6 +59,11 @@ func TestAssessArchive(t *testing.T) {
 				r.LastFailedTime = at(time.Second)
 				r.LastFailure = "ERROR: [049]: unable to connect to 's3.example:443': [111] Connection refused"
 			}},
+		{name: "a push that timed out", reason: dbv1.ReasonArchiveUnreachable, message: "did not answer",
+			report: func(r *agent.ArchiveReport) {
+				r.LastFailedTime = at(time.Second)
+				r.LastFailure = "ERROR: archive-push timed out after 120s: the store did not answer"
+			}},
 		{name: "WAL piling up", reason: dbv1.ReasonWALPilingUp, message: "grow spec.storage.size",
 			report: func(r *agent.ArchiveReport) {
 				r.LastFailedTime = at(time.Second)
