@@ -142,11 +142,15 @@ func (a *Agent) archiveSettings() []string {
 	// the push failed. pgBackRest 2.55 (trixie's) went on retrying a store
 	// that hangs well past its 8 io-timeouts: archivePushTimeout bounds
 	// each push, so that the failure is counted and PostgreSQL retries.
+	// A push writes its own file, which replaces the error file only when
+	// it failed: the next push, which may hang for minutes, does not empty
+	// what the last failure said.
 	errFile := a.archive.archiveErrorPath()
+	run := errFile + ".run"
 	secs := int(archivePushTimeout / time.Second)
 	cmd := fmt.Sprintf(`timeout %d pgbackrest --config=%s --stanza=%s archive-push "%%p" 2>%s || { rc=$?; `+
-		`[ $rc -ne 124 ] || echo "ERROR: archive-push timed out after %ds: the store did not answer" >>%s; cat %s >&2; exit $rc; }`,
-		secs, a.archive.configPath(), Stanza, errFile, secs, errFile, errFile)
+		`[ $rc -ne 124 ] || echo "ERROR: archive-push timed out after %ds: the store did not answer" >>%s; mv -f %s %s; cat %s >&2; exit $rc; }`,
+		secs, a.archive.configPath(), Stanza, run, secs, run, run, errFile, errFile)
 	timeout := a.archive.repo.ArchiveTimeout
 	if timeout <= 0 {
 		timeout = 5 * time.Minute
