@@ -1,4 +1,4 @@
-package backup_test
+package backup
 
 import (
 	"testing"
@@ -10,7 +10,6 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agent"
-	"github.com/dbkeeper/dbkeeper/internal/controller/backup"
 )
 
 // TestAssessArchive: each state of the archive has a reason of its own,
@@ -102,11 +101,11 @@ func TestAssessArchive(t *testing.T) {
 			if tc.report != nil {
 				tc.report(rep)
 			}
-			v := backup.ArchiveView{Primary: "db-0", Report: rep, Status: primary, VolumeBytes: gib.Value()}
+			v := ArchiveView{Primary: "db-0", Report: rep, Status: primary, VolumeBytes: gib.Value()}
 			if tc.status != nil {
 				v.Report, v.Status = nil, tc.status
 			}
-			cond := backup.AssessArchive(db, v, now)
+			cond := AssessArchive(db, v, now)
 			assert.Equal(t, tc.reason, cond.Reason, cond.Message)
 			assert.Contains(t, cond.Message, tc.message)
 			assert.Equal(t, tc.reason == dbv1.ReasonArchiving, cond.Status == metav1.ConditionTrue, cond.Message)
@@ -122,6 +121,6 @@ func TestArchiveStaleAfterABackupLabel(t *testing.T) {
 	db := &dbv1.Database{Spec: dbv1.DatabaseSpec{Backup: dbv1.BackupSpec{ObjectStore: &dbv1.ObjectStoreSpec{}}}}
 	rep := &agent.ArchiveReport{StanzaReady: true, LastArchivedWAL: "000000010000000000000004.00000028.backup", LastArchivedTime: &old,
 		Backups: []agent.BaseBackup{{Label: "f", Finished: old}}}
-	cond := backup.AssessArchive(db, backup.ArchiveView{Report: rep, Status: &agent.Status{Timeline: 1, CurrentLSN: "0/9000000"}}, now)
+	cond := AssessArchive(db, ArchiveView{Report: rep, Status: &agent.Status{Timeline: 1, CurrentLSN: "0/9000000"}}, now)
 	assert.Equal(t, dbv1.ReasonArchiveStale, cond.Reason, cond.Message)
 }
