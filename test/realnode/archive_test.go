@@ -264,7 +264,10 @@ func TestArchiveCatchesUpAfterTheStoreWasDown(t *testing.T) {
 	t.Cleanup(func() { _ = store.Resume(); _ = store.Stop() })
 	db := newDatabase(ns, "steady", "17", func(d *dbv1.Database) {
 		d.Spec.Backup.ObjectStore = storeSpec(t, ns, store, endpoint)
-		d.Spec.Backup.ArchiveTimeout = &metav1.Duration{Duration: 10 * time.Second}
+		// a segment each 30 s while the store is down (each forced switch
+		// leaves a 16 MiB file in pg_wal): the node's disk stays for the
+		// suite's other tests
+		d.Spec.Backup.ArchiveTimeout = &metav1.Duration{Duration: 30 * time.Second}
 	})
 	create(t, db)
 	waitReady(t, db)
@@ -272,7 +275,8 @@ func TestArchiveCatchesUpAfterTheStoreWasDown(t *testing.T) {
 
 	rw, err := dbtest.ServiceTarget(ctx, k8s, ns, db.Name, resources.GeneratedSecretName(db))
 	require.NoError(t, err)
-	w, err := dbtest.StartWriterWithTimeout(ctx, rw, "acks", 5*time.Second)
+	// 20 writes a second, steady: the test is about the archive, not load
+	w, err := dbtest.StartPacedWriter(ctx, rw, "acks", 5*time.Second, 50*time.Millisecond)
 	require.NoError(t, err)
 	defer w.Stop()
 	time.Sleep(5 * time.Second)

@@ -59,6 +59,8 @@ type Writer struct {
 	table  string
 	// timeout bounds one connection attempt and one INSERT, 0 none.
 	timeout time.Duration
+	// every is the pause after an acknowledged INSERT.
+	every time.Duration
 	cancel  context.CancelFunc
 	done    chan struct{}
 
@@ -87,6 +89,13 @@ func StartWriter(ctx context.Context, target sqlconn.Target, table string) (*Wri
 // cut off) costs it at most timeout before it reconnects through target
 // again. An abandoned INSERT is not acknowledged, whatever became of it.
 func StartWriterWithTimeout(ctx context.Context, target sqlconn.Target, table string, timeout time.Duration) (*Writer, error) {
+	return StartPacedWriter(ctx, target, table, timeout, 5*time.Millisecond)
+}
+
+// StartPacedWriter is StartWriterWithTimeout that waits every between two
+// acknowledged INSERTs: a steady writer that leaves the node its disk for a
+// long test (StartWriterWithTimeout waits 5 ms).
+func StartPacedWriter(ctx context.Context, target sqlconn.Target, table string, timeout, every time.Duration) (*Writer, error) {
 	conn, err := sqlconn.Connect(ctx, target)
 	if err != nil {
 		return nil, err
@@ -96,7 +105,7 @@ func StartWriterWithTimeout(ctx context.Context, target sqlconn.Target, table st
 		return nil, fmt.Errorf("creating %s: %w", table, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Writer{target: target, table: table, timeout: timeout, cancel: cancel, done: make(chan struct{}), next: 1}
+	w := &Writer{target: target, table: table, timeout: timeout, every: every, cancel: cancel, done: make(chan struct{}), next: 1}
 	go w.run(ctx)
 	return w, nil
 }
@@ -136,7 +145,7 @@ func (w *Writer) run(ctx context.Context) {
 		w.ackAt = append(w.ackAt, time.Now())
 		w.ackBy = append(w.ackBy, by)
 		w.mu.Unlock()
-		sleep(ctx, 5*time.Millisecond)
+		sleep(ctx, w.every)
 	}
 }
 
