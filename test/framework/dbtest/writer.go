@@ -60,9 +60,9 @@ type Writer struct {
 	// timeout bounds one connection attempt and one INSERT, 0 none.
 	timeout time.Duration
 	// every is the pause after an acknowledged INSERT.
-	every time.Duration
-	cancel  context.CancelFunc
-	done    chan struct{}
+	every  time.Duration
+	cancel context.CancelFunc
+	done   chan struct{}
 
 	mu    sync.Mutex
 	acked []int64
