@@ -105,6 +105,12 @@ func walSegmentName(tli uint32, segNo, segSize uint64) string {
 	return fmt.Sprintf("%08X%08X%08X", tli, segNo/segmentsPerID(segSize), segNo%segmentsPerID(segSize))
 }
 
+// WALFileName is the name of the WAL segment (of segSize bytes) that holds
+// position lsn on timeline tli, as pg_walfile_name says it.
+func WALFileName(tli uint32, lsn, segSize uint64) string {
+	return walSegmentName(tli, lsn/segSize, segSize)
+}
+
 // segmentsPerID is how many segments of segSize bytes a name's middle part
 // (the high 32 bits of a WAL position) counts.
 func segmentsPerID(segSize uint64) uint64 { return 0x100000000 / segSize }

@@ -86,20 +86,10 @@ func allowsRestoreInto(source *dbv1.Database, ns string) bool {
 }
 
 // agentRepository is the agent's view of store at repository path repo,
-// with its Secrets mounted under dir.
-func agentRepository(store *dbv1.ObjectStoreSpec, repo, dir string) agent.Repository {
-	r := agent.Repository{
-		Endpoint: store.Endpoint, Bucket: store.Bucket, Path: repo, Region: store.Region,
-		URIStyle:       strings.ToLower(store.URIStyle),
-		CredentialsDir: dir + "/credentials",
-	}
-	if store.CASecret != "" {
-		r.CADir = dir + "/ca"
-	}
-	if store.EncryptionSecret != "" {
-		r.CipherDir = dir + "/cipher"
-	}
-	return r
+// without its Secrets.
+func agentRepository(store *dbv1.ObjectStoreSpec, repo string) agent.Repository {
+	return agent.Repository{Endpoint: store.Endpoint, Bucket: store.Bucket, Path: repo, Region: store.Region,
+		URIStyle: strings.ToLower(store.URIStyle)}
 }
 
 // addRepository gives the engine container db's repository: its
@@ -110,7 +100,14 @@ func addRepository(db *dbv1.Database, pod *corev1ac.PodSpecApplyConfiguration, c
 	if store == nil {
 		return nil
 	}
-	repo := agentRepository(store, RepositoryPath(db), repositoryMountPath)
+	repo := agentRepository(store, RepositoryPath(db))
+	repo.CredentialsDir = repositoryMountPath + "/credentials"
+	if store.CASecret != "" {
+		repo.CADir = repositoryMountPath + "/ca"
+	}
+	if store.EncryptionSecret != "" {
+		repo.CipherDir = repositoryMountPath + "/cipher"
+	}
 	repo.RetentionDays = RecoveryWindowDays(db)
 	repo.ArchiveTimeout = ArchiveTimeout(db)
 	raw, err := json.Marshal(repo)
@@ -126,14 +123,19 @@ func addRepository(db *dbv1.Database, pod *corev1ac.PodSpecApplyConfiguration, c
 // restore bootstrap): store (see RecoveryStore) with its Secrets' values,
 // and spec.bootstrap.recovery.target.
 func RecoverySource(db *dbv1.Database, store *dbv1.ObjectStoreSpec, secrets agent.RepositorySecrets) agent.RecoverySource {
-	repo := agentRepository(store, store.Path, "")
-	repo.CredentialsDir, repo.CADir, repo.CipherDir = "", "", ""
+	repo := agentRepository(store, store.Path)
 	repo.Secrets = &secrets
-	src := agent.RecoverySource{Repository: repo}
-	if t := db.Spec.Bootstrap.Recovery.Target; t != nil {
-		src.Target = agent.RecoveryTarget{Time: t.Time, LSN: t.LSN, XID: t.XID, Name: t.Name}
+	return agent.RecoverySource{Repository: repo, Target: RecoveryTarget(db)}
+}
+
+// RecoveryTarget is spec.bootstrap.recovery.target as the agent takes it;
+// the zero value (no target) replays to the end of the archive.
+func RecoveryTarget(db *dbv1.Database) agent.RecoveryTarget {
+	t := db.Spec.Bootstrap.Recovery.Target
+	if t == nil {
+		return agent.RecoveryTarget{}
 	}
-	return src
+	return agent.RecoveryTarget{Time: t.Time, LSN: t.LSN, XID: t.XID, Name: t.Name}
 }
 
 // mountStoreSecrets mounts store's credentials, CA and passphrase Secrets

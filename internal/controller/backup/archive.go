@@ -10,6 +10,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
 // ArchiveView is what the backup controller knows of a Database with an
@@ -150,7 +151,7 @@ func archiveStale(db *dbv1.Database, rep *agent.ArchiveReport, st *agent.Status,
 	if rep.LastArchivedTime == nil || st == nil || st.CurrentLSN == "" {
 		return ""
 	}
-	limit := archiveTimeout(db) + archiveStaleMargin
+	limit := resources.ArchiveTimeout(db) + archiveStaleMargin
 	age := now.Sub(rep.LastArchivedTime.Time)
 	if age <= limit {
 		return ""
@@ -174,16 +175,7 @@ func currentSegment(st *agent.Status) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	const seg = 16 << 20
-	n := lsn / seg
-	return fmt.Sprintf("%08X%08X%08X", st.Timeline, n/(0x100000000/seg), n%(0x100000000/seg)), nil
-}
-
-func archiveTimeout(db *dbv1.Database) time.Duration {
-	if t := db.Spec.Backup.ArchiveTimeout; t != nil && t.Duration > 0 {
-		return t.Duration
-	}
-	return 5 * time.Minute
+	return agent.WALFileName(st.Timeline, lsn, 16<<20), nil
 }
 
 // classifyStoreError maps a pgBackRest error to a reason of its own and a

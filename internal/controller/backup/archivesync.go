@@ -32,6 +32,13 @@ const (
 	firstBackupRetry = 5 * time.Minute
 )
 
+// healthyPoll is how often a healthy archive is looked at: archivePoll, or
+// archiveTimeout when a Database asks for a shorter one, so that it sees
+// its archive's progress as often.
+func healthyPoll(db *dbv1.Database) time.Duration {
+	return min(archivePoll, resources.ArchiveTimeout(db))
+}
+
 // syncArchive is the backup facet of a Database with
 // spec.backup.objectStore: it reads the primary's archive report, asks
 // for base backups (the first one, on schedule, on demand) and reports
@@ -67,9 +74,7 @@ func (s *syncer) syncArchive(ctx context.Context, db *dbv1.Database, restoring *
 		log.FromContext(ctx).Info("Recovery finished", "target", st.Recovery.Target, "replayedLSN", st.Recovery.ReplayedLSN)
 	}
 
-	// a Database that asks for a short archiveTimeout sees its archive's
-	// progress as often.
-	after := min(archivePoll, archiveTimeout(db))
+	after := healthyPoll(db)
 	if view.Report == nil {
 		keepArchive(st, prev)
 	} else {
@@ -128,7 +133,7 @@ func (s *syncer) archiveView(ctx context.Context, db *dbv1.Database) ArchiveView
 // when to look again.
 func (s *syncer) requestBackups(ctx context.Context, db *dbv1.Database, v ArchiveView, st *dbv1.BackupStatus, now time.Time) (time.Duration, error) {
 	rep := v.Report
-	after := min(archivePoll, archiveTimeout(db))
+	after := healthyPoll(db)
 	running := rep.Run != nil && rep.Run.Finished == nil
 	if running || !rep.StanzaReady {
 		return archivePollBusy, nil
@@ -266,11 +271,7 @@ func recoveryProgress(db *dbv1.Database, v ArchiveView, now time.Time) (metav1.C
 
 // recoveryTarget says where spec.bootstrap.recovery stops.
 func recoveryTarget(db *dbv1.Database) string {
-	rec := db.Spec.Bootstrap.Recovery
-	if rec.Target == nil {
-		return agent.RecoveryTarget{}.String()
-	}
-	return agent.RecoveryTarget{Time: rec.Target.Time, LSN: rec.Target.LSN, XID: rec.Target.XID, Name: rec.Target.Name}.String()
+	return resources.RecoveryTarget(db).String()
 }
 
 // recoveryStatus is status.backup.recovery of a finished recovery.
