@@ -184,7 +184,7 @@ func classifyStoreError(msg string) (reason, hint string) {
 	m := strings.ToLower(msg)
 	switch {
 	case strings.Contains(m, "accessdenied") || strings.Contains(m, "invalidaccesskeyid") || strings.Contains(m, "signaturedoesnotmatch") ||
-		strings.Contains(m, "xadminusernotfound") || strings.Contains(m, "403"):
+		strings.Contains(m, "xadminusernotfound") || strings.Contains(m, "failed with 403"):
 		return dbv1.ReasonArchiveAccessDenied, " (check spec.backup.objectStore.credentialsSecret)"
 	case strings.Contains(m, "nosuchbucket"):
 		return dbv1.ReasonArchiveBucketNotFound, " (create the bucket, or fix spec.backup.objectStore.bucket)"

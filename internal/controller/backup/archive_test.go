@@ -58,6 +58,12 @@ func TestAssessArchive(t *testing.T) {
 				r.LastFailedTime = at(time.Second)
 				r.LastFailure = "ERROR: [049]: unable to connect to 's3.example:443': [111] Connection refused"
 			}},
+		{name: "unreachable, with 403 in the path", reason: dbv1.ReasonArchiveUnreachable,
+			report: func(r *agent.ArchiveReport) {
+				r.LastFailedTime = at(time.Second)
+				r.LastFailure = "ERROR: [103]: unable to find a valid repository: repo1: [FileReadError] unable to load info file " +
+					"'/dbkeeper/ns/db/7d403e1c/archive/db/archive.info': FileReadError: timeout after 10000ms waiting for read from 's3.example:9403'"
+			}},
 		{name: "a push that timed out", reason: dbv1.ReasonArchiveUnreachable, message: "did not answer",
 			report: func(r *agent.ArchiveReport) {
 				r.LastFailedTime = at(time.Second)
