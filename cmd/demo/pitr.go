@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"regexp"
 	"slices"
-	"strconv"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/objectstore"
 )
@@ -28,23 +25,7 @@ const (
 // node IP, publishes it in the cluster as Service storeService and
 // creates storeBucket. It returns the store and the endpoint pods use.
 func startObjectStore(ctx context.Context, c *cluster.Cluster) (*objectstore.Store, string, error) {
-	port, err := framework.FreePort()
-	if err != nil {
-		return nil, "", err
-	}
-	store, err := objectstore.Start(ctx, objectstore.Options{Addr: net.JoinHostPort(cluster.NodeIP, strconv.Itoa(port)),
-		DNSNames: []string{objectstore.InClusterHost(storeService)}})
-	if err != nil {
-		return nil, "", fmt.Errorf("starting the object store: %w", err)
-	}
-	endpoint, err := store.Publish(ctx, c.Client, storeService)
-	if err == nil {
-		err = store.CreateBucket(ctx, storeBucket)
-	}
-	if err != nil {
-		return nil, "", errors.Join(err, store.Stop())
-	}
-	return store, endpoint, nil
+	return objectstore.StartPublished(ctx, c.Client, cluster.NodeIP, storeService, storeBucket)
 }
 
 // ledgerYAML is a Database name archiving its WAL into the object store

@@ -2,9 +2,7 @@ package realnode
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -21,7 +19,6 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 	"github.com/dbkeeper/dbkeeper/test/framework/objectstore"
@@ -41,24 +38,7 @@ var (
 // startObjectStore runs an object store on the node IP, publishes it in
 // the cluster as service and creates storeBucket.
 func startObjectStore(c *cluster.Cluster, service string) (*objectstore.Store, string, error) {
-	ctx := context.Background()
-	port, err := framework.FreePort()
-	if err != nil {
-		return nil, "", err
-	}
-	store, err := objectstore.Start(ctx, objectstore.Options{Addr: net.JoinHostPort(cluster.NodeIP, strconv.Itoa(port)),
-		DNSNames: []string{objectstore.InClusterHost(service)}})
-	if err != nil {
-		return nil, "", err
-	}
-	endpoint, err := store.Publish(ctx, c.Client, service)
-	if err == nil {
-		err = store.CreateBucket(ctx, storeBucket)
-	}
-	if err != nil {
-		return nil, "", errors.Join(err, store.Stop())
-	}
-	return store, endpoint, nil
+	return objectstore.StartPublished(context.Background(), c.Client, cluster.NodeIP, service, storeBucket)
 }
 
 // objectStore creates, in namespace ns, the Secrets of the suite's store

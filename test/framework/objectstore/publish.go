@@ -2,6 +2,7 @@ package objectstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/dbkeeper/dbkeeper/test/framework"
 )
 
 // InClusterNamespace holds the Services Publish makes.
@@ -59,4 +62,27 @@ func (s *Store) Publish(ctx context.Context, c client.Client, service string) (s
 		}
 	}
 	return net.JoinHostPort(InClusterHost(service), portText), nil
+}
+
+// StartPublished starts a store listening on host (the node IP on the
+// host's bridge) at a free port, publishes it in the cluster c as service
+// (Publish) and creates bucket. It returns the store and the endpoint pods
+// use; on error nothing is left running.
+func StartPublished(ctx context.Context, c client.Client, host, service, bucket string) (*Store, string, error) {
+	port, err := framework.FreePort()
+	if err != nil {
+		return nil, "", fmt.Errorf("finding a free port: %w", err)
+	}
+	store, err := Start(ctx, Options{Addr: net.JoinHostPort(host, strconv.Itoa(port)), DNSNames: []string{InClusterHost(service)}})
+	if err != nil {
+		return nil, "", fmt.Errorf("starting the object store: %w", err)
+	}
+	endpoint, err := store.Publish(ctx, c, service)
+	if err == nil {
+		err = store.CreateBucket(ctx, bucket)
+	}
+	if err != nil {
+		return nil, "", errors.Join(err, store.Stop())
+	}
+	return store, endpoint, nil
 }
