@@ -39,41 +39,35 @@ func (a *Agent) bootstrap(req BootstrapRequest) error {
 		return conflict("the data directory is not empty (state %s): bootstrap only fills an empty one", state)
 	}
 	a.log.Info("Bootstrapping", "mode", req.Mode)
-	// a new primary (initdb, restore): only once it holds the primary
-	// lease. The image's entrypoint runs initdb, then the server.
-	first := func() error {
-		if req.Mode == BootstrapRestore {
-			return a.restore(*req.Recovery)
-		}
-		return a.startServer(StateBootstrapping)
-	}
-	if req.Mode != BootstrapClone && a.keeper == nil {
-		if req.Mode == BootstrapRestore {
-			a.setState(StateBootstrapping, "restoring")
-			go func() {
-				defer a.op.Unlock()
-				if err := first(); err != nil {
-					a.setState(StateWaiting, string(req.Mode)+": "+err.Error())
-				}
-			}()
-			return nil
-		}
+	if req.Mode == BootstrapInitdb && a.keeper == nil {
+		// no lease to wait for: the answer says whether the server started
 		defer a.op.Unlock()
-		if err := first(); err != nil {
+		if err := a.startServer(StateBootstrapping); err != nil {
 			a.setState(StateWaiting, err.Error())
 			return err
 		}
 		return nil
 	}
 	if req.Mode != BootstrapClone {
+		// a new primary (initdb, restore): only once it holds the primary
+		// lease (when it has one). The image's entrypoint runs initdb, then
+		// the server; a restore restores, then starts the server.
 		a.setState(StateBootstrapping, "waiting for the primary lease")
 		go func() {
 			defer a.op.Unlock()
-			if err := a.keeper.acquire(a.ctx, func(msg string) { a.setState(StateBootstrapping, msg) }); err != nil {
-				a.setState(StateWaiting, string(req.Mode)+": "+err.Error())
-				return
+			if a.keeper != nil {
+				if err := a.keeper.acquire(a.ctx, func(msg string) { a.setState(StateBootstrapping, msg) }); err != nil {
+					a.setState(StateWaiting, string(req.Mode)+": "+err.Error())
+					return
+				}
 			}
-			if err := first(); err != nil {
+			var err error
+			if req.Mode == BootstrapRestore {
+				err = a.restore(*req.Recovery)
+			} else {
+				err = a.startServer(StateBootstrapping)
+			}
+			if err != nil {
 				a.setState(StateWaiting, string(req.Mode)+": "+err.Error())
 			}
 		}()
