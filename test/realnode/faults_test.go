@@ -140,6 +140,13 @@ func TestFaultHelpers(t *testing.T) {
 	const bulk = "INSERT INTO bulk SELECT md5(random()::text) FROM generate_series(1, 100000)"
 	_, err = sqlWithin(rw, "CREATE TABLE bulk (b text)", 30*time.Second)
 	require.NoError(t, err)
+	// a checkpoint frees WAL segments when it ends, and a spread one
+	// (the restart above starts one) may end in the middle of the insert
+	// below, freeing more than the top-up takes back in time: CI saw the
+	// insert succeed on a full volume. CHECKPOINT ends it now, before
+	// the fill; the next one is checkpoint_timeout (5 min) away.
+	_, err = sqlWithin(podTarget(t, db, p0), "CHECKPOINT", time.Minute)
+	require.NoError(t, err)
 	free, err := inj.Free(ctx, ns, p0)
 	require.NoError(t, err)
 	unfill, err := inj.FillVolume(ctx, ns, p0)
