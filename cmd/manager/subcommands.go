@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap/zapcore"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -13,8 +14,9 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 )
 
-// subcommand runs `manager copy-self DIR` or `manager agent [flags] --
-// COMMAND...` when args name one; ok is false for the manager itself.
+// subcommand runs `manager copy-self DIR`, `manager agent [flags] --
+// COMMAND...` or `manager verify-backup [flags]` when args name one; ok is
+// false for the manager itself.
 func subcommand(args []string) (ok bool, err error) {
 	if len(args) == 0 {
 		return false, nil
@@ -31,6 +33,14 @@ func subcommand(args []string) (ok bool, err error) {
 		return true, err
 	case "agent":
 		return true, runAgent(args[1:])
+	case agent.VerifyCommand:
+		zapOpts := zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
+		err := agent.VerifyMain(args[1:], func(fs *flag.FlagSet) { zapOpts.BindFlags(fs) },
+			func() logr.Logger { return zapr.NewLogger(zap.NewRaw(zap.UseFlagOptions(&zapOpts))) })
+		if errors.Is(err, flag.ErrHelp) {
+			err = nil
+		}
+		return true, err
 	}
 	return false, nil
 }

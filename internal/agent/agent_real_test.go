@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
@@ -41,6 +42,13 @@ const childEnv = "DBKEEPER_AGENT_TEST_CHILD"
 const kubeconfigEnv = "DBKEEPER_AGENT_TEST_KUBECONFIG"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" && len(os.Args) > 1 && os.Args[1] == agent.VerifyCommand {
+		if err := agent.VerifyMain(os.Args[2:], nil, func() logr.Logger { return zap.New(zap.UseDevMode(true)) }); err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv(childEnv) == "1" {
 		cfg, err := agent.ParseFlags(os.Args[1:], nil)
 		if kc := os.Getenv(kubeconfigEnv); err == nil && kc != "" {
