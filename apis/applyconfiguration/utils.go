@@ -28,6 +28,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.BackupSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("BackupStatus"):
 		return &databasev1.BackupStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BackupVerificationSpec"):
+		return &databasev1.BackupVerificationSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("BaseBackupStatus"):
 		return &databasev1.BaseBackupStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("BootstrapFromBackup"):
@@ -76,6 +78,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.TLSSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("TLSStatus"):
 		return &databasev1.TLSStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("VerificationStatus"):
+		return &databasev1.VerificationStatusApplyConfiguration{}
 
 	}
 	return nil

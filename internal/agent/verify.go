@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -83,8 +84,9 @@ func VerifyMain(args []string, bindFlags func(*flag.FlagSet), newLog func() logr
 	fs.StringVar(&cfg.PGData, "pgdata", os.Getenv("PGDATA"), "the empty directory the backup is restored into")
 	fs.StringVar(&cfg.SocketDir, "socket-dir", "/var/run/postgresql", "the directory of the throwaway server's Unix socket")
 	fs.IntVar(&cfg.Port, "port", 5432, "the throwaway server's port (its socket's name)")
-	fs.StringVar(&cfg.User, "user", os.Getenv("POSTGRES_USER"), "the cluster's superuser")
-	fs.StringVar(&cfg.Database, "database", os.Getenv("PGDATABASE"), "the database whose rows are counted (default: the superuser's name, as the image's initdb)")
+	fs.StringVar(&cfg.User, "user", cmp.Or(os.Getenv("PGUSER"), os.Getenv("POSTGRES_USER")), "the cluster's superuser")
+	fs.StringVar(&cfg.Database, "database", cmp.Or(os.Getenv("PGDATABASE"), os.Getenv("DBKEEPER_APP_ROLE")),
+		"the database whose rows are counted (default: the application role's name, else the superuser's)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 2*time.Hour, "how long the verification may take")
 	fs.StringVar(&report, "report", "/dev/termination-log", "where the JSON report is written")
 	if bindFlags != nil {

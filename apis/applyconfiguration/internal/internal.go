@@ -90,6 +90,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: suspend
       type:
         scalar: boolean
+    - name: verification
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.BackupVerificationSpec
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.BackupStatus
   map:
     fields:
@@ -126,9 +129,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: lastScheduledBaseBackup
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: lastScheduledVerification
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
     - name: lastSuccessfulTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: lastVerification
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.VerificationStatus
+    - name: lastVerifyToken
+      type:
+        scalar: string
     - name: recovery
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.RecoveryStatus
@@ -138,6 +150,26 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: restoredFrom
       type:
         scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.BackupVerificationSpec
+  map:
+    fields:
+    - name: resources
+      type:
+        namedType: io.k8s.api.core.v1.ResourceRequirements
+    - name: schedule
+      type:
+        scalar: string
+      default: 0 5 * * 0
+    - name: scratchSize
+      type:
+        namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+    - name: suspend
+      type:
+        scalar: boolean
+    - name: timeout
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+      default: 2h
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.BaseBackupStatus
   map:
     fields:
@@ -643,6 +675,45 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: servedSerialNumber
       type:
         scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.VerificationStatus
+  map:
+    fields:
+    - name: backup
+      type:
+        scalar: string
+    - name: database
+      type:
+        scalar: string
+    - name: finished
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: id
+      type:
+        scalar: string
+    - name: job
+      type:
+        scalar: string
+    - name: latestCommitTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: message
+      type:
+        scalar: string
+    - name: replayedLSN
+      type:
+        scalar: string
+    - name: rows
+      type:
+        scalar: numeric
+    - name: started
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: succeeded
+      type:
+        scalar: boolean
+    - name: tables
+      type:
+        scalar: numeric
 - name: io.k8s.api.core.v1.Affinity
   map:
     fields:

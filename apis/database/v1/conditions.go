@@ -212,6 +212,11 @@ const (
 	// not exist, has no object store, or, in another namespace, does not
 	// allow this one).
 	ReasonRecoveryRefused = "RecoveryRefused"
+	// ReasonVerificationFailed: the newest verification restore
+	// (spec.backup.verification) failed; the message has why (a corrupted
+	// file, a replay that stopped, pg_amcheck's findings) and
+	// status.backup.lastVerification the rest.
+	ReasonVerificationFailed = "VerificationFailed"
 )
 
 // Reasons of TLSReady.
@@ -274,6 +279,11 @@ const Finalizer = "database.dbkeeper.io/cleanup"
 // the backup controller run one backup Job from the CronJob's template, once
 // per token: `kubectl annotate db orders database.dbkeeper.io/backup-now=$(date +%s) --overwrite`.
 const AnnotationBackupNow = "database.dbkeeper.io/backup-now"
+
+// AnnotationBackupVerifyNow, set on a Database with an object store to any
+// new value (a token), runs one verification restore
+// (spec.backup.verification) per token.
+const AnnotationBackupVerifyNow = "database.dbkeeper.io/backup-verify-now"
 
 // AnnotationRestoreAllowedNamespaces, on a Database with an object store,
 // lists (comma-separated, or "*") the other namespaces whose Databases may

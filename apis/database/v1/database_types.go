@@ -601,6 +601,53 @@ type BackupSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="archiveTimeout must be between 10s and 24h"
 	// +optional
 	ArchiveTimeout *metav1.Duration `json:"archiveTimeout,omitempty"`
+
+	// Verification restores the newest base backup and the WAL archived
+	// since into a throwaway pod on a schedule (weekly by default), starts
+	// PostgreSQL on it, checks it with pg_amcheck and counts the rows of
+	// the application database; status.backup.lastVerification and
+	// BackupReady (reason VerificationFailed) say what it found. It never
+	// touches the live instances nor writes into the repository. It needs
+	// spec.backup.objectStore; the backup-verify-now annotation runs one
+	// on demand.
+	// +optional
+	Verification *BackupVerificationSpec `json:"verification,omitempty"`
+}
+
+// BackupVerificationSpec is when verification restores run and what they
+// may use.
+type BackupVerificationSpec struct {
+	// Schedule is the cron schedule of the verifications (five fields or
+	// a macro such as @weekly); the default is Sundays at 05:00.
+	// +kubebuilder:default="0 5 * * 0"
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|[0-9*/,?LW#A-Za-z-]+( +[0-9*/,?LW#A-Za-z-]+){4})$')",message="verification.schedule must be a cron expression of five fields (minute hour day-of-month month day-of-week), such as \"0 5 * * 0\", or a macro such as @weekly"
+	// +optional
+	Schedule string `json:"schedule,omitempty"`
+
+	// Suspend stops scheduled verifications; the annotation still runs
+	// one.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// Resources of the verification pod's PostgreSQL. The default requests
+	// 100m CPU and 256Mi of memory and limits memory to 1Gi.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// ScratchSize bounds the volume (an emptyDir) the backup is restored
+	// into; the default is spec.storage.size. A backup larger than it
+	// fails the verification.
+	// +optional
+	ScratchSize *resource.Quantity `json:"scratchSize,omitempty"`
+
+	// Timeout bounds one verification, restore and replay included.
+	// +kubebuilder:default="2h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="verification.timeout must be at least 1m"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
 // Phase is a one-word summary of a Database for humans, derived from the
@@ -942,6 +989,62 @@ type BackupStatus struct {
 	// Recovery is how far spec.bootstrap.recovery went.
 	// +optional
 	Recovery *RecoveryStatus `json:"recovery,omitempty"`
+
+	// LastVerification is the newest verification restore
+	// (spec.backup.verification): running while it has no finished time.
+	// +optional
+	LastVerification *VerificationStatus `json:"lastVerification,omitempty"`
+
+	// LastScheduledVerification is when dbkeeper last started a scheduled
+	// verification.
+	// +optional
+	LastScheduledVerification *metav1.Time `json:"lastScheduledVerification,omitempty"`
+
+	// LastVerifyToken is the value of the backup-verify-now annotation
+	// dbkeeper last started a verification for; each token runs once.
+	// +optional
+	LastVerifyToken string `json:"lastVerifyToken,omitempty"`
+}
+
+// VerificationStatus is what a verification restore found.
+type VerificationStatus struct {
+	// ID names the verification: why it ran and when.
+	ID string `json:"id"`
+	// Job is the verification Job.
+	// +optional
+	Job string `json:"job,omitempty"`
+	// Started is when its Job was created.
+	// +optional
+	Started *metav1.Time `json:"started,omitempty"`
+	// Finished is when it ended; unset while it runs.
+	// +optional
+	Finished *metav1.Time `json:"finished,omitempty"`
+	// Succeeded says the backup restored, replayed the archive to its end
+	// and checked clean.
+	// +optional
+	Succeeded bool `json:"succeeded,omitempty"`
+	// Backup is the label of the base backup restored.
+	// +optional
+	Backup string `json:"backup,omitempty"`
+	// ReplayedLSN is how far the archive replayed.
+	// +optional
+	ReplayedLSN string `json:"replayedLSN,omitempty"`
+	// LatestCommitTime is the commit time of the last transaction
+	// replayed: what a disaster recovery would have restored.
+	// +optional
+	LatestCommitTime *metav1.Time `json:"latestCommitTime,omitempty"`
+	// Database, Tables and Rows: the ordinary tables of the application
+	// database and their rows, counted exactly in the restored copy.
+	// +optional
+	Database string `json:"database,omitempty"`
+	// +optional
+	Tables int32 `json:"tables,omitempty"`
+	// +optional
+	Rows int64 `json:"rows,omitempty"`
+	// Message says what failed: the restore (a corrupted file in the
+	// store), the replay, or pg_amcheck's findings.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // ArchiveStatus is the WAL archive as the primary's agent sees it

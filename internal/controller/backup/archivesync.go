@@ -18,6 +18,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -45,7 +46,7 @@ func healthyPoll(db *dbv1.Database) time.Duration {
 // the archive, the backups and a recovery's progress. restoring is the
 // condition of a dump restore (spec.bootstrap.fromBackup) that has not
 // finished, restoredFrom what it restored.
-func (s *syncer) syncArchive(ctx context.Context, db *dbv1.Database, restoring *metav1.Condition, restoredFrom string) (facet.Outcome, error) {
+func (s *syncer) syncArchive(ctx context.Context, db *dbv1.Database, eng engine.Engine, restoring *metav1.Condition, restoredFrom string) (facet.Outcome, error) {
 	now := s.now()
 	prev := db.Status.Backup
 	if prev == nil {
@@ -87,7 +88,14 @@ func (s *syncer) syncArchive(ctx context.Context, db *dbv1.Database, restoring *
 			st.Archive.VolumeAvailableBytes = int64(view.Status.VolumeAvailableBytes) >> 20 << 20
 		}
 	}
-	cond := AssessArchive(db, view, now)
+	verifyAfter, err := s.syncVerification(ctx, db, eng, st, prev, now)
+	if err != nil {
+		return facet.Outcome{}, err
+	}
+	if verifyAfter > 0 {
+		after = min(after, verifyAfter)
+	}
+	cond := verificationCondition(AssessArchive(db, view, now), st)
 	if cond.Status != metav1.ConditionTrue {
 		after = min(after, archivePollBusy)
 	}

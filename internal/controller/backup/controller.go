@@ -38,7 +38,7 @@ const Name = "backup"
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
 // +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=get;list;watch;create;patch
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
@@ -63,6 +63,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	s := newSyncer(mgr.GetClient(), w, time.Now)
 	s.engines = o.Engines
 	s.agents = o.Agents
+	s.agentImage = o.AgentImage
 	if s.agents == nil {
 		s.agents = instance.PodAgents{Secrets: mgr.GetAPIReader()}
 	}
@@ -75,8 +76,11 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		// policies keep it): find its Database by the instance label.
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentBackup))).
 		// Backup Jobs belong to the CronJob, not to the Database: find the
-		// Database by the instance label the job template gives them.
-		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentBackup))).
+		// Database by the instance label the job template gives them, as
+		// for the verification Job.
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+			return append(facet.DatabaseOf(resources.ComponentBackup)(ctx, obj), facet.DatabaseOf(resources.ComponentVerification)(ctx, obj)...)
+		})).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }
@@ -97,6 +101,9 @@ type syncer struct {
 	// agents reaches the instances' agents: a Database with an object
 	// store archives through them (syncArchive).
 	agents instance.Agents
+	// agentImage is the image the verification pod copies the agent from
+	// (facet.Options.AgentImage).
+	agentImage string
 }
 
 // newSyncer is the backup syncer that reads and patches with c, applies
@@ -134,7 +141,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		if err != nil {
 			return facet.Outcome{}, err
 		}
-		return s.syncArchive(ctx, db, restoring, restoredFrom)
+		return s.syncArchive(ctx, db, eng, restoring, restoredFrom)
 	}
 
 	token, err := s.runOnDemand(ctx, db, eng, tls)

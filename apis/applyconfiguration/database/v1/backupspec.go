@@ -53,6 +53,15 @@ type BackupSpecApplyConfiguration struct {
 	// stale when it has not advanced for archiveTimeout plus a margin
 	// while the primary wrote.
 	ArchiveTimeout *metav1.Duration `json:"archiveTimeout,omitempty"`
+	// Verification restores the newest base backup and the WAL archived
+	// since into a throwaway pod on a schedule (weekly by default), starts
+	// PostgreSQL on it, checks it with pg_amcheck and counts the rows of
+	// the application database; status.backup.lastVerification and
+	// BackupReady (reason VerificationFailed) say what it found. It never
+	// touches the live instances nor writes into the repository. It needs
+	// spec.backup.objectStore; the backup-verify-now annotation runs one
+	// on demand.
+	Verification *BackupVerificationSpecApplyConfiguration `json:"verification,omitempty"`
 }
 
 // BackupSpecApplyConfiguration constructs a declarative configuration of the BackupSpec type for use with
@@ -130,5 +139,13 @@ func (b *BackupSpecApplyConfiguration) WithRecoveryWindow(value string) *BackupS
 // If called multiple times, the ArchiveTimeout field is set to the value of the last call.
 func (b *BackupSpecApplyConfiguration) WithArchiveTimeout(value metav1.Duration) *BackupSpecApplyConfiguration {
 	b.ArchiveTimeout = &value
+	return b
+}
+
+// WithVerification sets the Verification field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Verification field is set to the value of the last call.
+func (b *BackupSpecApplyConfiguration) WithVerification(value *BackupVerificationSpecApplyConfiguration) *BackupSpecApplyConfiguration {
+	b.Verification = value
 	return b
 }

@@ -55,6 +55,15 @@ type BackupStatusApplyConfiguration struct {
 	LastScheduledBaseBackup *metav1.Time `json:"lastScheduledBaseBackup,omitempty"`
 	// Recovery is how far spec.bootstrap.recovery went.
 	Recovery *RecoveryStatusApplyConfiguration `json:"recovery,omitempty"`
+	// LastVerification is the newest verification restore
+	// (spec.backup.verification): running while it has no finished time.
+	LastVerification *VerificationStatusApplyConfiguration `json:"lastVerification,omitempty"`
+	// LastScheduledVerification is when dbkeeper last started a scheduled
+	// verification.
+	LastScheduledVerification *metav1.Time `json:"lastScheduledVerification,omitempty"`
+	// LastVerifyToken is the value of the backup-verify-now annotation
+	// dbkeeper last started a verification for; each token runs once.
+	LastVerifyToken *string `json:"lastVerifyToken,omitempty"`
 }
 
 // BackupStatusApplyConfiguration constructs a declarative configuration of the BackupStatus type for use with
@@ -180,5 +189,29 @@ func (b *BackupStatusApplyConfiguration) WithLastScheduledBaseBackup(value metav
 // If called multiple times, the Recovery field is set to the value of the last call.
 func (b *BackupStatusApplyConfiguration) WithRecovery(value *RecoveryStatusApplyConfiguration) *BackupStatusApplyConfiguration {
 	b.Recovery = value
+	return b
+}
+
+// WithLastVerification sets the LastVerification field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastVerification field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithLastVerification(value *VerificationStatusApplyConfiguration) *BackupStatusApplyConfiguration {
+	b.LastVerification = value
+	return b
+}
+
+// WithLastScheduledVerification sets the LastScheduledVerification field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastScheduledVerification field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithLastScheduledVerification(value metav1.Time) *BackupStatusApplyConfiguration {
+	b.LastScheduledVerification = &value
+	return b
+}
+
+// WithLastVerifyToken sets the LastVerifyToken field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastVerifyToken field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithLastVerifyToken(value string) *BackupStatusApplyConfiguration {
+	b.LastVerifyToken = &value
 	return b
 }
