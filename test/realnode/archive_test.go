@@ -94,7 +94,10 @@ func insertRows(t *testing.T, conn dbtest.Conn, from, to int) time.Time {
 // own; rows are written before and after a switchover (a new timeline);
 // two new Databases recover to the commit time of a row before the
 // switchover and of one after it, and each has exactly the rows committed
-// at or before its target. Neither touches the source's archive.
+// at or before its target. Neither touches the source's archive. A
+// verification restore of the source finds all 200 rows; with one file of
+// its base backup corrupted in the store, the next one fails, names the
+// file and turns BackupReady False (VerificationFailed).
 func TestPointInTimeRecoveryFromTheObjectStore(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
@@ -165,6 +168,55 @@ func TestPointInTimeRecoveryFromTheObjectStore(t *testing.T) {
 			"%s has exactly the rows committed at or before its target", c.db.Name)
 		assert.NotEqual(t, dbtest.Get(t, k8s, src).Status.Backup.RepositoryPath, got.Status.Backup.RepositoryPath)
 	}
+
+	t.Log("a verification restore of the source: its newest base backup and the archive since, both timelines, in a throwaway pod")
+	v := verifyNow(t, src, "1")
+	assert.True(t, v.Succeeded, "the verification of a sound backup: %s", v.Message)
+	assert.Equal(t, int64(200), v.Rows, "the restored copy has every row, the ones after the switchover included")
+	assert.Equal(t, int32(1), v.Tables)
+	assert.Equal(t, dbtest.Get(t, k8s, src).Status.Backup.LastBaseBackup.Label, v.Backup)
+
+	t.Log("one file of that base backup corrupted in the store: the next verification says so")
+	prefix := strings.TrimPrefix(dbtest.Get(t, k8s, src).Status.Backup.RepositoryPath, "/") + "/backup/" + agent.Stanza + "/" + v.Backup + "/pg_data/"
+	keys, err := s3.List(context.Background(), storeBucket, prefix)
+	require.NoError(t, err)
+	var key string
+	for _, k := range keys {
+		if strings.Contains(k, "/pg_data/PG_VERSION") {
+			key = k
+		}
+	}
+	require.NotEmpty(t, key, "PG_VERSION of backup %s among %d keys", v.Backup, len(keys))
+	require.NoError(t, s3.Corrupt(context.Background(), storeBucket, key))
+	v = verifyNow(t, src, "2")
+	assert.False(t, v.Succeeded)
+	assert.Contains(t, v.Message, "PG_VERSION", "the message names the corrupted file")
+	cond = waitCondition(t, src, dbv1.ConditionBackupReady, metav1.ConditionFalse, dbv1.ReasonVerificationFailed)
+	t.Logf("BackupReady after the corrupted verification: %s", cond.Message)
+}
+
+// verifyNow annotates db to verify its backup with token and returns the
+// finished verification.
+func verifyNow(t *testing.T, db *dbv1.Database, token string) *dbv1.VerificationStatus {
+	t.Helper()
+	dbtest.Patch(t, k8s, db, func(d *dbv1.Database) {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[dbv1.AnnotationBackupVerifyNow] = token
+	})
+	var v *dbv1.VerificationStatus
+	require.Eventually(t, func() bool {
+		b := dbtest.Get(t, k8s, db).Status.Backup
+		if b == nil || b.LastVerification == nil || b.LastVerification.ID != "on-demand-"+token || b.LastVerification.Finished == nil {
+			return false
+		}
+		v = b.LastVerification
+		return true
+	}, 3*timeout, time.Second, "verification %s finished", token)
+	t.Logf("verification %s: succeeded=%v backup=%s rows=%d replayed to %s in %s; %s", token, v.Succeeded, v.Backup, v.Rows,
+		v.ReplayedLSN, v.Finished.Sub(v.Started.Time), v.Message)
+	return v
 }
 
 // TestArchiveReasonsNameTheCause: wrong credentials and a missing bucket

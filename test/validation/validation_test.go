@@ -439,6 +439,23 @@ func TestCreateRefused(t *testing.T) {
 			want: []string{"archiveTimeout must be between 10s and 24h"},
 		},
 		{
+			name: "verification without an object store",
+			spec: map[string]any{"backup": map[string]any{"verification": map[string]any{"schedule": "@weekly"}}},
+			want: []string{"spec.backup.verification needs spec.backup.objectStore"},
+		},
+		{
+			name: "verification schedule of four fields",
+			spec: map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "s3.example", "bucket": "b", "credentialsSecret": "s"},
+				"verification": map[string]any{"schedule": "0 5 * *"}}},
+			want: []string{"verification.schedule must be a cron expression"},
+		},
+		{
+			name: "verification timeout of seconds",
+			spec: map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "s3.example", "bucket": "b", "credentialsSecret": "s"},
+				"verification": map[string]any{"timeout": "30s"}}},
+			want: []string{"verification.timeout must be at least 1m"},
+		},
+		{
 			name: "recoveryWindow in hours",
 			spec: map[string]any{"backup": map[string]any{"recoveryWindow": "36h"}},
 			want: []string{"spec.backup.recoveryWindow"},
@@ -750,6 +767,9 @@ func TestValidCreateAccepted(t *testing.T) {
 		{name: "name of one letter", dbName: "a"},
 		{name: "object store, recovery window, archive timeout", spec: map[string]any{"backup": map[string]any{
 			"objectStore": map[string]any{"endpoint": "s3.example:9000", "bucket": "backups", "credentialsSecret": "store"}, "recoveryWindow": "14d", "archiveTimeout": "30s"}}},
+		{name: "verification with its limits", spec: map[string]any{"backup": map[string]any{
+			"objectStore":  map[string]any{"endpoint": "s3.example:9000", "bucket": "backups", "credentialsSecret": "store"},
+			"verification": map[string]any{"schedule": "30 4 * * 6", "scratchSize": "5Gi", "timeout": "90m", "resources": map[string]any{"limits": map[string]any{"memory": "2Gi"}}}}}},
 		{name: "recovery to a time with microseconds", spec: map[string]any{"bootstrap": map[string]any{"recovery": map[string]any{
 			"database": "ledger", "namespace": "prod", "target": map[string]any{"time": "2026-12-05T14:01:59.123456Z"}}}}},
 		{name: "recovery from a repository path to the archive's end", spec: map[string]any{"bootstrap": map[string]any{"recovery": map[string]any{

@@ -529,6 +529,7 @@ type ServiceSpec struct {
 }
 
 // BackupSpec configures the scheduled backups.
+// +kubebuilder:validation:XValidation:rule="!has(self.verification) || has(self.objectStore)",message="spec.backup.verification needs spec.backup.objectStore: a verification restores the object store's repository"
 type BackupSpec struct {
 	// Schedule is the cron schedule of the backups: five fields (minute hour
 	// day-of-month month day-of-week) or a macro such as @daily.

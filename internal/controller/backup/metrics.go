@@ -47,6 +47,14 @@ var (
 		"dbkeeper_database_base_backups",
 		"The number of base backups in the Database's repository.",
 		[]string{"namespace", "name"}, nil)
+	lastVerifiedDesc = prometheus.NewDesc(
+		"dbkeeper_database_backup_last_verification_timestamp_seconds",
+		"When the newest verification restore of the Database's backup finished, in seconds since the epoch.",
+		[]string{"namespace", "name"}, nil)
+	verificationFailedDesc = prometheus.NewDesc(
+		"dbkeeper_database_backup_verification_failed",
+		"1 when the newest finished verification restore failed (BackupReady says why), else 0.",
+		[]string{"namespace", "name"}, nil)
 )
 
 // statusCollector reads status.backup of every cached Database at scrape
@@ -71,7 +79,7 @@ func registerMetrics(reader client.Reader) {
 }
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{lastSuccessDesc, lastArchivedDesc, archiveFailingDesc, pendingWALDesc, firstRecoverableDesc, baseBackupsDesc} {
+	for _, d := range []*prometheus.Desc{lastSuccessDesc, lastArchivedDesc, archiveFailingDesc, pendingWALDesc, firstRecoverableDesc, baseBackupsDesc, lastVerifiedDesc, verificationFailedDesc} {
 		ch <- d
 	}
 }
@@ -110,6 +118,14 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(baseBackupsDesc, float64(b.BaseBackups))
 		if b.FirstRecoverabilityPoint != nil {
 			gauge(firstRecoverableDesc, float64(b.FirstRecoverabilityPoint.Unix()))
+		}
+		if v := b.LastVerification; v != nil && v.Finished != nil {
+			gauge(lastVerifiedDesc, float64(v.Finished.Unix()))
+			failed := 0.0
+			if !v.Succeeded {
+				failed = 1
+			}
+			gauge(verificationFailedDesc, failed)
 		}
 		if a := b.Archive; a != nil {
 			if a.LastArchivedTime != nil {

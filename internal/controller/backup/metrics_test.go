@@ -45,14 +45,15 @@ func TestCollectorBeforeTheCacheStarts(t *testing.T) {
 }
 
 // TestArchiveMetrics: a Database whose archive fails reports failing 1,
-// its pending WAL and its last archived segment's time; one without an
-// object store reports no archive series.
+// its pending WAL and its last archived segment's time, and its failed
+// verification; one without an object store reports no archive series.
 func TestArchiveMetrics(t *testing.T) {
 	archived := metav1.Unix(1_800_000_000, 0)
 	failed := metav1.Unix(1_800_000_060, 0)
 	withStore := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
 		Status: dbv1.DatabaseStatus{Backup: &dbv1.BackupStatus{RepositoryPath: "/dbkeeper/shop/orders/u", BaseBackups: 2,
-			Archive: &dbv1.ArchiveStatus{LastArchivedTime: &archived, LastFailedTime: &failed, PendingWALBytes: 3 << 30}}}}
+			Archive:          &dbv1.ArchiveStatus{LastArchivedTime: &archived, LastFailedTime: &failed, PendingWALBytes: 3 << 30},
+			LastVerification: &dbv1.VerificationStatus{ID: "on-demand-1", Finished: &failed, Message: "checksum mismatch"}}}}
 	dumpsOnly := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "legacy"},
 		Status: dbv1.DatabaseStatus{Backup: &dbv1.BackupStatus{}}}
 	scheme := runtime.NewScheme()
@@ -73,8 +74,15 @@ dbkeeper_database_archive_pending_wal_bytes{name="orders",namespace="shop"} 3.22
 # HELP dbkeeper_database_base_backups The number of base backups in the Database's repository.
 # TYPE dbkeeper_database_base_backups gauge
 dbkeeper_database_base_backups{name="orders",namespace="shop"} 2
+# HELP dbkeeper_database_backup_verification_failed 1 when the newest finished verification restore failed (BackupReady says why), else 0.
+# TYPE dbkeeper_database_backup_verification_failed gauge
+dbkeeper_database_backup_verification_failed{name="orders",namespace="shop"} 1
+# HELP dbkeeper_database_backup_last_verification_timestamp_seconds When the newest verification restore of the Database's backup finished, in seconds since the epoch.
+# TYPE dbkeeper_database_backup_last_verification_timestamp_seconds gauge
+dbkeeper_database_backup_last_verification_timestamp_seconds{name="orders",namespace="shop"} 1.80000006e+09
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
 		"dbkeeper_database_archive_failing", "dbkeeper_database_archive_last_archived_timestamp_seconds",
-		"dbkeeper_database_archive_pending_wal_bytes", "dbkeeper_database_base_backups"))
+		"dbkeeper_database_archive_pending_wal_bytes", "dbkeeper_database_base_backups",
+		"dbkeeper_database_backup_verification_failed", "dbkeeper_database_backup_last_verification_timestamp_seconds"))
 }
