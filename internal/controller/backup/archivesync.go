@@ -3,6 +3,7 @@ package backup
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -66,6 +67,19 @@ func (s *syncer) syncArchive(ctx context.Context, db *dbv1.Database, eng engine.
 	}
 
 	if rec := recoveryPending(db); rec != nil {
+		if view.Status == nil || view.Status.State == agent.StateWaiting {
+			// not started yet: a source that cannot be used says so here,
+			// and is looked at again until it can (a consent given later).
+			if _, err := facet.RecoveryStore(ctx, s.reader, db); err != nil {
+				var refused *resources.RecoveryRefusedError
+				if !errors.As(err, &refused) {
+					return facet.Outcome{}, err
+				}
+				keepArchive(st, prev)
+				return facet.Outcome{Condition: conditions.False(dbv1.ConditionBackupReady, dbv1.ReasonRecoveryRefused, refused.Error()),
+					Status: dbv1ac.DatabaseStatus().WithBackup(backupStatusApply(st)), RequeueAfter: archivePoll}, nil
+			}
+		}
 		cond, done := recoveryProgress(db, view, now)
 		if !done {
 			keepArchive(st, prev)

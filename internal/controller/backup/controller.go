@@ -64,6 +64,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	s.engines = o.Engines
 	s.agents = o.Agents
 	s.agentImage = o.AgentImage
+	s.reader = mgr.GetAPIReader()
 	if s.agents == nil {
 		s.agents = instance.PodAgents{Secrets: mgr.GetAPIReader()}
 	}
@@ -101,6 +102,9 @@ type syncer struct {
 	// agents reaches the instances' agents: a Database with an object
 	// store archives through them (syncArchive).
 	agents instance.Agents
+	// reader reads what the cache does not hold: a recovery's source
+	// Database in another namespace.
+	reader client.Reader
 	// agentImage is the image the verification pod copies the agent from
 	// (facet.Options.AgentImage).
 	agentImage string
@@ -109,7 +113,7 @@ type syncer struct {
 // newSyncer is the backup syncer that reads and patches with c, applies
 // with w, and judges the age of backups by the clock now.
 func newSyncer(c client.Client, w *facet.Writer, now func() time.Time) *syncer {
-	return &syncer{client: c, writer: w, now: now}
+	return &syncer{client: c, reader: c, writer: w, now: now}
 }
 
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {

@@ -57,3 +57,32 @@ func TestSync(t *testing.T) {
 	require.NoError(t, c.List(ctx, jobs, client.InNamespace(db.Namespace)))
 	assert.Len(t, jobs.Items, 1)
 }
+
+// TestSyncRefusesAnUnconsentedRecovery: a recovery from a Database of
+// another namespace that does not list this one is BackupReady=False
+// RecoveryRefused, naming the annotation; once the source allows it, the
+// recovery goes on (Recovering).
+func TestSyncRefusesAnUnconsentedRecovery(t *testing.T) {
+	ctx := context.Background()
+	source := facettest.Database()
+	source.Namespace, source.Name, source.UID = "prod", "ledger", "source-uid"
+	source.Spec.Backup.ObjectStore = &dbv1.ObjectStoreSpec{Endpoint: "s3.example", Bucket: "b", Path: "/dbkeeper", CredentialsSecret: "s3"}
+	db := facettest.Database()
+	db.Spec.Backup.ObjectStore = source.Spec.Backup.ObjectStore
+	db.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{Database: "ledger", Namespace: "prod"}}
+	c := facettest.Client(t, db, source)
+	s := newSyncer(c, facet.WriterFor(c, &events.FakeRecorder{}, Name), func() time.Time { return t0 })
+
+	out, err := s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, dbv1.ReasonRecoveryRefused, out.Condition.Reason, out.Condition.Message)
+	assert.Contains(t, out.Condition.Message, dbv1.AnnotationRestoreAllowedNamespaces)
+	assert.Contains(t, out.Condition.Message, "prod/ledger")
+	assert.Positive(t, out.RequeueAfter, "looked at again: a consent may come")
+
+	source.Annotations = map[string]string{dbv1.AnnotationRestoreAllowedNamespaces: "other, " + db.Namespace}
+	require.NoError(t, c.Update(ctx, source))
+	out, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, dbv1.ReasonRecovering, out.Condition.Reason, out.Condition.Message)
+}

@@ -6,11 +6,11 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -22,22 +22,7 @@ func (s *syncer) firstBootstrap(ctx context.Context, db *dbv1.Database) (agent.B
 	if db.Spec.Bootstrap == nil || db.Spec.Bootstrap.Recovery == nil {
 		return agent.BootstrapRequest{Mode: agent.BootstrapInitdb}, nil
 	}
-	rec := db.Spec.Bootstrap.Recovery
-	var source *dbv1.Database
-	if rec.Database != "" {
-		ns := rec.Namespace
-		if ns == "" {
-			ns = db.Namespace
-		}
-		source = &dbv1.Database{}
-		if err := s.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: rec.Database}, source); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return agent.BootstrapRequest{}, fmt.Errorf("getting the recovery source %s/%s: %w", ns, rec.Database, err)
-			}
-			source = nil
-		}
-	}
-	store, err := resources.RecoveryStore(db, source)
+	store, err := facet.RecoveryStore(ctx, s.reader, db)
 	if err != nil {
 		return agent.BootstrapRequest{}, err
 	}
