@@ -7,7 +7,7 @@
 #   pause        a static Go binary (images/pause), the pod sandbox
 #   postgres:15  Debian bookworm's postgresql-15 + images/postgres/docker-entrypoint.sh
 #   postgres:17  Debian trixie's postgresql-17 + the same entrypoint
-#   manager      the dbkeeper manager, static, as the Dockerfile describes it
+#   manager      the dbkeeper manager and versitygw, static, as the Dockerfile describes it
 #
 # Every image is cached by content under ~/.cache/dbkeeper/images: its
 # tarball's name carries a hash of what it is built from (this script, the
@@ -162,11 +162,19 @@ build_manager() {
 	rm -rf "$layer"
 	mkdir -p "$layer/etc" "$layer/tmp" "$(dirname "$layer$path")"
 	(cd "$root" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o "$layer$path" ./cmd/manager)
+	# the other static binaries of the final stage: versitygw, built from
+	# the module its COPY --from stage copies (test/tools/versitygw).
+	local vgw_path vgw_dir
+	vgw_path=$(awk 'toupper($1) == "COPY" && $2 == "--from=versitygw" { print $4 }' "$root/Dockerfile")
+	vgw_dir=$(awk '/^FROM .* AS versitygw/ { on = 1 } on && toupper($1) == "COPY" { print $2; exit }' "$root/Dockerfile")
+	[[ -n $vgw_path && -n $vgw_dir ]] || { log "cannot read the versitygw stage from $root/Dockerfile"; exit 1; }
+	mkdir -p "$(dirname "$layer$vgw_path")"
+	(cd "$root/$vgw_dir" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o "$layer$vgw_path" github.com/versity/versitygw/cmd/versitygw)
 	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$layer/etc/passwd"
 	printf 'root:x:0:\nnonroot:x:65532:\n' >"$layer/etc/group"
 	chmod 1777 "$layer/tmp"
 	local key
-	key=$(cat "$layer$path" "$root/Dockerfile" "${BASH_SOURCE[0]}" | hash_of)
+	key=$(cat "$layer$path" "$layer$vgw_path" "$root/Dockerfile" "${BASH_SOURCE[0]}" | hash_of)
 	local ref=localhost/dbkeeper/manager:$key archive=$cache/manager-$key.tar
 	if [[ ! -s $archive ]]; then
 		tar -C "$layer" --owner=0 --group=0 --mtime=@0 -cf "$work/manager-layer.tar" .

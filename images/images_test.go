@@ -23,7 +23,8 @@ import (
 // TestManagerImageIsWhatTheDockerfileDescribes builds the manager image the
 // way the local cluster gets it (images/build.sh, no Docker) and checks it
 // against the Dockerfile a release is built from: the same user, entrypoint
-// and labels, a static binary at the entrypoint's path, and no shell.
+// and labels, a static binary at the entrypoint's path and at every path
+// the final stage copies from a build stage (versitygw), and no shell.
 func TestManagerImageIsWhatTheDockerfileDescribes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the manager image")
@@ -50,12 +51,15 @@ func TestManagerImageIsWhatTheDockerfileDescribes(t *testing.T) {
 	}
 	assert.Equal(t, []string{img.ref}, []string{fields[1]}, "the tarball's tag")
 
-	bin, ok := img.files[strings.TrimPrefix(want.entrypoint[0], "/")]
-	require.True(t, ok, "the image has no %s; files: %v", want.entrypoint[0], slices.Sorted(maps.Keys(img.files)))
-	f, err := elf.NewFile(bytes.NewReader(bin))
-	require.NoError(t, err, "%s is not an ELF binary", want.entrypoint[0])
-	for _, p := range f.Progs {
-		assert.NotEqual(t, elf.PT_INTERP, p.Type, "%s is dynamically linked; the distroless static base has no libc", want.entrypoint[0])
+	require.Contains(t, want.copies, want.entrypoint[0], "the entrypoint is a binary the final stage copies")
+	for _, path := range want.copies {
+		bin, ok := img.files[strings.TrimPrefix(path, "/")]
+		require.True(t, ok, "the image has no %s; files: %v", path, slices.Sorted(maps.Keys(img.files)))
+		f, err := elf.NewFile(bytes.NewReader(bin))
+		require.NoError(t, err, "%s is not an ELF binary", path)
+		for _, p := range f.Progs {
+			assert.NotEqual(t, elf.PT_INTERP, p.Type, "%s is dynamically linked; the distroless static base has no libc", path)
+		}
 	}
 	for _, shell := range []string{"bin/sh", "bin/bash", "usr/bin/sh"} {
 		assert.NotContains(t, img.files, shell, "the image has a shell")
@@ -69,10 +73,13 @@ type dockerfile struct {
 	user       string
 	entrypoint []string
 	labels     map[string]string
+	// copies are the destinations of the final stage's COPY --from lines:
+	// the static binaries (the manager, versitygw).
+	copies []string
 }
 
-// readDockerfile reads the final stage's USER, ENTRYPOINT (exec form) and
-// LABELs.
+// readDockerfile reads the final stage's USER, ENTRYPOINT (exec form),
+// LABELs and COPY --from destinations.
 func readDockerfile(t *testing.T, path string) dockerfile {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -85,6 +92,12 @@ func readDockerfile(t *testing.T, path string) dockerfile {
 		line := strings.TrimSpace(sc.Text())
 		instr, rest, _ := strings.Cut(line, " ")
 		switch strings.ToUpper(instr) {
+		case "FROM":
+			d.copies = nil
+		case "COPY":
+			if f := strings.Fields(rest); len(f) == 3 && strings.HasPrefix(f[0], "--from=") {
+				d.copies = append(d.copies, f[2])
+			}
 		case "USER":
 			d.user = strings.TrimSpace(rest)
 		case "ENTRYPOINT":

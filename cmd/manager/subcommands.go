@@ -12,11 +12,13 @@ import (
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
+	"github.com/dbkeeper/dbkeeper/internal/reposerver"
 )
 
 // subcommand runs `manager copy-self DIR`, `manager agent [flags] --
-// COMMAND...` or `manager verify-backup [flags]` when args name one; ok is
-// false for the manager itself.
+// COMMAND...`, `manager verify-backup [flags]` or `manager
+// repository-server [flags]` when args name one; ok is false for the
+// manager itself.
 func subcommand(args []string) (ok bool, err error) {
 	if len(args) == 0 {
 		return false, nil
@@ -33,16 +35,24 @@ func subcommand(args []string) (ok bool, err error) {
 		return true, err
 	case "agent":
 		return true, runAgent(args[1:])
+	case reposerver.Command:
+		return true, runTool(reposerver.Main, args[1:])
 	case agent.VerifyCommand:
-		zapOpts := zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
-		err := agent.VerifyMain(args[1:], func(fs *flag.FlagSet) { zapOpts.BindFlags(fs) },
-			func() logr.Logger { return zapr.NewLogger(zap.NewRaw(zap.UseFlagOptions(&zapOpts))) })
-		if errors.Is(err, flag.ErrHelp) {
-			err = nil
-		}
-		return true, err
+		return true, runTool(agent.VerifyMain, args[1:])
 	}
 	return false, nil
+}
+
+// runTool runs a subcommand's main with the manager's logging flags bound
+// to its flag set; -h is no error.
+func runTool(main func(args []string, bindFlags func(*flag.FlagSet), newLog func() logr.Logger) error, args []string) error {
+	zapOpts := zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
+	err := main(args, func(fs *flag.FlagSet) { zapOpts.BindFlags(fs) },
+		func() logr.Logger { return zapr.NewLogger(zap.NewRaw(zap.UseFlagOptions(&zapOpts))) })
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
 }
 
 // runAgent parses the agent's flags (with the manager's logging ones) and
