@@ -38,7 +38,6 @@ const (
 	EnvSecretAccessKey = "ROOT_SECRET_ACCESS_KEY"
 )
 
-
 // Config is the server's settings (Main's flags).
 type Config struct {
 	// Binary is versitygw.

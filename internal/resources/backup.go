@@ -65,7 +65,7 @@ func BackupCronJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*batchv
 		WithOwnerReferences(OwnerReference(db)).
 		WithSpec(batchv1ac.CronJobSpec().
 			WithSchedule(db.Spec.Backup.Schedule).
-			WithSuspend(db.Spec.Backup.Suspend || db.Spec.Backup.ObjectStore != nil).
+			WithSuspend(db.Spec.Backup.Suspend || Store(db, tls) != nil).
 			WithConcurrencyPolicy(batchv1.ForbidConcurrent).
 			WithStartingDeadlineSeconds(backupStartingDeadline).
 			WithSuccessfulJobsHistoryLimit(backupHistory).

@@ -19,12 +19,11 @@ const (
 	repositoryMountPath = "/dbkeeper/repository"
 )
 
-// RepositoryPath is where in its object store's bucket db archives:
-// <spec.backup.objectStore.path>/<namespace>/<name>/<uid>. The UID makes
-// it a path no other Database ever writes, not even one of the same name
-// created after this one was deleted. Empty without an object store.
-func RepositoryPath(db *dbv1.Database) string {
-	store := db.Spec.Backup.ObjectStore
+// RepositoryPath is where in store's bucket db archives (store is
+// Store(db, tls)): <store.path>/<namespace>/<name>/<uid>. The UID makes it
+// a path no other Database ever writes, not even one of the same name
+// created after this one was deleted. Empty without a store.
+func RepositoryPath(db *dbv1.Database, store *dbv1.ObjectStoreSpec) string {
 	if store == nil || db.UID == "" {
 		return ""
 	}
@@ -62,16 +61,28 @@ func RecoveryStore(db, source *dbv1.Database) (*dbv1.ObjectStoreSpec, error) {
 	if source.UID == db.UID {
 		return nil, refuse("spec.bootstrap.recovery.database: a Database cannot recover from its own archive")
 	}
-	if source.Spec.Backup.ObjectStore == nil {
-		return nil, refuse("spec.bootstrap.recovery.database: Database %s has no spec.backup.objectStore, so no archive to recover from", ref)
-	}
 	if ns != db.Namespace && !allowsRestoreInto(source, db.Namespace) {
 		return nil, refuse("spec.bootstrap.recovery.database: Database %s does not allow recoveries into namespace %s: its annotation %s must list it",
 			ref, db.Namespace, dbv1.AnnotationRestoreAllowedNamespaces)
 	}
-	store := *source.Spec.Backup.ObjectStore
-	store.Path = RepositoryPath(source)
-	return &store, nil
+	if source.Spec.Backup.ObjectStore != nil {
+		store := *source.Spec.Backup.ObjectStore
+		store.Path = RepositoryPath(source, source.Spec.Backup.ObjectStore)
+		return &store, nil
+	}
+	// the repository on the source's backup volume, once it has archived
+	// (its status names the path).
+	if source.Status.Backup == nil || source.Status.Backup.RepositoryPath == "" {
+		return nil, refuse("spec.bootstrap.recovery.database: Database %s has no archive to recover from (no spec.backup.objectStore, and no repository on its backup volume yet)", ref)
+	}
+	if ns != db.Namespace {
+		// the volume repository's credentials are its root's: they do not
+		// leave the source's namespace.
+		return nil, refuse("spec.bootstrap.recovery.database: Database %s keeps its archive on its backup volume, which only Databases of namespace %s can recover from; give it spec.backup.objectStore to share its backups with other namespaces", ref, ns)
+	}
+	store := VolumeStore(source)
+	store.Path = source.Status.Backup.RepositoryPath
+	return store, nil
 }
 
 // allowsRestoreInto says whether source's annotation lets Databases of
@@ -92,15 +103,15 @@ func agentRepository(store *dbv1.ObjectStoreSpec, repo string) agent.Repository 
 		URIStyle: strings.ToLower(store.URIStyle)}
 }
 
-// addRepository gives the engine container db's repository: its
+// addRepository gives the engine container db's repository (Store): its
 // description in agent.EnvRepository and its Secrets as files (so that a
 // rotated key reaches pgBackRest without a restart).
-func addRepository(db *dbv1.Database, pod *corev1ac.PodSpecApplyConfiguration, container *corev1ac.ContainerApplyConfiguration) error {
-	store := db.Spec.Backup.ObjectStore
+func addRepository(db *dbv1.Database, tls ServerTLS, pod *corev1ac.PodSpecApplyConfiguration, container *corev1ac.ContainerApplyConfiguration) error {
+	store := Store(db, tls)
 	if store == nil {
 		return nil
 	}
-	repo := agentRepository(store, RepositoryPath(db))
+	repo := agentRepository(store, RepositoryPath(db, store))
 	repo.CredentialsDir = repositoryMountPath + "/credentials"
 	if store.CASecret != "" {
 		repo.CADir = repositoryMountPath + "/ca"

@@ -32,13 +32,13 @@ func TestRepositoryPathsNeverMeet(t *testing.T) {
 	c.UID = types.UID("a-new-uid")
 	paths := map[string]bool{}
 	for _, db := range []*dbv1.Database{a, b, c} {
-		p := resources.RepositoryPath(db)
+		p := resources.RepositoryPath(db, db.Spec.Backup.ObjectStore)
 		assert.NotEmpty(t, p)
 		assert.False(t, paths[p], "two Databases share %s", p)
 		paths[p] = true
 	}
-	assert.Equal(t, "/dbkeeper/shop/orders/"+string(a.UID), resources.RepositoryPath(a))
-	assert.Empty(t, resources.RepositoryPath(sample("dumps", nil)), "no object store, no path")
+	assert.Equal(t, "/dbkeeper/shop/orders/"+string(a.UID), resources.RepositoryPath(a, a.Spec.Backup.ObjectStore))
+	assert.Empty(t, resources.RepositoryPath(sample("dumps", nil), nil), "no object store, no path")
 }
 
 // TestStatefulSetCarriesTheRepository: the engine container gets the
@@ -62,7 +62,7 @@ func TestStatefulSetCarriesTheRepository(t *testing.T) {
 		}
 		assert.NotContains(t, e.Value, "secretAccessKey\":\"", "a secret in the environment")
 	}
-	assert.Equal(t, resources.RepositoryPath(db), repo.Path)
+	assert.Equal(t, resources.RepositoryPath(db, db.Spec.Backup.ObjectStore), repo.Path)
 	assert.Equal(t, 14, repo.RetentionDays)
 	assert.Nil(t, repo.Secrets)
 	mounts := map[string]string{}
@@ -110,7 +110,7 @@ func TestRecoveryStoreNeedsConsent(t *testing.T) {
 	source.Annotations = map[string]string{dbv1.AnnotationRestoreAllowedNamespaces: "dev, staging"}
 	store, err := resources.RecoveryStore(restore("prod"), source)
 	require.NoError(t, err)
-	assert.Equal(t, resources.RepositoryPath(source), store.Path)
+	assert.Equal(t, resources.RepositoryPath(source, source.Spec.Backup.ObjectStore), store.Path)
 	assert.Equal(t, "/dbkeeper/prod/orders/source-uid", store.Path)
 
 	source.Annotations[dbv1.AnnotationRestoreAllowedNamespaces] = "*"
@@ -121,7 +121,23 @@ func TestRecoveryStoreNeedsConsent(t *testing.T) {
 	refused(t, err, "does not exist")
 	source.Spec.Backup.ObjectStore = nil
 	_, err = resources.RecoveryStore(restore("prod"), source)
-	refused(t, err, "no spec.backup.objectStore")
+	refused(t, err, "no archive to recover from")
+
+	// a source archiving on its backup volume: its own namespace only,
+	// whatever its annotation says (the repository's credentials are its
+	// root's).
+	source.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled
+	source.Status.Backup = &dbv1.BackupStatus{RepositoryPath: "/dbkeeper/prod/orders/source-uid"}
+	_, err = resources.RecoveryStore(restore("prod"), source)
+	refused(t, err, "only Databases of namespace prod")
+	sameNS := restore("prod")
+	sameNS.Namespace = "prod"
+	store, err = resources.RecoveryStore(sameNS, source)
+	require.NoError(t, err)
+	assert.Equal(t, "orders-repository.prod.svc:9000", store.Endpoint)
+	assert.Equal(t, "/dbkeeper/prod/orders/source-uid", store.Path)
+	assert.Equal(t, "orders-repository", store.CredentialsSecret)
+	source.Spec.Backup.VolumeRepository = ""
 
 	self := restore("")
 	_, err = resources.RecoveryStore(self, self)

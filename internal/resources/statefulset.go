@@ -106,7 +106,7 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 	if tls {
 		addServerTLS(db, eng, pod, container)
 	}
-	if err := addRepository(db, pod, container); err != nil {
+	if err := addRepository(db, tls, pod, container); err != nil {
 		return nil, err
 	}
 	pod.WithContainers(container)

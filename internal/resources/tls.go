@@ -143,15 +143,22 @@ func ReadOnlyServiceName(db *dbv1.Database) string { return db.Name + "-ro" }
 // ServerDNSNames are the host names the server certificate is valid for:
 // every form of the client, headless and read-only Services'
 // names, and each pod's name under the headless Service (which the
-// restore Job connects to, see RestorePodHost). The client Service's
-// short name comes first (the certificate's common name).
+// restore Job connects to, see RestorePodHost), and with
+// spec.backup.volumeRepository Enabled the Service of the repository on
+// the backup volume (VolumeStore), whose S3 server serves it. The client Service's short name comes first (the certificate's
+// common name).
 func ServerDNSNames(db *dbv1.Database) []string {
 	var names []string
 	for _, svc := range []string{ClientServiceName(db), HeadlessServiceName(db), ReadOnlyServiceName(db)} {
 		names = append(names, svc, svc+"."+db.Namespace, svc+"."+db.Namespace+".svc", svc+"."+db.Namespace+".svc.cluster.local")
 	}
 	pods := "*." + HeadlessServiceName(db) + "." + db.Namespace + ".svc"
-	return append(names, pods, pods+".cluster.local")
+	names = append(names, pods, pods+".cluster.local")
+	if db.Spec.Backup.VolumeRepository == dbv1.VolumeRepositoryEnabled {
+		repo := VolumeRepositoryName(db) + "." + db.Namespace + ".svc"
+		names = append(names, repo, repo+".cluster.local")
+	}
+	return names
 }
 
 // CASecret is the Secret of the Database's CA, created once by the tls

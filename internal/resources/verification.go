@@ -58,7 +58,7 @@ func VerificationSchedule(db *dbv1.Database) string {
 // connection; it runs once (no retry: a failure is what it reports) within
 // spec.backup.verification.timeout, and writes its agent.VerifyReport to
 // its termination message. id is status.backup.lastVerification.id.
-func VerificationJob(db *dbv1.Database, eng engine.Engine, agentImage, id string) (*batchv1ac.JobApplyConfiguration, error) {
+func VerificationJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage, id string) (*batchv1ac.JobApplyConfiguration, error) {
 	image, err := engine.ImageFor(eng, db)
 	if err != nil {
 		return nil, err
@@ -111,7 +111,7 @@ func VerificationJob(db *dbv1.Database, eng engine.Engine, agentImage, id string
 		WithInitContainers(agentCopy(agentImage, eng.User()))
 	addScratch(pod, container, eng.ScratchMounts())
 	addSharedMemory(pod, container, eng.SharedMemoryPath(), res)
-	if err := addRepository(db, pod, container); err != nil {
+	if err := addRepository(db, tls, pod, container); err != nil {
 		return nil, err
 	}
 	pod.WithContainers(container)

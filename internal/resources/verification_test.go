@@ -36,7 +36,7 @@ func TestVerificationJobIsThrowawayAndBounded(t *testing.T) {
 				corev1.ResourceMemory: resource.MustParse("512Mi"), corev1.ResourceCPU: resource.MustParse("500m")}},
 		}
 	})
-	ac, err := resources.VerificationJob(db, eng, testAgentImage, "on-demand-1")
+	ac, err := resources.VerificationJob(db, eng, resources.TLSOn, testAgentImage, "on-demand-1")
 	require.NoError(t, err)
 	raw, err := json.Marshal(ac)
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestVerificationJobIsThrowawayAndBounded(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(e.Value), &repo))
 		}
 	}
-	assert.Equal(t, resources.RepositoryPath(db), repo.Path, "its own repository")
+	assert.Equal(t, resources.RepositoryPath(db, db.Spec.Backup.ObjectStore), repo.Path, "its own repository")
 	var scratch *resource.Quantity
 	for _, v := range pod.Spec.Volumes {
 		if v.Name == "verify" && v.EmptyDir != nil {
@@ -78,7 +78,7 @@ func TestVerificationJobIsThrowawayAndBounded(t *testing.T) {
 
 	// the defaults: the data volume's size, two hours.
 	db.Spec.Backup.Verification = nil
-	ac, err = resources.VerificationJob(db, eng, testAgentImage, "scheduled")
+	ac, err = resources.VerificationJob(db, eng, resources.TLSOn, testAgentImage, "scheduled")
 	require.NoError(t, err)
 	assert.Equal(t, int64((130 * time.Minute).Seconds()), *ac.Spec.ActiveDeadlineSeconds)
 	assert.Equal(t, "0 5 * * 0", resources.VerificationSchedule(db))

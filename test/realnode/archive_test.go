@@ -93,15 +93,16 @@ func insertRows(t *testing.T, conn dbtest.Conn, from, to int) time.Time {
 // an object store archives its WAL and takes its first base backup on its
 // own; rows are written before and after a switchover (a new timeline);
 // two new Databases recover to the commit time of a row before the
-// switchover and of one after it, and each has exactly the rows committed
-// at or before its target. Neither touches the source's archive. A
+// switchover and of one after it (that one in another namespace, refused
+// with RecoveryRefused until the source's annotation allows it), and each
+// has exactly the rows committed at or before its target. Neither touches the source's archive. A
 // verification restore of the source finds all 200 rows; with one file of
 // its base backup corrupted in the store, the next one fails, names the
 // file and turns BackupReady False (VerificationFailed).
 func TestPointInTimeRecoveryFromTheObjectStore(t *testing.T) {
 	t.Parallel()
-	ns := newNamespace(t)
-	startOperator(t, ns)
+	ns, other := newNamespace(t), newNamespace(t)
+	startOperator(t, ns, other)
 	store := objectStore(t, ns)
 	src := newDatabase(ns, "ledger", "17", func(d *dbv1.Database) {
 		d.Spec.Replicas = ptr.To(int32(2))
@@ -147,16 +148,24 @@ func TestPointInTimeRecoveryFromTheObjectStore(t *testing.T) {
 			strings.HasPrefix(a.LastArchivedWAL, "00000002")
 	}, 3*time.Minute, 2*time.Second, "WAL of the new timeline archived after the last rows")
 
-	recover := func(name string, at time.Time) *dbv1.Database {
-		d := newDatabase(ns, name, "17", func(d *dbv1.Database) {
+	recover := func(namespace, name string, at time.Time) *dbv1.Database {
+		d := newDatabase(namespace, name, "17", func(d *dbv1.Database) {
 			d.Spec.Backup.ObjectStore = store
-			d.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{Database: src.Name,
+			d.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{Database: src.Name, Namespace: ns,
 				Target: &dbv1.RecoveryTarget{Time: at.Format(time.RFC3339Nano)}}}
 		})
 		create(t, d)
 		return d
 	}
-	early, late := recover("before-switchover", before), recover("after-switchover", after)
+	early := recover(ns, "before-switchover", before)
+	// the other recovery in another namespace, with credentials of its
+	// own for the store: refused until the source consents.
+	objectStore(t, other)
+	late := recover(other, "after-switchover", after)
+	cond = waitCondition(t, late, dbv1.ConditionBackupReady, metav1.ConditionFalse, dbv1.ReasonRecoveryRefused)
+	assert.Contains(t, cond.Message, dbv1.AnnotationRestoreAllowedNamespaces)
+	t.Logf("%s/%s before the source's consent: %s", other, late.Name, cond.Message)
+	dbtest.Patch(t, k8s, src, func(d *dbv1.Database) { d.Annotations[dbv1.AnnotationRestoreAllowedNamespaces] = other })
 	for _, c := range []struct {
 		db   *dbv1.Database
 		rows int

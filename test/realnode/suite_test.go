@@ -116,10 +116,10 @@ func dropNamespace(ctx context.Context, namespace string) error {
 
 // startOperator runs an operator with every controller on namespace, with
 // the cluster's engine images; its log is printed when the test fails.
-func startOperator(t *testing.T, namespace string) *operator.Operator {
+func startOperator(t *testing.T, namespaces ...string) *operator.Operator {
 	t.Helper()
 	return operator.Start(t, local.Config, operator.Options{
-		Namespaces: []string{namespace},
+		Namespaces: namespaces,
 		Engines:    images,
 		Logger:     operator.FileLogger(t, 40),
 		// Real PostgreSQL on the node: the operator reaches the pods'

@@ -441,7 +441,18 @@ func TestCreateRefused(t *testing.T) {
 		{
 			name: "verification without an object store",
 			spec: map[string]any{"backup": map[string]any{"verification": map[string]any{"schedule": "@weekly"}}},
-			want: []string{"spec.backup.verification needs spec.backup.objectStore"},
+			want: []string{"spec.backup.verification needs a repository"},
+		},
+		{
+			name: "volume repository beside an object store",
+			spec: map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "s3.example", "bucket": "b", "credentialsSecret": "s"},
+				"volumeRepository": "Enabled"}},
+			want: []string{"spec.backup.volumeRepository Enabled and spec.backup.objectStore exclude each other"},
+		},
+		{
+			name: "volume repository without TLS",
+			spec: map[string]any{"tls": map[string]any{"mode": "Disabled"}, "backup": map[string]any{"volumeRepository": "Enabled"}},
+			want: []string{"spec.backup.volumeRepository Enabled needs TLS"},
 		},
 		{
 			name: "verification schedule of four fields",
@@ -767,6 +778,8 @@ func TestValidCreateAccepted(t *testing.T) {
 		{name: "name of one letter", dbName: "a"},
 		{name: "object store, recovery window, archive timeout", spec: map[string]any{"backup": map[string]any{
 			"objectStore": map[string]any{"endpoint": "s3.example:9000", "bucket": "backups", "credentialsSecret": "store"}, "recoveryWindow": "14d", "archiveTimeout": "30s"}}},
+		{name: "volume repository with its verification", spec: map[string]any{"backup": map[string]any{
+			"volumeRepository": "Enabled", "verification": map[string]any{"schedule": "@weekly"}}}},
 		{name: "verification with its limits", spec: map[string]any{"backup": map[string]any{
 			"objectStore":  map[string]any{"endpoint": "s3.example:9000", "bucket": "backups", "credentialsSecret": "store"},
 			"verification": map[string]any{"schedule": "30 4 * * 6", "scratchSize": "5Gi", "timeout": "90m", "resources": map[string]any{"limits": map[string]any{"memory": "2Gi"}}}}}},

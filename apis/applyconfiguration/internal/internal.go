@@ -93,6 +93,10 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: verification
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.BackupVerificationSpec
+    - name: volumeRepository
+      type:
+        scalar: string
+      default: Disabled
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.BackupStatus
   map:
     fields:

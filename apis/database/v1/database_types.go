@@ -75,6 +75,7 @@ type Database struct {
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.version) || self.engine != 'postgres' || self.version in ['14', '15', '16', '17']",message="spec.version must be one of 14, 15, 16, 17 for engine postgres"
 // +kubebuilder:validation:XValidation:rule="!has(self.highAvailability) || !has(self.highAvailability.synchronous) || self.highAvailability.synchronous.dataDurability == 'Preferred' || (has(self.replicas) ? self.replicas : 1) == 0 || self.highAvailability.synchronous.number < (has(self.replicas) ? self.replicas : 1)",message="spec.highAvailability.synchronous.number must be below spec.replicas with dataDurability Required: every commit would wait for standbys that do not exist"
+// +kubebuilder:validation:XValidation:rule="!has(self.backup) || self.backup.volumeRepository != 'Enabled' || !has(self.tls) || self.tls.mode != 'Disabled'",message="spec.backup.volumeRepository Enabled needs TLS: the repository's S3 server serves the Database's certificate, and spec.tls.mode is Disabled"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap)",message="spec.bootstrap cannot be added or removed after creation: it only says how the Database was first filled"
 // +kubebuilder:validation:XValidation:rule="has(self.credentials) == has(oldSelf.credentials)",message="spec.credentials cannot be added or removed after creation: the data directory was initialised with the first credentials"
 type DatabaseSpec struct {
@@ -529,7 +530,8 @@ type ServiceSpec struct {
 }
 
 // BackupSpec configures the scheduled backups.
-// +kubebuilder:validation:XValidation:rule="!has(self.verification) || has(self.objectStore)",message="spec.backup.verification needs spec.backup.objectStore: a verification restores the object store's repository"
+// +kubebuilder:validation:XValidation:rule="!has(self.verification) || has(self.objectStore) || self.volumeRepository == 'Enabled'",message="spec.backup.verification needs a repository: spec.backup.objectStore, or spec.backup.volumeRepository Enabled"
+// +kubebuilder:validation:XValidation:rule="!has(self.objectStore) || self.volumeRepository != 'Enabled'",message="spec.backup.volumeRepository Enabled and spec.backup.objectStore exclude each other: the archive goes to one repository"
 type BackupSpec struct {
 	// Schedule is the cron schedule of the backups: five fields (minute hour
 	// day-of-month month day-of-week) or a macro such as @daily.
@@ -583,6 +585,21 @@ type BackupSpec struct {
 	// +optional
 	ObjectStore *ObjectStoreSpec `json:"objectStore,omitempty"`
 
+	// VolumeRepository Enabled, without an object store, keeps the same
+	// continuous archive and base backups in a repository on the backup
+	// volume (beside the dumps, which stop being scheduled): point-in-time
+	// recovery within the cluster. An S3 server of the Database's own
+	// (<name>-repository, the manager's image running versitygw) serves
+	// it with the Database's certificate, so it needs TLS. This copy lives
+	// on the backup volume: it does not survive losing the cluster or the
+	// volume's storage (spec.backup.objectStore does). Disabled (the
+	// default in this release, persisted on existing Databases) keeps the
+	// dumps alone.
+	// +kubebuilder:default=Disabled
+	// +kubebuilder:validation:Enum=Enabled;Disabled
+	// +optional
+	VolumeRepository string `json:"volumeRepository,omitempty"`
+
 	// RecoveryWindow is how far back a point-in-time recovery must remain
 	// possible, in days (such as 14d): expiry keeps the newest base backup
 	// older than the window and every WAL segment after it.
@@ -609,11 +626,17 @@ type BackupSpec struct {
 	// the application database; status.backup.lastVerification and
 	// BackupReady (reason VerificationFailed) say what it found. It never
 	// touches the live instances nor writes into the repository. It needs
-	// spec.backup.objectStore; the backup-verify-now annotation runs one
-	// on demand.
+	// a repository (objectStore, or volumeRepository Enabled); the
+	// backup-verify-now annotation runs one on demand.
 	// +optional
 	Verification *BackupVerificationSpec `json:"verification,omitempty"`
 }
+
+// The values of spec.backup.volumeRepository.
+const (
+	VolumeRepositoryEnabled  = "Enabled"
+	VolumeRepositoryDisabled = "Disabled"
+)
 
 // BackupVerificationSpec is when verification restores run and what they
 // may use.

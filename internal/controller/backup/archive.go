@@ -26,6 +26,9 @@ type ArchiveView struct {
 	Unreachable string
 	// VolumeBytes is the data volume's requested size.
 	VolumeBytes int64
+	// OnBackupVolume says the repository is the one on the backup volume
+	// (spec.backup.volumeRepository), which the messages say plainly.
+	OnBackupVolume bool
 }
 
 // archiveStaleMargin is how much longer than archive_timeout the archive
@@ -56,6 +59,9 @@ func AssessArchive(db *dbv1.Database, v ArchiveView, now time.Time) metav1.Condi
 		return conditions.False(t, dbv1.ReasonArchiveStarting, msg)
 	}
 	where := "s3://" + rep.Repository
+	if v.OnBackupVolume {
+		where = "the repository on the backup volume (" + where + ")"
+	}
 	if rep.StanzaError != "" && !rep.StanzaReady {
 		reason, hint := classifyStoreError(rep.StanzaError)
 		if isOtherServer(rep.StanzaError) {
@@ -113,6 +119,9 @@ func AssessArchive(db *dbv1.Database, v ArchiveView, now time.Time) metav1.Condi
 	}
 	msg += fmt.Sprintf("; %d base backups, the newest %s at %s; recoverable from %s", len(rep.Backups), newest.Label,
 		newest.Finished.UTC().Format(time.RFC3339), rep.Backups[0].Finished.UTC().Format(time.RFC3339))
+	if v.OnBackupVolume {
+		msg += "; this copy is on the backup volume and does not survive losing the cluster or its storage: spec.backup.objectStore does"
+	}
 	return conditions.True(t, dbv1.ReasonArchiving, msg)
 }
 

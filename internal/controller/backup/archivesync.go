@@ -41,26 +41,28 @@ func healthyPoll(db *dbv1.Database) time.Duration {
 	return min(archivePoll, resources.ArchiveTimeout(db))
 }
 
-// syncArchive is the backup facet of a Database with
-// spec.backup.objectStore: it reads the primary's archive report, asks
+// syncArchive is the backup facet of a Database with a repository (store,
+// resources.Store: spec.backup.objectStore or the backup volume's): it reads the primary's archive report, asks
 // for base backups (the first one, on schedule, on demand) and reports
 // the archive, the backups and a recovery's progress. restoring is the
 // condition of a dump restore (spec.bootstrap.fromBackup) that has not
 // finished, restoredFrom what it restored.
-func (s *syncer) syncArchive(ctx context.Context, db *dbv1.Database, eng engine.Engine, restoring *metav1.Condition, restoredFrom string) (facet.Outcome, error) {
+func (s *syncer) syncArchive(ctx context.Context, db *dbv1.Database, eng engine.Engine, tls resources.ServerTLS, store *dbv1.ObjectStoreSpec,
+	restoring *metav1.Condition, restoredFrom string) (facet.Outcome, error) {
 	now := s.now()
 	prev := db.Status.Backup
 	if prev == nil {
 		prev = &dbv1.BackupStatus{}
 	}
 	st := &dbv1.BackupStatus{
-		RepositoryPath:          resources.RepositoryPath(db),
+		RepositoryPath:          resources.RepositoryPath(db, store),
 		LastOnDemandToken:       prev.LastOnDemandToken,
 		LastScheduledBaseBackup: prev.LastScheduledBaseBackup,
 		Recovery:                prev.Recovery,
 		RestoredFrom:            restoredFrom,
 	}
 	view := s.archiveView(ctx, db)
+	view.OnBackupVolume = resources.IsVolumeStore(db, store)
 	if restoring != nil {
 		keepArchive(st, prev)
 		return facet.Outcome{Condition: *restoring, Status: dbv1ac.DatabaseStatus().WithBackup(backupStatusApply(st)), RequeueAfter: archivePollBusy}, nil
@@ -102,7 +104,7 @@ func (s *syncer) syncArchive(ctx context.Context, db *dbv1.Database, eng engine.
 			st.Archive.VolumeAvailableBytes = int64(view.Status.VolumeAvailableBytes) >> 20 << 20
 		}
 	}
-	verifyAfter, err := s.syncVerification(ctx, db, eng, st, prev, now)
+	verifyAfter, err := s.syncVerification(ctx, db, eng, tls, st, prev, now)
 	if err != nil {
 		return facet.Outcome{}, err
 	}

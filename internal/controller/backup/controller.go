@@ -41,7 +41,9 @@ const Name = "backup"
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Controller is the backup controller.
@@ -138,14 +140,18 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		return facet.Outcome{}, err
 	}
 
-	if db.Spec.Backup.ObjectStore != nil {
-		// base backups and the WAL archive in the object store; the
-		// CronJob above stays suspended, its dumps kept.
+	store := resources.Store(db, tls)
+	if err := s.syncVolumeRepository(ctx, db, eng, resources.IsVolumeStore(db, store)); err != nil {
+		return facet.Outcome{}, err
+	}
+	if store != nil {
+		// base backups and the WAL archive in the repository; the CronJob
+		// above stays suspended, its dumps kept.
 		restoring, restoredFrom, err := s.bootstrap(ctx, db, eng, tls)
 		if err != nil {
 			return facet.Outcome{}, err
 		}
-		return s.syncArchive(ctx, db, eng, restoring, restoredFrom)
+		return s.syncArchive(ctx, db, eng, tls, store, restoring, restoredFrom)
 	}
 
 	token, err := s.runOnDemand(ctx, db, eng, tls)
@@ -294,7 +300,7 @@ func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyCon
 	if db.Status.Backup == nil {
 		return nil
 	}
-	if db.Spec.Backup.ObjectStore != nil || db.Status.Backup.RepositoryPath != "" {
+	if db.Spec.Backup.ObjectStore != nil || db.Spec.Backup.VolumeRepository == dbv1.VolumeRepositoryEnabled || db.Status.Backup.RepositoryPath != "" {
 		return dbv1ac.DatabaseStatus().WithBackup(backupStatusApply(db.Status.Backup))
 	}
 	b := db.Status.Backup

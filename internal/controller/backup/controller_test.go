@@ -7,8 +7,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -85,4 +87,39 @@ func TestSyncRefusesAnUnconsentedRecovery(t *testing.T) {
 	out, err = s.Sync(ctx, db)
 	require.NoError(t, err)
 	assert.Equal(t, dbv1.ReasonRecovering, out.Condition.Reason, out.Condition.Message)
+}
+
+// TestSyncKeepsTheVolumeRepository: with spec.backup.volumeRepository
+// Enabled a sync makes the repository's credentials (once: a second sync
+// keeps them), Service and S3 server; BackupReady waits for the archive.
+// Turned off, the server goes and the credentials stay with the data.
+func TestSyncKeepsTheVolumeRepository(t *testing.T) {
+	ctx := context.Background()
+	db := facettest.Database()
+	db.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled
+	c := facettest.Client(t, db)
+	s := newSyncer(c, facet.WriterFor(c, &events.FakeRecorder{}, Name), func() time.Time { return t0 })
+	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.VolumeRepositoryName(db)}
+
+	out, err := s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, dbv1.ReasonArchiveStarting, out.Condition.Reason, out.Condition.Message)
+	assert.Equal(t, resources.RepositoryPath(db, resources.VolumeStore(db)), *out.Status.Backup.RepositoryPath)
+	secret := &corev1.Secret{}
+	require.NoError(t, c.Get(ctx, key, secret))
+	require.NoError(t, c.Get(ctx, key, &corev1.Service{}))
+	require.NoError(t, c.Get(ctx, key, &appsv1.StatefulSet{}))
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	again := &corev1.Secret{}
+	require.NoError(t, c.Get(ctx, key, again))
+	assert.Equal(t, secret.Data, again.Data, "the credentials never change")
+
+	db.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryDisabled
+	out, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.True(t, apierrors.IsNotFound(c.Get(ctx, key, &appsv1.StatefulSet{})), "the server goes")
+	assert.True(t, apierrors.IsNotFound(c.Get(ctx, key, &corev1.Service{})))
+	require.NoError(t, c.Get(ctx, key, &corev1.Secret{}), "the credentials stay with the data")
+	assert.NotEqual(t, dbv1.ReasonArchiveStarting, out.Condition.Reason)
 }

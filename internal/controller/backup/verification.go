@@ -58,7 +58,7 @@ func VerificationDue(db *dbv1.Database, st *dbv1.BackupStatus, now time.Time) (i
 // deleting the finished one first (its result is in the status by then).
 // There is nothing to verify before the first base backup. It returns
 // when to look again (zero: the Job's watch says).
-func (s *syncer) syncVerification(ctx context.Context, db *dbv1.Database, eng engine.Engine, st, prev *dbv1.BackupStatus, now time.Time) (time.Duration, error) {
+func (s *syncer) syncVerification(ctx context.Context, db *dbv1.Database, eng engine.Engine, tls resources.ServerTLS, st, prev *dbv1.BackupStatus, now time.Time) (time.Duration, error) {
 	st.LastVerification, st.LastScheduledVerification, st.LastVerifyToken = prev.LastVerification, prev.LastScheduledVerification, prev.LastVerifyToken
 	name := resources.VerificationJobName(db)
 	job := &batchv1.Job{}
@@ -107,7 +107,7 @@ func (s *syncer) syncVerification(ctx context.Context, db *dbv1.Database, eng en
 		}
 		return archivePollBusy, nil
 	}
-	desired, err := resources.VerificationJob(db, eng, s.agentImage, id)
+	desired, err := resources.VerificationJob(db, eng, tls, s.agentImage, id)
 	if err != nil {
 		return 0, err
 	}

@@ -43,6 +43,17 @@ type BackupSpecApplyConfiguration struct {
 	// dumps in the backup volume. pgBackRest does the work
 	// (docs/design/backup.md).
 	ObjectStore *ObjectStoreSpecApplyConfiguration `json:"objectStore,omitempty"`
+	// VolumeRepository Enabled, without an object store, keeps the same
+	// continuous archive and base backups in a repository on the backup
+	// volume (beside the dumps, which stop being scheduled): point-in-time
+	// recovery within the cluster. An S3 server of the Database's own
+	// (<name>-repository, the manager's image running versitygw) serves
+	// it with the Database's certificate, so it needs TLS. This copy lives
+	// on the backup volume: it does not survive losing the cluster or the
+	// volume's storage (spec.backup.objectStore does). Disabled (the
+	// default in this release, persisted on existing Databases) keeps the
+	// dumps alone.
+	VolumeRepository *string `json:"volumeRepository,omitempty"`
 	// RecoveryWindow is how far back a point-in-time recovery must remain
 	// possible, in days (such as 14d): expiry keeps the newest base backup
 	// older than the window and every WAL segment after it.
@@ -59,8 +70,8 @@ type BackupSpecApplyConfiguration struct {
 	// the application database; status.backup.lastVerification and
 	// BackupReady (reason VerificationFailed) say what it found. It never
 	// touches the live instances nor writes into the repository. It needs
-	// spec.backup.objectStore; the backup-verify-now annotation runs one
-	// on demand.
+	// a repository (objectStore, or volumeRepository Enabled); the
+	// backup-verify-now annotation runs one on demand.
 	Verification *BackupVerificationSpecApplyConfiguration `json:"verification,omitempty"`
 }
 
@@ -123,6 +134,14 @@ func (b *BackupSpecApplyConfiguration) WithStorage(value *StorageSpecApplyConfig
 // If called multiple times, the ObjectStore field is set to the value of the last call.
 func (b *BackupSpecApplyConfiguration) WithObjectStore(value *ObjectStoreSpecApplyConfiguration) *BackupSpecApplyConfiguration {
 	b.ObjectStore = value
+	return b
+}
+
+// WithVolumeRepository sets the VolumeRepository field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the VolumeRepository field is set to the value of the last call.
+func (b *BackupSpecApplyConfiguration) WithVolumeRepository(value string) *BackupSpecApplyConfiguration {
+	b.VolumeRepository = &value
 	return b
 }
 

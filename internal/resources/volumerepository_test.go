@@ -1,0 +1,107 @@
+package resources_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/reposerver"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// TestStoreIsTheVolumeRepositoryOnlyWhenAskedWithTLS: the object store
+// wins; without one, the backup volume's repository is the store only
+// with spec.backup.volumeRepository Enabled and TLS on (its server serves
+// the Database's certificate), and the engine pods then get it as any
+// object store, verified with the Database's CA; otherwise nothing (the
+// dumps alone, the CronJob not suspended).
+func TestStoreIsTheVolumeRepositoryOnlyWhenAskedWithTLS(t *testing.T) {
+	eng, err := engine.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	plain := sample("orders", nil)
+	assert.Nil(t, resources.Store(plain, resources.TLSOn), "the default keeps the dumps alone")
+	vol := sample("orders", func(db *dbv1.Database) { db.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled })
+	assert.Nil(t, resources.Store(vol, resources.TLSOff), "no TLS, no volume repository")
+	store := resources.Store(vol, resources.TLSOn)
+	require.NotNil(t, store)
+	assert.True(t, resources.IsVolumeStore(vol, store))
+	assert.Equal(t, "orders-repository.shop.svc:9000", store.Endpoint)
+	assert.Contains(t, resources.ServerDNSNames(vol), "orders-repository.shop.svc", "the certificate names the repository's Service")
+	assert.NotContains(t, resources.ServerDNSNames(plain), "orders-repository.shop.svc")
+
+	ac, err := resources.StatefulSet(vol, eng, resources.TLSOn, testAgentImage)
+	require.NoError(t, err)
+	raw, err := json.Marshal(ac)
+	require.NoError(t, err)
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, json.Unmarshal(raw, sts))
+	var repo agent.Repository
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == agent.EnvRepository {
+			require.NoError(t, json.Unmarshal([]byte(e.Value), &repo))
+		}
+	}
+	assert.Equal(t, store.Endpoint, repo.Endpoint)
+	assert.Equal(t, reposerver.Bucket, repo.Bucket)
+	assert.Equal(t, resources.RepositoryPath(vol, store), repo.Path)
+	assert.NotEmpty(t, repo.CADir, "verified with the Database's CA")
+
+	cron, err := resources.BackupCronJob(vol, eng, resources.TLSOn)
+	require.NoError(t, err)
+	assert.True(t, *cron.Spec.Suspend, "base backups replace the scheduled dumps")
+	cron, err = resources.BackupCronJob(plain, eng, resources.TLSOn)
+	require.NoError(t, err)
+	assert.False(t, *cron.Spec.Suspend)
+}
+
+// TestVolumeRepositoryServer: one pod of the manager's image runs the S3
+// server over the dumps' PVC with the Database's certificate and the
+// credentials of its Secret (never in its arguments), without a
+// ServiceAccount token; the Service selects it alone.
+func TestVolumeRepositoryServer(t *testing.T) {
+	eng, err := engine.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	db := sample("orders", func(db *dbv1.Database) { db.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled })
+	raw, err := json.Marshal(resources.VolumeRepositoryStatefulSet(db, eng, testAgentImage))
+	require.NoError(t, err)
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, json.Unmarshal(raw, sts))
+	assert.Equal(t, "orders-repository", sts.Name)
+	assert.Equal(t, int32(1), *sts.Spec.Replicas)
+	pod := sts.Spec.Template.Spec
+	assert.False(t, *pod.AutomountServiceAccountToken)
+	require.Len(t, pod.Containers, 1)
+	c := pod.Containers[0]
+	assert.Equal(t, testAgentImage, c.Image)
+	assert.Equal(t, reposerver.Command, c.Command[1])
+	for _, e := range c.Env {
+		require.NotNil(t, e.ValueFrom, "%s comes from the Secret", e.Name)
+		assert.Equal(t, "orders-repository", e.ValueFrom.SecretKeyRef.Name)
+	}
+	claims := map[string]bool{}
+	for _, v := range pod.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims[v.PersistentVolumeClaim.ClaimName] = true
+		}
+	}
+	assert.Equal(t, map[string]bool{resources.BackupName(db): true}, claims, "the backup volume")
+	assert.NotEqual(t, resources.ComponentDatabase, sts.Spec.Template.Labels[resources.LabelComponent])
+
+	svc := resources.VolumeRepositoryService(db)
+	assert.Equal(t, sts.Spec.Template.Labels, svc.Spec.Selector)
+	assert.Equal(t, int32(reposerver.Port), *svc.Spec.Ports[0].Port)
+
+	sec, err := resources.VolumeRepositorySecret(db)
+	require.NoError(t, err)
+	again, err := resources.VolumeRepositorySecret(db)
+	require.NoError(t, err)
+	assert.NotEqual(t, sec.Data[agent.SecretAccessKeyFile], again.Data[agent.SecretAccessKeyFile], "random credentials")
+	assert.Equal(t, corev1.SecretTypeOpaque, sec.Type)
+}
