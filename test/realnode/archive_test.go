@@ -411,3 +411,46 @@ func archiveGaps(t *testing.T, keys []string) []string {
 	}
 	return gaps
 }
+
+// TestPointInTimeRecoveryFromTheBackupVolume: a Database without an object
+// store, with spec.backup.volumeRepository Enabled, archives into the S3
+// server of its own on its backup volume (it says so, and that this copy
+// does not survive the cluster); a new Database of the same namespace
+// recovers to the commit time of a row and has exactly the rows committed
+// at or before it.
+func TestPointInTimeRecoveryFromTheBackupVolume(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	src := newDatabase(ns, "journal", "17", func(d *dbv1.Database) {
+		d.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled
+		d.Spec.Backup.ArchiveTimeout = &metav1.Duration{Duration: 10 * time.Second}
+	})
+	create(t, src)
+	waitReady(t, src)
+	cond := waitCondition(t, src, dbv1.ConditionBackupReady, metav1.ConditionTrue, dbv1.ReasonArchiving)
+	assert.Contains(t, cond.Message, "backup volume")
+	assert.Contains(t, cond.Message, "does not survive losing the cluster")
+	t.Logf("BackupReady: %s", cond.Message)
+
+	conn := generated(src)
+	mark := insertRows(t, conn, 1, 40)
+	time.Sleep(time.Second)
+	insertRows(t, conn, 41, 90)
+	after := time.Now()
+	require.Eventually(t, func() bool {
+		a := dbtest.Get(t, k8s, src).Status.Backup.Archive
+		return a != nil && a.LastArchivedTime != nil && a.LastArchivedTime.After(after)
+	}, 2*time.Minute, 2*time.Second, "the last rows archived on the backup volume")
+
+	restored := newDatabase(ns, "journal-restored", "17", func(d *dbv1.Database) {
+		d.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled
+		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{Database: src.Name,
+			Target: &dbv1.RecoveryTarget{Time: mark.Format(time.RFC3339Nano)}}}
+	})
+	create(t, restored)
+	got := waitReady(t, restored)
+	require.NotNil(t, got.Status.Backup.Recovery)
+	assert.Equal(t, "40|40", query(t, generated(restored), "SELECT count(*), max(id) FROM ledger"),
+		"exactly the rows committed at or before the target")
+}

@@ -450,6 +450,11 @@ func TestCreateRefused(t *testing.T) {
 			want: []string{"spec.backup.volumeRepository Enabled and spec.backup.objectStore exclude each other"},
 		},
 		{
+			name: "recovery into a Database without a repository",
+			spec: map[string]any{"bootstrap": map[string]any{"recovery": map[string]any{"database": "ledger"}}},
+			want: []string{"spec.bootstrap.recovery needs a repository of the new Database's own"},
+		},
+		{
 			name: "volume repository without TLS",
 			spec: map[string]any{"tls": map[string]any{"mode": "Disabled"}, "backup": map[string]any{"volumeRepository": "Enabled"}},
 			want: []string{"spec.backup.volumeRepository Enabled needs TLS"},
@@ -783,10 +788,13 @@ func TestValidCreateAccepted(t *testing.T) {
 		{name: "verification with its limits", spec: map[string]any{"backup": map[string]any{
 			"objectStore":  map[string]any{"endpoint": "s3.example:9000", "bucket": "backups", "credentialsSecret": "store"},
 			"verification": map[string]any{"schedule": "30 4 * * 6", "scratchSize": "5Gi", "timeout": "90m", "resources": map[string]any{"limits": map[string]any{"memory": "2Gi"}}}}}},
-		{name: "recovery to a time with microseconds", spec: map[string]any{"bootstrap": map[string]any{"recovery": map[string]any{
-			"database": "ledger", "namespace": "prod", "target": map[string]any{"time": "2026-12-05T14:01:59.123456Z"}}}}},
-		{name: "recovery from a repository path to the archive's end", spec: map[string]any{"bootstrap": map[string]any{"recovery": map[string]any{
-			"objectStore": map[string]any{"endpoint": "s3.example", "bucket": "backups", "path": "/dbkeeper/prod/ledger/0b1c", "credentialsSecret": "s"}}}}},
+		{name: "recovery to a time with microseconds", spec: map[string]any{"backup": map[string]any{"volumeRepository": "Enabled"},
+			"bootstrap": map[string]any{"recovery": map[string]any{
+				"database": "ledger", "namespace": "prod", "target": map[string]any{"time": "2026-12-05T14:01:59.123456Z"}}}}},
+		{name: "recovery from a repository path to the archive's end", spec: map[string]any{
+			"backup": map[string]any{"objectStore": map[string]any{"endpoint": "s3.example", "bucket": "backups", "credentialsSecret": "s"}},
+			"bootstrap": map[string]any{"recovery": map[string]any{
+				"objectStore": map[string]any{"endpoint": "s3.example", "bucket": "backups", "path": "/dbkeeper/prod/ledger/0b1c", "credentialsSecret": "s"}}}}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
