@@ -24,34 +24,50 @@ func (r *backupBench) markdown() string {
 	p("")
 	p("```")
 	p("%s", benchCommand())
+	p("# which runs:")
+	p("go test -run '^$' -bench '^BenchmarkBackup$' -benchtime 1x -v -timeout 120m ./internal/agent -args -report=$PWD/docs/benchmarks-backup.md %s", benchFlags())
 	p("```")
 	p("")
 	p("Machine: %s, %d cores, %s RAM, Linux %s; load average %s at the start, %s at the end (the machine is shared: compare the ratios, not the absolute figures, with other runs).",
-		procField("/proc/cpuinfo", "model name"), runtime.NumCPU(), procField("/proc/meminfo", "MemTotal"), readTrimmed("/proc/sys/kernel/osrelease"), r.LoadBefore, r.LoadAfter)
+		procField("/proc/cpuinfo", "model name"), runtime.NumCPU(), memGiB(), readTrimmed("/proc/sys/kernel/osrelease"), r.LoadBefore, r.LoadAfter)
 	p("Software: %s, %s, versitygw %s (its posix backend, HTTPS on 127.0.0.1), %s. Everything (data directories, the store, the floors' copies) is on one file system; the servers run with fsync=off, as all of this package's tests.",
 		versionOf(filepath.Join(mustPGBin(), "postgres"), "--version"), versionOf("pgbackrest", "version"), versitygwVersion(), runtime.Version())
 	p("")
+	if rev, err := exec.Command("git", "describe", "--always", "--dirty").Output(); err == nil {
+		p("Source: commit `%s` of this repository.", strings.TrimSpace(string(rev)))
+		p("")
+	}
 	p("The agent under test is the `manager agent` of this tree (a copy of the test binary) running the image's entrypoint on the host's PostgreSQL, as `TestArchiveAndPointInTimeRecovery` runs it: its repository is a path in a versitygw bucket, its pgBackRest configuration the one the agent writes (zstd compression, one process, TLS to the store).")
 	p("")
 
 	p("## 1. Archive lag")
 	p("")
-	p("From a commit to the WAL segment holding it being archived. Both servers run with `archive_timeout = %s`. **Agent**: the agent's primary, whose `archive_command` is the agent's (`timeout 120 pgbackrest archive-push %%p` into the store). **Floor**: a server of the same binaries and settings (postgres.StartWith) with `archive_command = 'cp %%p <dir>/%%f'` into a directory on the same file system.", benchArchiveTimeout)
+	p("From a commit to the WAL segment holding it being archived. Both servers run with `archive_timeout = %s`. **Agent**: the agent's primary, whose `archive_command` is the agent's (`timeout 120 pgbackrest archive-push %%p` into the store). **Floor**: a server of the same binaries and settings (postgres.StartWith) with `archive_command = 'cp %%p <dir>/%%f'` into a directory on the same file system. The floor gets one `pg_reload_conf()` after its start: PostgreSQL 15's checkpointer takes its first sleep while the startup is in progress, which archive_timeout does not shorten, and applies archive_timeout only once something wakes it (at the latest the first timed checkpoint, 5 min later). The agent's primary is woken by the agent's reload of its new pg_hba.conf after the first start; a trial run without the floor's reload had its first quiet commit archived minutes late.", span(benchArchiveTimeout))
 	p("")
-	p("*In the store* is read from **`pg_stat_archiver`**, polled every %s on its own connection: `last_archived_time` is when `archive_command` returned 0 for `last_archived_wal` (for the agent, once pgBackRest has stored the segment). The commit time is the server's `clock_timestamp()` right after the commit returned, and its segment `pg_walfile_name(pg_current_wal_insert_lsn())`. A segment the poll did not see as the last archived (the next one was archived within the same %s) gets the next segment's time, an upper bound; the column *bounded* counts those commits.", archivePoll, archivePoll)
+	p("*In the store* is read from **`pg_stat_archiver`**, polled every %s on its own connection: `last_archived_time` is when `archive_command` returned 0 for `last_archived_wal` (for the agent, once pgBackRest has stored the segment). The commit time is the server's `clock_timestamp()` right after the commit returned, and its segment `pg_walfile_name(pg_current_wal_insert_lsn())`. A segment the poll did not see as the last archived (the next one was archived within the same %s) gets the next segment's time, an upper bound; the column *bounded* counts those commits.", span(archivePoll), span(archivePoll))
 	p("")
-	p("- **Steady**: one writer commits a row of %d KiB of random bytes every %s for %s on each server (the floor first), about 3 MB/s of WAL: the segments fill and switch on their own, about every 5 s. The commits of the segment still open when the writer stops are left out (archive_timeout, not the load, would close it).", steadyPayload>>10, commitEvery, *benchSteady)
-	p("- **Quiet**: %d single commits on each server, both servers at once; each one after a random pause of up to archive_timeout once the one before was archived. Nothing else writes, so the segment is switched by archive_timeout: the lag is bounded by %s plus the push. With %d samples the p99 is the largest.", *benchQuietSamples, benchArchiveTimeout, *benchQuietSamples)
+	p("- **Steady**: one writer commits a row of %d KiB of random bytes every %s for %s on each server (the floor first), about 3 MB/s of WAL: the segments fill and switch on their own, about every 5 s. The commits of the segment still open when the writer stops are left out (archive_timeout, not the load, would close it).", steadyPayload>>10, span(commitEvery), span(*benchSteady))
+	p("- **Quiet**: %d single commits on each server, both servers at once; each one after a random pause of up to archive_timeout once the one before was archived. Nothing else writes, so the segment is switched by archive_timeout: the lag is bounded by %s plus the push. With %d samples the p99 is the largest.", *benchQuietSamples, span(benchArchiveTimeout), *benchQuietSamples)
 	p("")
 	p("| case | floor p50 | floor p99 | agent p50 | agent p99 | **ratio p50** | ratio p99 | agent max | commits (segments, bounded) floor / agent |")
 	p("|---|---|---|---|---|---|---|---|---|")
-	for _, l := range []struct {
+	cases := []struct {
 		name         string
 		floor, agent lagStats
-	}{{"steady writer", r.SteadyFloor, r.SteadyAgent}, {"quiet database", r.QuietFloor, r.QuietAgent}} {
+	}{{"steady writer", r.SteadyFloor, r.SteadyAgent}, {"quiet database", r.QuietFloor, r.QuietAgent}}
+	for _, l := range cases {
 		p("| %s | %s | %s | %s | %s | **%.2f×** | %.2f× | %s | %d (%d, %d) / %d (%d, %d) |", l.name, secs(l.floor.P50), secs(l.floor.P99),
 			secs(l.agent.P50), secs(l.agent.P99), ratio(l.agent.P50, l.floor.P50), ratio(l.agent.P99, l.floor.P99), secs(l.agent.Max),
 			l.floor.Commits, l.floor.Segments, l.floor.Bounded, l.agent.Commits, l.agent.Segments, l.agent.Bounded)
+	}
+	p("")
+	p("Most of that lag is the wait for the segment to fill (steady) or for archive_timeout (quiet), the same for both. The push alone, from the segment's completion (the modification time of `pg_wal/archive_status/<segment>.done`, which was the `.ready` file PostgreSQL created then) to `last_archived_time`, of the segments above:")
+	p("")
+	p("| case | floor (cp) push p50 | p99 | agent (pgBackRest into the store) push p50 | p99 | **ratio p50** | segments floor / agent |")
+	p("|---|---|---|---|---|---|---|")
+	for _, l := range cases {
+		p("| %s | %s | %s | %s | %s | **%.1f×** | %d / %d |", l.name, ms(l.floor.PushP50), ms(l.floor.PushP99), ms(l.agent.PushP50), ms(l.agent.PushP99),
+			ratio(l.agent.PushP50, l.floor.PushP50), l.floor.Pushes, l.agent.Pushes)
 	}
 	p("")
 
@@ -67,23 +83,46 @@ func (r *backupBench) markdown() string {
 	p("| floor: pg_basebackup -Ft | %s | %.0f | %s (local) | %.2f× |", secs(r.BaseTar.Took), mbps(r.BaseTar.Took), formatBytes(r.BaseTar.Bytes), ratio(r.BaseAgent.Took, r.BaseTar.Took))
 	p("| agent: pgBackRest full backup into the store | %s | %.0f | %s (in the store) | 1× |", secs(r.BaseAgent.Took), mbps(r.BaseAgent.Took), formatBytes(r.RepoBytes))
 	p("")
+	p("pgBackRest stored %.0f%% of the cluster's bytes (zstd). Of the agent's %s, pgBackRest's own start and stop times (`pgbackrest info`, whole seconds) span %s; the rest is the request, the agent starting the command and the status poll (100 ms).",
+		100*float64(r.RepoBytes)/float64(r.DataBytes), secs(r.BaseAgent.Took), secs(r.BackupInfoTook))
+	p("")
 
 	p("## 3. Restore and replay")
 	p("")
-	p("After the base backup, %s of WAL (%d rows of the same kind into a second table) was written and archived. Each restore takes the newest base backup from the store and replays the archive to its end (no target: `--type=default`), then promotes; both are checked to hold all %d rows. **Floor** (by hand, first): `pgbackrest restore` with the primary's own pgBackRest configuration, `--pg1-path=<new dir> --io-timeout=60 --type=default`, then the server started on it with the settings the agent gives a recovering server (`hot_standby=off`, so it accepts connections once promoted) until its postmaster.pid says ready, as `pg_ctl start -w` waits (started directly rather than by pg_ctl so that it dies with the benchmark). pgBackRest wrote `restore_command = %s`. **Agent**: a new agent (db-1) with an empty volume and a repository of its own, `POST /bootstrap {mode: restore, recovery: {repository: <the source's, with its secrets>}}`, as a Database's `spec.bootstrap.recovery` without a target, until its status reports a running, ready primary. *Copy* is pgbackrest restore (for the agent: until its state leaves Bootstrapping, polled every 100 ms); the rest is the server's start, replay and promotion.",
-		formatBytes(r.WALBytes), r.RowsAfter, r.RowsAfter, "`"+r.RestoreCommand+"`")
+	p("After the base backup, %s of WAL (%d rows of the same kind into a second table) was written and archived. Each restore takes the newest base backup from the store and replays the archive to its end (no target: `--type=default`), then promotes; both are checked to hold all %d rows. **Floor** (by hand, first): `pgbackrest restore` with the primary's own pgBackRest configuration, `--pg1-path=<new dir> --io-timeout=60 --type=default`, then the server started on it with the settings the agent gives a recovering server (`hot_standby=off`, so it accepts connections once promoted) until its postmaster.pid says ready, as `pg_ctl start -w` waits (started directly rather than by pg_ctl so that it dies with the benchmark). pgBackRest wrote `restore_command = '%s'` (`$DIR` is the run's scratch directory). **Agent**: a new agent (db-1) with an empty volume and a repository of its own, `POST /bootstrap {mode: restore, recovery: {repository: <the source's, with its secrets>}}`, as a Database's `spec.bootstrap.recovery` without a target, until its status reports a running, ready primary. *Copy* is pgbackrest restore (for the agent: until its state leaves Bootstrapping, polled every 100 ms); the rest is the server's start, replay and promotion.",
+		formatBytes(r.WALBytes), r.RowsAfter, r.RowsAfter, r.RestoreCommand)
 	p("")
-	p("| restore | copy | replay and promotion | total | **agent / by hand** |")
-	p("|---|---|---|---|---|")
-	p("| floor: pgbackrest restore + server by hand | %s | %s | %s | |", secs(r.RestoreByHand.Copy), secs(r.RestoreByHand.Took-r.RestoreByHand.Copy), secs(r.RestoreByHand.Took))
-	p("| agent: restore bootstrap | %s | %s | %s | **%.2f×** |", secs(r.RestoreAgent.Copy), secs(r.RestoreAgent.Took-r.RestoreAgent.Copy), secs(r.RestoreAgent.Took), ratio(r.RestoreAgent.Took, r.RestoreByHand.Took))
+	p("| restore | copy (pgbackrest restore) | to redo start | redo (archive-get of each segment) | end of recovery, promotion | until reported | total | **agent / by hand** |")
+	p("|---|---|---|---|---|---|---|---|")
+	for _, row := range []struct {
+		name  string
+		run   timing
+		start time.Time
+		ratio string
+	}{
+		{"floor: pgbackrest restore + server by hand", r.RestoreByHand, r.RestoreStart[0], ""},
+		{"agent: restore bootstrap", r.RestoreAgent, r.RestoreStart[1], fmt.Sprintf("**%.2f×**", ratio(r.RestoreAgent.Took, r.RestoreByHand.Took))},
+	} {
+		l := row.run.Server
+		p("| %s | %s | %s | %s | %s | %s | %s | %s |", row.name, secs(row.run.Copy), secs(l.RedoStart.Sub(row.start.Add(row.run.Copy))),
+			secs(l.RedoDone.Sub(l.RedoStart)), secs(l.Ready.Sub(l.RedoDone)), secs(row.start.Add(row.run.Took).Sub(l.Ready)), secs(row.run.Took), row.ratio)
+	}
+	p("")
+	p("The phases after the copy come from each server's log (millisecond timestamps): *to redo start* is the server's start up to `redo starts` (for the agent, from its state leaving Bootstrapping), *redo* up to `redo done`, then the end of recovery up to `database system is ready to accept connections`, and *until reported* up to the agent's status saying so (by hand: postmaster.pid polled every 100 ms).")
 	p("")
 	return w.String()
 }
 
-// benchCommand is the command that produced this run.
+// benchCommand is the make command that produced this run.
 func benchCommand() string {
-	cmd := "make bench-backup"
+	if f := benchFlags(); f != "" {
+		return "make bench-backup BENCH_FLAGS='" + f + "'"
+	}
+	return "make bench-backup"
+}
+
+// benchFlags are the flags of this run that are not the defaults.
+func benchFlags() string {
 	var extra []string
 	if int64(benchSize) != 1<<30 {
 		extra = append(extra, "-size="+benchSize.String())
@@ -94,13 +133,29 @@ func benchCommand() string {
 	if *benchQuietSamples != 20 {
 		extra = append(extra, fmt.Sprintf("-quiet-samples=%d", *benchQuietSamples))
 	}
-	if len(extra) > 0 {
-		cmd += " BENCH_FLAGS='" + strings.Join(extra, " ") + "'"
-	}
-	return cmd
+	return strings.Join(extra, " ")
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
+
+// span is a setting's duration as prose writes it: 5 ms, 10 s, 60 s.
+func span(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	}
+	return fmt.Sprintf("%g s", d.Seconds())
+}
+
+// memGiB is the machine's memory, from /proc/meminfo.
+func memGiB() string {
+	var kb float64
+	if _, err := fmt.Sscanf(procField("/proc/meminfo", "MemTotal"), "%f kB", &kb); err != nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.0f GiB", kb/(1<<20))
+}
 
 // procField is the value of key in a /proc file of "key: value" lines.
 func procField(path, key string) string {

@@ -106,6 +106,12 @@ type lagStats struct {
 	// of the next segment seen, an upper bound.
 	Bounded       int
 	P50, P99, Max time.Duration
+	// Pushes counts the segments whose completion the clock read (the
+	// modification time of archive_status/<seg>.done); PushP50 and
+	// PushP99 are their times from completed to archived: archive_command
+	// alone, without the wait for the segment to fill or to time out.
+	Pushes           int
+	PushP50, PushP99 time.Duration
 }
 
 // timing is one copy or restore: how long it took and what it moved.
@@ -115,13 +121,17 @@ type timing struct {
 	Took, Copy time.Duration
 	// Bytes is what the run wrote (a pg_basebackup's output), when known.
 	Bytes int64
+	// Server, for a restore, is when its server logged the phases of its
+	// recovery.
+	Server recoveryLog
 }
 
 // backupBench holds the figures of one run of BenchmarkBackup.
 type backupBench struct {
-	Started, Finished time.Time
-	LoadBefore        string
-	LoadAfter         string
+	// Started and Finished bound the run; LoadBefore and LoadAfter are
+	// the machine's load averages then.
+	Started, Finished     time.Time
+	LoadBefore, LoadAfter string
 	// SteadyFloor and SteadyAgent are the lags under the steady writer,
 	// QuietFloor and QuietAgent of single commits on a quiet server.
 	SteadyFloor, SteadyAgent, QuietFloor, QuietAgent lagStats
@@ -130,8 +140,11 @@ type backupBench struct {
 	// databases.
 	DataBytes, RepoBytes, DatabaseBytes int64
 	// BasePlain and BaseTar are pg_basebackup -Fp and -Ft to a local
-	// directory; BaseAgent the agent's full backup into the store.
+	// directory; BaseAgent the agent's full backup into the store, of
+	// which pgbackrest info's start and stop times (whole seconds) say
+	// BackupInfoTook.
 	BasePlain, BaseTar, BaseAgent timing
+	BackupInfoTook                time.Duration
 	// WALBytes is the WAL written after the base backup, RowsAfter the
 	// rows it inserted, which each restore must have.
 	WALBytes  int64
@@ -140,6 +153,8 @@ type backupBench struct {
 	// data directory until promoted; RestoreAgent the agent's restore
 	// bootstrap until it reports a running primary.
 	RestoreByHand, RestoreAgent timing
+	// RestoreStart is when each began, by hand and by the agent.
+	RestoreStart [2]time.Time
 	// RestoreCommand is the restore_command pgbackrest restore wrote for
 	// the run by hand.
 	RestoreCommand string
@@ -167,6 +182,7 @@ func BenchmarkBackup(b *testing.B) {
 	}
 	b.ReportMetric(ratio(r.SteadyAgent.P50, r.SteadyFloor.P50), "steady-lag-p50-ratio")
 	b.ReportMetric(ratio(r.QuietAgent.P50, r.QuietFloor.P50), "quiet-lag-p50-ratio")
+	b.ReportMetric(ratio(r.SteadyAgent.PushP50, r.SteadyFloor.PushP50), "push-p50-ratio")
 	b.ReportMetric(ratio(r.BaseAgent.Took, r.BasePlain.Took), "basebackup-time-ratio")
 	b.ReportMetric(ratio(r.RestoreAgent.Took, r.RestoreByHand.Took), "restore-time-ratio")
 	if *benchReport != "" {
@@ -211,7 +227,13 @@ func (r *backupBench) run(t *testing.T) {
 			"-c", "archive_timeout=" + strconv.Itoa(int(benchArchiveTimeout/time.Second)),
 			"-c", "wal_log_hints=on", "-c", "track_commit_timestamp=on"}
 	}})
-	floor.SQL(t, "postgres", "ALTER ROLE postgres PASSWORD '"+superPassword+"'")
+	// PostgreSQL 15's checkpointer takes its first sleep during startup,
+	// while recovery is in progress, when archive_timeout does not shorten
+	// it: a server nothing wakes applies archive_timeout only from its
+	// first timed checkpoint (checkpoint_timeout, 5 min). The agent's
+	// server is woken by the reload of its new pg_hba.conf; the floor's
+	// by this one.
+	floor.SQL(t, "postgres", "ALTER ROLE postgres PASSWORD '"+superPassword+"'; SELECT pg_reload_conf()")
 	floorServer := &instance{name: "floor", port: floor.Port}
 
 	r.measureArchiveLag(t, a, floorServer)
@@ -249,18 +271,23 @@ func (r *backupBench) measureArchiveLag(t *testing.T, a, floor *instance) {
 	wg.Wait()
 	require.NoError(t, floorErr, "the floor's quiet commits")
 	require.NoError(t, agentErr, "the agent's quiet commits")
+	// the base backup holds the data of -size, not these rows as well
+	mustExec(t, agentConn, "DROP TABLE bench_steady, bench_quiet")
 }
 
 // archiveClock records when each WAL segment was archived: it polls the
 // server's pg_stat_archiver (last_archived_wal, and last_archived_time,
 // which the archiver sets once archive_command returned 0: for the agent,
 // once pgbackrest archive-push has stored the segment) every archivePoll,
-// on a connection of its own.
+// on a connection of its own. It also reads when each segment it sees was
+// completed: the modification time of its archive_status/<seg>.done,
+// which was the .ready file PostgreSQL created then (a rename keeps it).
 type archiveClock struct {
-	mu   sync.Mutex
-	segs []string // increasing
-	at   []time.Time
-	err  error
+	mu        sync.Mutex
+	segs      []string // increasing
+	at        []time.Time
+	completed []time.Time // zero when unknown
+	err       error
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -268,6 +295,7 @@ type archiveClock struct {
 
 func startArchiveClock(t *testing.T, in *instance) *archiveClock {
 	conn := sql(t, in)
+	status := filepath.Join(stringQuery(t, conn, "SHOW data_directory"), "pg_wal", "archive_status")
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &archiveClock{stop: cancel, done: make(chan struct{})}
 	t.Cleanup(c.close) // before sql's cleanup closes the connection
@@ -284,7 +312,11 @@ func startArchiveClock(t *testing.T, in *instance) *archiveClock {
 				c.err = fmt.Errorf("reading pg_stat_archiver: %w", err)
 			case len(seg) == 24 && at != nil && (len(c.segs) == 0 || seg > c.segs[len(c.segs)-1]):
 				// a segment, not a history or backup file
-				c.segs, c.at = append(c.segs, seg), append(c.at, *at)
+				var completed time.Time
+				if info, err := os.Stat(filepath.Join(status, seg+".done")); err == nil {
+					completed = info.ModTime()
+				}
+				c.segs, c.at, c.completed = append(c.segs, seg), append(c.at, *at), append(c.completed, completed)
 			}
 			stop := ctx.Err() != nil || c.err != nil
 			c.mu.Unlock()
@@ -313,6 +345,18 @@ func (c *archiveClock) archived(seg string) (at time.Time, exact, ok bool, err e
 		return time.Time{}, false, false, c.err
 	}
 	return c.at[i], c.segs[i] == seg, true, nil
+}
+
+// push is how long seg took from its completion to its archive, when the
+// clock saw both.
+func (c *archiveClock) push(seg string) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := sort.SearchStrings(c.segs, seg)
+	if i == len(c.segs) || c.segs[i] != seg || c.completed[i].IsZero() {
+		return 0, false
+	}
+	return c.at[i].Sub(c.completed[i]), true
 }
 
 // wait waits until seg was archived.
@@ -439,15 +483,27 @@ func lags(clock *archiveClock, commits []commit) (lagStats, error) {
 		ds = append(ds, at.Sub(c.at))
 	}
 	st.Segments = len(segs)
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	st.P50, st.P99, st.Max = percentile(ds, 0.50), percentile(ds, 0.99), ds[len(ds)-1]
+	st.P50, st.P99, st.Max = percentiles(ds)
+	var pushes []time.Duration
+	for seg := range segs {
+		if d, ok := clock.push(seg); ok {
+			pushes = append(pushes, d)
+		}
+	}
+	if st.Pushes = len(pushes); st.Pushes > 0 {
+		st.PushP50, st.PushP99, _ = percentiles(pushes)
+	}
 	return st, nil
 }
 
-// percentile of sorted ds, nearest rank.
-func percentile(ds []time.Duration, p float64) time.Duration {
-	i := int(float64(len(ds))*p+0.999999) - 1
-	return ds[max(0, min(i, len(ds)-1))]
+// percentiles sorts ds and returns its p50, p99 (nearest rank) and
+// largest.
+func percentiles(ds []time.Duration) (p50, p99, largest time.Duration) {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	rank := func(p float64) time.Duration {
+		return ds[max(0, min(int(float64(len(ds))*p+0.999999)-1, len(ds)-1))]
+	}
+	return rank(0.50), rank(0.99), ds[len(ds)-1]
 }
 
 // fillSQL inserts $1 rows of about 1 KiB each: hex text of random md5
@@ -515,6 +571,7 @@ func (r *backupBench) measureBaseBackup(t *testing.T, c *cluster, a *instance, s
 	})
 	last := s.Archive.Backups[len(s.Archive.Backups)-1]
 	r.DataBytes, r.RepoBytes = last.Size, last.RepositorySize
+	r.BackupInfoTook = last.Finished.Sub(last.Started.Time)
 }
 
 // runAsServerUser runs a program as the servers' user (the agents'), in
@@ -580,9 +637,11 @@ func (r *backupBench) measureRestore(t *testing.T, c *cluster, f *archiveFixture
 	c.runAsServerUser(t, "pgbackrest", "--config="+confs[0], "--stanza="+agent.Stanza, "--pg1-path="+hand.pgdata,
 		"--io-timeout=60", "--type=default", "restore")
 	r.RestoreByHand.Copy = time.Since(start)
-	r.RestoreCommand = restoreCommandOf(t, hand.pgdata)
+	r.RestoreCommand = strings.ReplaceAll(restoreCommandOf(t, hand.pgdata), c.dir, "$DIR")
 	stop := c.startRestored(t, hand)
 	r.RestoreByHand.Took = time.Since(start)
+	r.RestoreByHand.Server = readRecoveryLog(t, hand.logPath)
+	r.RestoreStart[0] = start
 	restored := sql(t, hand)
 	require.Equal(t, "false", stringQuery(t, restored, "SELECT pg_is_in_recovery()::text"), "the server by hand has not promoted")
 	require.Equal(t, r.RowsAfter, count(t, restored, "SELECT count(*) FROM bench_after"), "rows the restore by hand replayed")
@@ -606,6 +665,8 @@ func (r *backupBench) measureRestore(t *testing.T, c *cluster, f *archiveFixture
 		return runningAs(agent.RolePrimary)(s)
 	})
 	r.RestoreAgent.Took = time.Since(start)
+	r.RestoreAgent.Server = readRecoveryLog(t, b.logPath)
+	r.RestoreStart[1] = start
 	require.Equal(t, r.RowsAfter, count(t, sql(t, b), "SELECT count(*) FROM bench_after"), "rows the agent's restore replayed")
 }
 
@@ -621,6 +682,42 @@ func restoreCommandOf(t *testing.T, pgdata string) string {
 	}
 	t.Fatal("pgbackrest restore wrote no restore_command")
 	return ""
+}
+
+// recoveryLog is when a recovering server logged the start and the end of
+// its redo, and that it accepts connections (promoted).
+type recoveryLog struct {
+	RedoStart, RedoDone, Ready time.Time
+}
+
+// readRecoveryLog finds the phases of the recovery in a server's log
+// (log_line_prefix '%m [%p] ', the default), the last of each.
+func readRecoveryLog(t *testing.T, path string) recoveryLog {
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var l recoveryLog
+	for _, line := range strings.Split(string(data), "\n") {
+		var at *time.Time
+		switch {
+		case strings.Contains(line, "LOG:  redo starts at "):
+			at = &l.RedoStart
+		case strings.Contains(line, "LOG:  redo done at "):
+			at = &l.RedoDone
+		case strings.Contains(line, "LOG:  database system is ready to accept connections"):
+			at = &l.Ready
+		default:
+			continue
+		}
+		const stamp = "2006-01-02 15:04:05.000 MST"
+		if len(line) < len(stamp) {
+			continue
+		}
+		if ts, err := time.Parse(stamp, line[:len(stamp)]); err == nil {
+			*at = ts
+		}
+	}
+	require.False(t, l.RedoStart.IsZero() || l.RedoDone.IsZero() || l.Ready.IsZero(), "the recovery's phases in %s: %+v", path, l)
+	return l
 }
 
 // startRestored starts the server on in's restored data directory with
