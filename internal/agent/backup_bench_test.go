@@ -256,9 +256,14 @@ func (r *backupBench) measureArchiveLag(t *testing.T, a, floor *instance) {
 	ctx := context.Background()
 	var err error
 	t.Logf("archive lag under a steady writer for %s on each server", *benchSteady)
-	r.SteadyFloor, err = steadyLag(ctx, sql(t, floor), startArchiveClock(t, floor), *benchSteady)
+	// each clock polls only while its server is measured
+	clock := startArchiveClock(t, floor)
+	r.SteadyFloor, err = steadyLag(ctx, sql(t, floor), clock, *benchSteady)
+	clock.close()
 	require.NoError(t, err, "the floor's steady writer")
-	r.SteadyAgent, err = steadyLag(ctx, sql(t, a), startArchiveClock(t, a), *benchSteady)
+	clock = startArchiveClock(t, a)
+	r.SteadyAgent, err = steadyLag(ctx, sql(t, a), clock, *benchSteady)
+	clock.close()
 	require.NoError(t, err, "the agent's steady writer")
 
 	t.Logf("archive lag of %d single commits on each quiet server", *benchQuietSamples)
@@ -269,6 +274,8 @@ func (r *backupBench) measureArchiveLag(t *testing.T, a, floor *instance) {
 	wg.Go(func() { r.QuietFloor, floorErr = quietLag(ctx, floorConn, floorClock, *benchQuietSamples) })
 	wg.Go(func() { r.QuietAgent, agentErr = quietLag(ctx, agentConn, agentClock, *benchQuietSamples) })
 	wg.Wait()
+	floorClock.close()
+	agentClock.close()
 	require.NoError(t, floorErr, "the floor's quiet commits")
 	require.NoError(t, agentErr, "the agent's quiet commits")
 	// the base backup holds the data of -size, not these rows as well
@@ -329,6 +336,7 @@ func startArchiveClock(t *testing.T, in *instance) *archiveClock {
 	return c
 }
 
+// close stops the clock's poll (again: nothing); what it saw stays.
 func (c *archiveClock) close() {
 	c.stop()
 	<-c.done
