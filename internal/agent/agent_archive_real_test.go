@@ -69,6 +69,26 @@ func (f *archiveFixture) env(t *testing.T, path string) string {
 	return agent.EnvRepository + "=" + string(raw)
 }
 
+// recoverySource is a restore's source, the repository of path with its
+// secrets in the request (as the operator passes them), and its target.
+func (f *archiveFixture) recoverySource(path string, target agent.RecoveryTarget) *agent.RecoverySource {
+	src := f.repository(path)
+	src.CredentialsDir, src.CADir = "", ""
+	src.Secrets = &agent.RepositorySecrets{AccessKeyID: f.store.AccessKey, SecretAccessKey: f.store.SecretKey, CA: string(f.store.CA)}
+	return &agent.RecoverySource{Repository: src, Target: target}
+}
+
+// waitBaseBackups waits until in's repository holds n base backups, the
+// last run finished without an error, and returns that status.
+func (c *cluster) waitBaseBackups(in *instance, n int) agent.Status {
+	c.t.Helper()
+	s := c.waitStatus(in, 3*time.Minute, "the base backup finished", func(s agent.Status) bool {
+		return s.Archive != nil && s.Archive.Run != nil && s.Archive.Run.Finished != nil && len(s.Archive.Backups) == n
+	})
+	require.Empty(c.t, s.Archive.Run.Error)
+	return s
+}
+
 // TestArchiveAndPointInTimeRecovery archives a primary's WAL into a real
 // object store with pgBackRest, takes a base backup through the agent,
 // and recovers a new instance to the commit time of one row of a ledger:
@@ -109,10 +129,7 @@ func TestArchiveAndPointInTimeRecovery(t *testing.T) {
 	again, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
 	require.NoError(t, err)
 	assert.Equal(t, run.Started.Unix(), again.Started.Unix(), "a second request of the same ID started another backup")
-	s = c.waitStatus(a, 3*time.Minute, "the base backup finished", func(s agent.Status) bool {
-		return s.Archive != nil && s.Archive.Run != nil && s.Archive.Run.Finished != nil && len(s.Archive.Backups) == 1
-	})
-	require.Empty(t, s.Archive.Run.Error)
+	s = c.waitBaseBackups(a, 1)
 	assert.Equal(t, "full", s.Archive.Backups[0].Type)
 	assert.Positive(t, s.Archive.Backups[0].Size)
 
@@ -131,11 +148,8 @@ func TestArchiveAndPointInTimeRecovery(t *testing.T) {
 	// the recovery: a new instance, its own repository, the source's
 	// passed in the request with its secrets.
 	b := c.start("db-1", f.env(t, targetPath))
-	src := f.repository(sourcePath)
-	src.CredentialsDir, src.CADir = "", ""
-	src.Secrets = &agent.RepositorySecrets{AccessKeyID: f.store.AccessKey, SecretAccessKey: f.store.SecretKey, CA: string(f.store.CA)}
 	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapRestore,
-		Recovery: &agent.RecoverySource{Repository: src, Target: agent.RecoveryTarget{Time: target.Format(time.RFC3339Nano)}}})
+		Recovery: f.recoverySource(sourcePath, agent.RecoveryTarget{Time: target.Format(time.RFC3339Nano)})})
 	require.NoError(t, err)
 	c.waitStatus(b, 3*time.Minute, "recovered and promoted", runningAs(agent.RolePrimary))
 
@@ -178,6 +192,84 @@ func TestArchiveAndPointInTimeRecovery(t *testing.T) {
 	after, err := f.store.List(ctx, f.bucket, strings.TrimPrefix(sourcePath, "/")+"/")
 	require.NoError(t, err)
 	assert.Equal(t, before, after, "another server wrote into the repository")
+}
+
+// TestRecoveryPastTheArchiveWaitsAndRetries: a restore to a target past
+// the end of the archive (an hour ahead) replays everything, and
+// PostgreSQL exits with "recovery ended before configured recovery target
+// was reached". The agent does not exit (the kubelet would restart it in a
+// loop): it reports Failed, quoting that line and naming the setting to
+// check, and starts the server again 10 s later, then 20 s after the next
+// exit: over 30 s, one or two restarts, never a hot loop.
+func TestRecoveryPastTheArchiveWaitsAndRetries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and an object store; skipped under -short")
+	}
+	c := newCluster(t)
+	f := newArchiveFixture(t, c)
+	ctx := context.Background()
+	const sourcePath = "/dbkeeper/ns/orders/uid-1"
+	a := c.start("db-0", f.env(t, sourcePath))
+	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	require.NoError(t, err)
+	c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+	mustExec(t, sql(t, a), "CREATE TABLE ledger AS SELECT generate_series(1, 20) AS id")
+	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
+	require.NoError(t, err)
+	c.waitBaseBackups(a, 1)
+	// the source stops: its archive ends there.
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	<-a.exited
+
+	b := c.start("db-1")
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
+	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapRestore,
+		Recovery: f.recoverySource(sourcePath, agent.RecoveryTarget{Time: future})})
+	require.NoError(t, err)
+	s := c.waitStatus(b, 3*time.Minute, "the recovery reported failed", func(s agent.Status) bool {
+		return s.State == agent.StateFailed && strings.Contains(s.Message, "recovery ended before configured recovery target")
+	})
+	failedAt := time.Now()
+	t.Logf("failed: %s", s.Message)
+	assert.Contains(t, s.Message, "spec.bootstrap.recovery.target", "the message names what to check")
+	assert.Contains(t, s.Message, "starting it again in 10s")
+	assert.True(t, s.Recovering, "recovery.signal stays: the recovery goes on with the next start")
+	starts := func() int {
+		log, err := os.ReadFile(b.logPath)
+		require.NoError(t, err)
+		return strings.Count(string(log), "Started the server")
+	}
+	first := starts()
+
+	// the next exit waits twice as long.
+	s = c.waitStatus(b, time.Minute, "the second exit reported", func(s agent.Status) bool {
+		return s.State == agent.StateFailed && strings.Contains(s.Message, "starting it again in 20s")
+	})
+	assert.Contains(t, s.Message, "recovery ended before configured recovery target")
+	for time.Since(failedAt) < 30*time.Second {
+		select {
+		case <-b.exited:
+			t.Fatal("the agent exited")
+		case <-time.After(time.Second):
+		}
+		c.status(b) // it answers throughout
+	}
+	restarts := starts() - first
+	t.Logf("%d restarts in the 30 s after the first exit", restarts)
+	assert.GreaterOrEqual(t, restarts, 1, "the server was not started again")
+	assert.LessOrEqual(t, restarts, 2, "the server was started again more often than the back-off allows")
+	log, err := os.ReadFile(b.logPath)
+	require.NoError(t, err)
+	assert.Contains(t, string(log), "FATAL:  recovery ended before configured recovery target was reached", "the server's output reaches the container's log")
+
+	// a SIGTERM meanwhile stops it cleanly.
+	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-b.exited:
+		assert.True(t, b.cmd.ProcessState.Success(), "the agent's exit: %s", b.cmd.ProcessState)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not stop within 30 s of its SIGTERM")
+	}
 }
 
 func containsSuffix(keys []string, suffix string) bool {

@@ -15,7 +15,8 @@ import (
 
 // Main runs the agent until SIGTERM or SIGINT, which stop the server and
 // return nil; it returns an error when the server exits on its own (the
-// kubelet then restarts the container).
+// kubelet then restarts the container), except during a restore's
+// recovery, whose server it starts again itself (recoveryExited).
 func Main(cfg Config, log logr.Logger) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()

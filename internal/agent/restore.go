@@ -215,3 +215,99 @@ func (a *Agent) finishRecovery() {
 	}
 	a.log.Info("The recovery has finished: the server was promoted and the superuser has this Database's password")
 }
+
+// recovering says a restore's recovery has not finished: its settings are
+// kept and recovery.signal is in the data directory.
+func (a *Agent) recovering() bool {
+	_, err := os.Stat(a.recoverySettingsPath())
+	return err == nil && hasRecoverySignal(a.cfg.PGData)
+}
+
+// The delays before the server of an unfinished recovery starts again
+// after it exited on its own: recoveryRetryFirst, doubling with each exit
+// up to recoveryRetryMax, as the kubelet's back-off of a crashing
+// container.
+const (
+	recoveryRetryFirst = 10 * time.Second
+	recoveryRetryMax   = 5 * time.Minute
+)
+
+// recoveryRetryDelay is how long the server waits to start again after
+// its n-th exit (from 1) during a recovery.
+func recoveryRetryDelay(n int) time.Duration {
+	d := recoveryRetryFirst
+	for i := 1; i < n && d < recoveryRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, recoveryRetryMax)
+}
+
+// recoveryEndedEarly is what PostgreSQL says when it replayed all the
+// archive it could read without reaching the recovery target.
+const recoveryEndedEarly = "recovery ended before configured recovery target"
+
+// outputDrain bounds the wait for the last lines of a server that exited.
+const outputDrain = 2 * time.Second
+
+// recoveryExited reports srv, which exited on its own (err) before its
+// recovery finished, as Failed with the line that says why, and starts it
+// again after recoveryRetryDelay instead of failing the agent. PostgreSQL
+// ends a recovery that did not reach its target both when the target lies
+// past the end of the archive and when restore_command failed meanwhile
+// (the store unreachable): only the second heals, and the agent must not
+// exit for either (the kubelet would restart the container in a loop in
+// which the operator seldom reads why).
+func (a *Agent) recoveryExited(srv *server, err error) {
+	line := exitLine(srv.output.lines(outputDrain))
+	a.mu.Lock()
+	a.recoveryExits++
+	n := a.recoveryExits
+	a.mu.Unlock()
+	delay := recoveryRetryDelay(n)
+	msg := fmt.Sprintf("the server exited during the recovery (%v)", err)
+	if line != "" {
+		msg += ": " + line
+	}
+	if strings.Contains(line, recoveryEndedEarly) {
+		msg += "; the target may lie past the end of the archive (check spec.bootstrap.recovery.target), or the store could not be read"
+	}
+	a.log.Error(err, "The server exited during the recovery: starting it again later", "reason", line, "in", delay, "exits", n)
+	a.setState(StateFailed, fmt.Sprintf("%s; starting it again in %s", msg, delay))
+	last := line
+	if last == "" {
+		last = err.Error()
+	}
+	go a.restartRecovery(delay, last)
+}
+
+// restartRecovery starts the server of an unfinished recovery again after
+// delay, as a restart of the container would (startPrimary when the agent
+// has a lease), unless the agent stops or its state changed meanwhile (a
+// fence). Its state is then Starting, its message what ended the last run.
+func (a *Agent) restartRecovery(delay time.Duration, last string) {
+	select {
+	case <-a.ctx.Done():
+		return
+	case <-time.After(delay):
+	}
+	a.op.Lock()
+	defer a.op.Unlock()
+	a.mu.Lock()
+	failed := a.state == StateFailed && a.srv == nil && !a.stopping
+	a.mu.Unlock()
+	if !failed || a.ctx.Err() != nil {
+		return
+	}
+	a.log.Info("Starting the server again to go on with the recovery")
+	if a.keeper != nil {
+		a.startPrimary()
+	} else if err := a.startServer(StateStarting); err != nil {
+		a.fail(err)
+		return
+	}
+	a.mu.Lock()
+	if a.srv != nil && a.state == StateStarting && a.message == "" {
+		a.message = "replaying the archive again; the last run ended with: " + last
+	}
+	a.mu.Unlock()
+}

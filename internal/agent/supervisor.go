@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -50,6 +52,9 @@ type Agent struct {
 	// runtimeDir holds pgBackRest's configurations and logs, with a
 	// Repository or a Recovery.
 	runtimeDir string
+	// recoveryExits counts the exits of the server during a restore's
+	// recovery (recoveryExited): each one waits longer to start again.
+	recoveryExits int
 }
 
 // server is one run of the image's command.
@@ -58,6 +63,8 @@ type server struct {
 	done chan struct{} // closed once it exited
 	// expected, under Agent.mu, says the agent stopped it.
 	expected bool
+	// output is the end of what it wrote.
+	output *outputTail
 }
 
 // newAgent returns an agent for cfg.
@@ -146,7 +153,8 @@ func (a *Agent) sslEnv() []string {
 
 // startServer runs the image's command (which runs initdb first on an
 // empty data directory) and watches it: once it accepts connections the
-// state is Running; if it exits without the agent asking, the agent fails.
+// state is Running; if it exits without the agent asking, the agent fails
+// (during a restore's recovery it starts it again later, recoveryExited).
 func (a *Agent) startServer(state State) error {
 	if a.cfg.TLSDir == "" && hasCluster(a.cfg.PGData) {
 		if _, err := ensureReplicationHBA(a.cfg.PGData); err != nil {
@@ -177,11 +185,16 @@ func (a *Agent) startServer(state State) error {
 	args := a.serverArgs()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "PGPORT="+strconv.Itoa(a.cfg.Port))
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	output, err := teeOutput(cmd, os.Stdout, os.Stderr)
+	if err != nil {
+		return err
+	}
+	// the server has its own ends of the pipes once it started.
+	defer output.closeWriters()
 	// its own process group, so that a stop before the entrypoint execs
 	// the server reaches initdb too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	srv := &server{cmd: cmd, done: make(chan struct{})}
+	srv := &server{cmd: cmd, done: make(chan struct{}), output: output}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -201,7 +214,8 @@ func (a *Agent) startServer(state State) error {
 	return nil
 }
 
-// watchExit waits for srv's exit; one the agent did not ask for fails it.
+// watchExit waits for srv's exit; one the agent did not ask for fails it,
+// unless a restore's recovery has not finished (recoveryExited).
 func (a *Agent) watchExit(srv *server) {
 	err := a.reaper.wait(srv.cmd)
 	a.mu.Lock()
@@ -215,6 +229,10 @@ func (a *Agent) watchExit(srv *server) {
 	}
 	if err == nil {
 		err = errors.New("exit status 0")
+	}
+	if a.recovering() {
+		a.recoveryExited(srv, err)
+		return
 	}
 	a.log.Error(err, "The server exited on its own")
 	a.fail(fmt.Errorf("the server exited: %w", err))
@@ -319,4 +337,94 @@ func (a *Agent) stopEntrypoint(ctx context.Context, srv *server, pm int) error {
 		}
 	}
 	return nil
+}
+
+// outputTailSize is how much of a server's output the agent keeps: its
+// last lines, which say why it exited.
+const outputTailSize = 32 << 10
+
+// outputTail is the end of what one run of the server wrote to its stdout
+// and stderr, each of which goes on unchanged to the agent's own (the
+// container's log).
+type outputTail struct {
+	mu  sync.Mutex
+	buf []byte
+	// writers are the agent's copies of the pipes' write ends.
+	writers []*os.File
+	// done is closed once every process that held the pipes closed them.
+	done chan struct{}
+}
+
+// teeOutput gives cmd's stdout and stderr to pipes copied both to stdout
+// and stderr (the agent's own) and to the returned tail. The copies go on
+// as long as any process holds the pipes, without delaying cmd's Wait; the
+// caller closes the agent's ends once cmd started (or will not).
+func teeOutput(cmd *exec.Cmd, stdout, stderr io.Writer) (*outputTail, error) {
+	t := &outputTail{done: make(chan struct{})}
+	var copies sync.WaitGroup
+	for _, dst := range []io.Writer{stdout, stderr} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.closeWriters()
+			return nil, fmt.Errorf("making a pipe for the server's output: %w", err)
+		}
+		t.writers = append(t.writers, w)
+		copies.Go(func() {
+			defer r.Close()
+			_, _ = io.Copy(io.MultiWriter(t, dst), r)
+		})
+	}
+	go func() { copies.Wait(); close(t.done) }()
+	cmd.Stdout, cmd.Stderr = t.writers[0], t.writers[1]
+	return t, nil
+}
+
+// closeWriters closes the agent's ends of the pipes.
+func (t *outputTail) closeWriters() {
+	for _, w := range t.writers {
+		_ = w.Close()
+	}
+}
+
+// Write keeps the last outputTailSize bytes (at least) of what was written.
+func (t *outputTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*outputTailSize {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-outputTailSize:]...)
+	}
+	return len(p), nil
+}
+
+// lines is what the tail holds, once every process closed the pipes or
+// wait passed.
+func (t *outputTail) lines(wait time.Duration) string {
+	select {
+	case <-t.done:
+	case <-time.After(wait):
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+// exitLine is the line of a server's output that says why it exited, from
+// its severity on: the last PANIC, else the last FATAL other than a
+// refused connection's ("the database system is starting up", which the
+// agent's own attempts to connect leave); "" when there is none.
+func exitLine(out string) string {
+	lines := strings.Split(out, "\n")
+	for _, sev := range []string{"PANIC:", "FATAL:"} {
+		for i := len(lines) - 1; i >= 0; i-- {
+			j := strings.Index(lines[i], sev)
+			if j < 0 {
+				continue
+			}
+			if l := strings.Join(strings.Fields(lines[i][j:]), " "); !strings.HasPrefix(l, "FATAL: the database system is ") {
+				return l
+			}
+		}
+	}
+	return ""
 }
