@@ -7,12 +7,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agent"
-	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -45,21 +44,11 @@ func TestRepositoryPathsNeverMeet(t *testing.T) {
 // repository (its path, the recovery window) and the store's Secrets as
 // read-only files, never as environment values.
 func TestStatefulSetCarriesTheRepository(t *testing.T) {
-	eng, err := engine.For(dbv1.EnginePostgres)
-	require.NoError(t, err)
 	db := sample("orders", func(db *dbv1.Database) { withStore(db); db.Spec.Backup.RecoveryWindow = "14d" })
-	ac, err := resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
-	require.NoError(t, err)
-	raw, err := json.Marshal(ac)
-	require.NoError(t, err)
-	sts := &appsv1.StatefulSet{}
-	require.NoError(t, json.Unmarshal(raw, sts))
-	c := sts.Spec.Template.Spec.Containers[0]
-	var repo agent.Repository
+	pod := enginePod(t, db, resources.TLSOff).Spec.Template.Spec
+	c := pod.Containers[0]
+	repo := repositoryOf(t, c)
 	for _, e := range c.Env {
-		if e.Name == agent.EnvRepository {
-			require.NoError(t, json.Unmarshal([]byte(e.Value), &repo))
-		}
 		assert.NotContains(t, e.Value, "secretAccessKey\":\"", "a secret in the environment")
 	}
 	assert.Equal(t, resources.RepositoryPath(db, db.Spec.Backup.ObjectStore), repo.Path)
@@ -74,7 +63,7 @@ func TestStatefulSetCarriesTheRepository(t *testing.T) {
 	}
 	require.Contains(t, mounts, repo.CredentialsDir)
 	require.Contains(t, mounts, repo.CADir)
-	for _, v := range sts.Spec.Template.Spec.Volumes {
+	for _, v := range pod.Volumes {
 		if v.Name == mounts[repo.CredentialsDir] {
 			require.NotNil(t, v.Secret)
 			assert.Equal(t, "store", v.Secret.SecretName)
@@ -156,4 +145,17 @@ func TestRecoveryStoreNeedsConsent(t *testing.T) {
 	assert.Equal(t, "2026-12-05T14:01:59.5Z", src.Target.Time)
 	assert.Equal(t, "k", src.Repository.Secrets.AccessKeyID)
 	assert.Empty(t, src.Repository.CredentialsDir)
+}
+
+// repositoryOf is the agent.Repository a container gets in
+// agent.EnvRepository (the zero one without).
+func repositoryOf(t *testing.T, c corev1.Container) agent.Repository {
+	t.Helper()
+	var repo agent.Repository
+	for _, e := range c.Env {
+		if e.Name == agent.EnvRepository {
+			require.NoError(t, json.Unmarshal([]byte(e.Value), &repo))
+		}
+	}
+	return repo
 }

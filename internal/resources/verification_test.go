@@ -1,7 +1,6 @@
 package resources_test
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -38,10 +37,7 @@ func TestVerificationJobIsThrowawayAndBounded(t *testing.T) {
 	})
 	ac, err := resources.VerificationJob(db, eng, resources.TLSOn, testAgentImage, "on-demand-1")
 	require.NoError(t, err)
-	raw, err := json.Marshal(ac)
-	require.NoError(t, err)
-	job := &batchv1.Job{}
-	require.NoError(t, json.Unmarshal(raw, job))
+	job := decode[batchv1.Job](t, ac)
 
 	assert.Equal(t, "orders-verify", job.Name)
 	assert.Equal(t, "on-demand-1", job.Annotations[resources.AnnotationVerificationID])
@@ -58,14 +54,10 @@ func TestVerificationJobIsThrowawayAndBounded(t *testing.T) {
 	assert.Equal(t, []string{agent.Binary, agent.VerifyCommand, "--timeout=30m0s"}, c.Command)
 	assert.Equal(t, resource.MustParse("512Mi"), c.Resources.Limits[corev1.ResourceMemory])
 	assert.Equal(t, corev1.TerminationMessageReadFile, c.TerminationMessagePolicy)
-	var repo agent.Repository
 	for _, e := range c.Env {
 		assert.NotEqual(t, "PGPASSWORD", e.Name, "the throwaway server trusts its socket: no password")
-		if e.Name == agent.EnvRepository {
-			require.NoError(t, json.Unmarshal([]byte(e.Value), &repo))
-		}
 	}
-	assert.Equal(t, resources.RepositoryPath(db, db.Spec.Backup.ObjectStore), repo.Path, "its own repository")
+	assert.Equal(t, resources.RepositoryPath(db, db.Spec.Backup.ObjectStore), repositoryOf(t, c).Path, "its own repository")
 	var scratch *resource.Quantity
 	for _, v := range pod.Spec.Volumes {
 		if v.Name == "verify" && v.EmptyDir != nil {

@@ -1,7 +1,6 @@
 package resources_test
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,18 +35,7 @@ func TestStoreIsTheVolumeRepositoryOnlyWhenAskedWithTLS(t *testing.T) {
 	assert.Contains(t, resources.ServerDNSNames(vol), "orders-repository.shop.svc", "the certificate names the repository's Service")
 	assert.NotContains(t, resources.ServerDNSNames(plain), "orders-repository.shop.svc")
 
-	ac, err := resources.StatefulSet(vol, eng, resources.TLSOn, testAgentImage)
-	require.NoError(t, err)
-	raw, err := json.Marshal(ac)
-	require.NoError(t, err)
-	sts := &appsv1.StatefulSet{}
-	require.NoError(t, json.Unmarshal(raw, sts))
-	var repo agent.Repository
-	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
-		if e.Name == agent.EnvRepository {
-			require.NoError(t, json.Unmarshal([]byte(e.Value), &repo))
-		}
-	}
+	repo := repositoryOf(t, enginePod(t, vol, resources.TLSOn).Spec.Template.Spec.Containers[0])
 	assert.Equal(t, store.Endpoint, repo.Endpoint)
 	assert.Equal(t, reposerver.Bucket, repo.Bucket)
 	assert.Equal(t, resources.RepositoryPath(vol, store), repo.Path)
@@ -69,10 +57,7 @@ func TestVolumeRepositoryServer(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	db := sample("orders", func(db *dbv1.Database) { db.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled })
-	raw, err := json.Marshal(resources.VolumeRepositoryStatefulSet(db, eng, testAgentImage))
-	require.NoError(t, err)
-	sts := &appsv1.StatefulSet{}
-	require.NoError(t, json.Unmarshal(raw, sts))
+	sts := decode[appsv1.StatefulSet](t, resources.VolumeRepositoryStatefulSet(db, eng, testAgentImage))
 	assert.Equal(t, "orders-repository", sts.Name)
 	assert.Equal(t, int32(1), *sts.Spec.Replicas)
 	pod := sts.Spec.Template.Spec

@@ -165,7 +165,12 @@ func TestPointInTimeRecoveryFromTheObjectStore(t *testing.T) {
 	cond = waitCondition(t, late, dbv1.ConditionBackupReady, metav1.ConditionFalse, dbv1.ReasonRecoveryRefused)
 	assert.Contains(t, cond.Message, dbv1.AnnotationRestoreAllowedNamespaces)
 	t.Logf("%s/%s before the source's consent: %s", other, late.Name, cond.Message)
-	dbtest.Patch(t, k8s, src, func(d *dbv1.Database) { d.Annotations[dbv1.AnnotationRestoreAllowedNamespaces] = other })
+	dbtest.Patch(t, k8s, src, func(d *dbv1.Database) {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[dbv1.AnnotationRestoreAllowedNamespaces] = other
+	})
 	for _, c := range []struct {
 		db   *dbv1.Database
 		rows int
