@@ -194,6 +194,12 @@ func verify(ctx context.Context, cfg VerifyConfig, log logr.Logger, rep *VerifyR
 	// one retry, at once: a checksum error does not heal in 15 s
 	if _, err := pgbackrest(restoreTimeout, "restore", longIOTimeout, "--job-retry=1", "--set="+newest.Label, "--type=default",
 		"--recovery-option=restore_command="+restoreCmd); err != nil {
+		// the restore's error may not say which file (a zstd frame that
+		// does not decode); pgBackRest's verify checks every file of the
+		// repository against its manifest and names the bad ones.
+		if bad := invalidFiles(pgbackrest); bad != "" {
+			return fmt.Errorf("base backup %s does not restore: pgbackrest verify: %s; the restore: %w", newest.Label, bad, err)
+		}
 		return fmt.Errorf("restoring base backup %s: %w", newest.Label, err)
 	}
 
@@ -257,6 +263,30 @@ func verify(ctx context.Context, cfg VerifyConfig, log logr.Logger, rep *VerifyR
 		return fmt.Errorf("pg_amcheck found corruption or could not check: %s", tail(strings.TrimSpace(out), 1200))
 	}
 	return countRows(ctx, cfg, rep)
+}
+
+// invalidFiles runs pgbackrest verify and returns what it says of the
+// repository's bad files, on one line; empty when it finds none or cannot
+// run.
+func invalidFiles(pgbackrest func(time.Duration, ...string) (string, error)) string {
+	out, _ := pgbackrest(30*time.Minute, "verify", "--output=text", "--verbose=y", "--log-level-console=info")
+	// "P01 INFO: invalid checksum '<label>/pg_data/PG_VERSION.zst'", and
+	// "backup: <label>, status: invalid, total files checked: 971, ..."
+	var bad []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if _, rest, ok := strings.Cut(line, "INFO: "); ok && strings.HasPrefix(rest, "invalid ") {
+			line = rest
+		} else if !strings.Contains(line, "status: invalid") {
+			continue
+		}
+		if !seen[line] {
+			seen[line] = true
+			bad = append(bad, line)
+		}
+	}
+	return tail(strings.Join(bad, "; "), 800)
 }
 
 // waitPromoted connects to the throwaway server once it has replayed the
