@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,7 @@ func (r *backupBench) markdown() string {
 	p("```")
 	p("%s", benchCommand())
 	p("# which runs:")
-	p("go test -run '^$' -bench '^BenchmarkBackup$' -benchtime 1x -v -timeout 120m ./internal/agent -args -report=$PWD/docs/benchmarks-backup.md %s", benchFlags())
+	p("%s", strings.TrimSpace("go test -run '^$' -bench '^BenchmarkBackup$' -benchtime 1x -v -timeout 120m ./internal/agent -args -report=$PWD/docs/benchmarks-backup.md "+benchFlags()))
 	p("```")
 	p("")
 	p("Machine: %s, %d cores, %s RAM, Linux %s; load average %s at the start, %s at the end (the machine is shared: compare the ratios, not the absolute figures, with other runs).",
@@ -47,7 +48,8 @@ func (r *backupBench) markdown() string {
 	p("*In the store* is read from **`pg_stat_archiver`**, polled every %s on its own connection: `last_archived_time` is when `archive_command` returned 0 for `last_archived_wal` (for the agent, once pgBackRest has stored the segment). The commit time is the server's `clock_timestamp()` right after the commit returned, and its segment `pg_walfile_name(pg_current_wal_insert_lsn())`. A segment the poll did not see as the last archived (the next one was archived within the same %s) gets the next segment's time, an upper bound; the column *bounded* counts those commits.", span(archivePoll), span(archivePoll))
 	p("")
 	p("- **Steady**: one writer commits a row of %d KiB of random bytes every %s for %s on each server (the floor first), about 3 MB/s of WAL: the segments fill and switch on their own, about every 5 s. The commits of the segment still open when the writer stops are left out (archive_timeout, not the load, would close it).", steadyPayload>>10, span(commitEvery), span(*benchSteady))
-	p("- **Quiet**: %d single commits on each server, both servers at once; each one after a random pause of up to archive_timeout once the one before was archived. Nothing else writes, so the segment is switched by archive_timeout: the lag is bounded by %s plus the push. With %d samples the p99 is the largest.", *benchQuietSamples, span(benchArchiveTimeout), *benchQuietSamples)
+	p("- **Quiet**: %d single commits on each server, both servers at once; each one after a random pause of up to archive_timeout once the one before was archived. Nothing else writes, so the segment is switched by archive_timeout: the lag is bounded by %s plus the push. With %d samples the p99 is the largest. Where a commit falls in archive_timeout's cycle is all but uniform over %s, so the p50 of %d samples is within about ±%.1f s (one standard deviation) of the true median on either server: the quiet ratio is mostly that draw, and the push below is the agent's own share.", *benchQuietSamples, span(benchArchiveTimeout), *benchQuietSamples,
+		span(benchArchiveTimeout), *benchQuietSamples, medianSpread(benchArchiveTimeout, *benchQuietSamples))
 	p("")
 	p("| case | floor p50 | floor p99 | agent p50 | agent p99 | **ratio p50** | ratio p99 | agent max | commits (segments, bounded) floor / agent |")
 	p("|---|---|---|---|---|---|---|---|---|")
@@ -73,14 +75,23 @@ func (r *backupBench) markdown() string {
 
 	p("## 2. Base backup")
 	p("")
-	p("The agent's primary holds %s of data (`-size=%s`: a table of rows of random hex text, which zstd about halves; %s in `pg_database_size` of all databases, %s in pgBackRest's count of the cluster). The load's WAL was archived and a CHECKPOINT run before the first copy. **Floor**: `pg_basebackup -D <dir> -F{p,t} -X stream -c fast` through the server's socket (as pgBackRest reads it), into a local directory, run as the server's user. **Agent**: `POST /backup {type: full}` until the agent's status reports the run finished, which is `pgbackrest backup --type=full` into the store (zstd, checksums, waiting for the stop segment to be archived, then expire). MB/s is pgBackRest's count of the cluster (%s) over the time, for all three.",
+	p("The agent's primary holds %s of data (`-size=%s`: a table of rows of random hex text, which zstd about halves; %s in `pg_database_size` of all databases, %s in pgBackRest's count of the cluster). The load's WAL was archived and a CHECKPOINT run before the first copy. **Floor**: `pg_basebackup -D <dir> -F{p,t} -X stream -c fast` through the server's socket (as pgBackRest reads it), into a local directory, run as the server's user. **Agent**: `POST /backup {type: full}` until the agent's status reports the run finished, which is `pgbackrest backup --type=full` into the store (zstd, checksums, waiting for the stop segment to be archived, then expire). MB/s is pgBackRest's count of the cluster (%s) over the time, for all three; the ratio to the faster floor is in bold. The agent's status, polled every 100 ms, reads pg_stat_archiver and pg_wal on each call.",
 		formatBytes(size), formatBytes(size), formatBytes(r.DatabaseBytes), formatBytes(r.DataBytes), formatBytes(r.DataBytes))
 	p("")
 	p("| copy | time | MB/s | written | agent's time / this one's |")
 	p("|---|---|---|---|---|")
 	mbps := func(d time.Duration) float64 { return float64(r.DataBytes) / 1e6 / d.Seconds() }
-	p("| floor: pg_basebackup -Fp | %s | %.0f | %s (local) | **%.2f×** |", secs(r.BasePlain.Took), mbps(r.BasePlain.Took), formatBytes(r.BasePlain.Bytes), ratio(r.BaseAgent.Took, r.BasePlain.Took))
-	p("| floor: pg_basebackup -Ft | %s | %.0f | %s (local) | %.2f× |", secs(r.BaseTar.Took), mbps(r.BaseTar.Took), formatBytes(r.BaseTar.Bytes), ratio(r.BaseAgent.Took, r.BaseTar.Took))
+	floor := min(r.BasePlain.Took, r.BaseTar.Took) // the faster is the floor, its ratio in bold
+	for _, row := range []struct {
+		name string
+		run  timing
+	}{{"floor: pg_basebackup -Fp", r.BasePlain}, {"floor: pg_basebackup -Ft", r.BaseTar}} {
+		cell := fmt.Sprintf("%.2f×", ratio(r.BaseAgent.Took, row.run.Took))
+		if row.run.Took == floor {
+			cell = "**" + cell + "**"
+		}
+		p("| %s | %s | %.0f | %s (local) | %s |", row.name, secs(row.run.Took), mbps(row.run.Took), formatBytes(row.run.Bytes), cell)
+	}
 	p("| agent: pgBackRest full backup into the store | %s | %.0f | %s (in the store) | 1× |", secs(r.BaseAgent.Took), mbps(r.BaseAgent.Took), formatBytes(r.RepoBytes))
 	p("")
 	p("pgBackRest stored %.0f%% of the cluster's bytes (zstd). Of the agent's %s, pgBackRest's own start and stop times (`pgbackrest info`, whole seconds) span %s; the rest is the request, the agent starting the command and the status poll (100 ms).",
@@ -89,24 +100,27 @@ func (r *backupBench) markdown() string {
 
 	p("## 3. Restore and replay")
 	p("")
-	p("After the base backup, %s of WAL (%d rows of the same kind into a second table) was written and archived. Each restore takes the newest base backup from the store and replays the archive to its end (no target: `--type=default`), then promotes; both are checked to hold all %d rows. **Floor** (by hand, first): `pgbackrest restore` with the primary's own pgBackRest configuration, `--pg1-path=<new dir> --io-timeout=60 --type=default`, then the server started on it with the settings the agent gives a recovering server (`hot_standby=off`, so it accepts connections once promoted) until its postmaster.pid says ready, as `pg_ctl start -w` waits (started directly rather than by pg_ctl so that it dies with the benchmark). pgBackRest wrote `restore_command = '%s'` (`$DIR` is the run's scratch directory). **Agent**: a new agent (db-1) with an empty volume and a repository of its own, `POST /bootstrap {mode: restore, recovery: {repository: <the source's, with its secrets>}}`, as a Database's `spec.bootstrap.recovery` without a target, until its status reports a running, ready primary. *Copy* is pgbackrest restore (for the agent: until its state leaves Bootstrapping, polled every 100 ms); the rest is the server's start, replay and promotion.",
+	p("After the base backup, %s of WAL (%d rows of the same kind into a second table) was written and archived. Four restores, in the order by hand, agent, agent, by hand (so that neither comes only first or only last), each take the newest base backup from the store into a new directory and replay the archive to its end (no target: `--type=default`), then promote; each is checked to hold all %d rows, and stopped and removed before the next. **Floor** (by hand): `pgbackrest restore` with the primary's own pgBackRest configuration, `--pg1-path=<new dir> --io-timeout=60 --type=default`, then the server started on it with the settings the agent gives a recovering server (`hot_standby=off`, so it accepts connections once promoted) until its postmaster.pid says ready, as `pg_ctl start -w` waits (started directly rather than by pg_ctl so that it dies with the benchmark). pgBackRest wrote `restore_command = '%s'` (`$DIR` is the run's scratch directory). **Agent**: a new agent with an empty volume and a repository of its own, `POST /bootstrap {mode: restore, recovery: {repository: <the source's, with its secrets>}}`, as a Database's `spec.bootstrap.recovery` without a target, until its status reports a running, ready primary. *Copy* is pgbackrest restore (for the agent: until its state leaves Bootstrapping, polled every 100 ms; each status call during the replay tries a connection, which the recovering server refuses, as the agent's own readiness check does every 200 ms); the rest is the server's start, replay and promotion.",
 		formatBytes(r.WALBytes), r.RowsAfter, r.RowsAfter, r.RestoreCommand)
 	p("")
-	p("| restore | copy (pgbackrest restore) | to redo start | redo (archive-get of each segment) | end of recovery, promotion | until reported | total | **agent / by hand** |")
-	p("|---|---|---|---|---|---|---|---|")
-	for _, row := range []struct {
-		name  string
-		run   timing
-		start time.Time
-		ratio string
+	p("| restore (in the order run) | copy (pgbackrest restore) | to redo start | redo (archive-get of each segment) | end of recovery, promotion | until reported | total |")
+	p("|---|---|---|---|---|---|---|")
+	for i, row := range []struct {
+		name string
+		run  timing
 	}{
-		{"floor: pgbackrest restore + server by hand", r.RestoreByHand, r.RestoreStart[0], ""},
-		{"agent: restore bootstrap", r.RestoreAgent, r.RestoreStart[1], fmt.Sprintf("**%.2f×**", ratio(r.RestoreAgent.Took, r.RestoreByHand.Took))},
+		{"floor: pgbackrest restore + server by hand", r.RestoresByHand[0]},
+		{"agent: restore bootstrap", r.RestoresAgent[0]},
+		{"agent: restore bootstrap", r.RestoresAgent[1]},
+		{"floor: pgbackrest restore + server by hand", r.RestoresByHand[1]},
 	} {
-		l := row.run.Server
-		p("| %s | %s | %s | %s | %s | %s | %s | %s |", row.name, secs(row.run.Copy), secs(l.RedoStart.Sub(row.start.Add(row.run.Copy))),
-			secs(l.RedoDone.Sub(l.RedoStart)), secs(l.Ready.Sub(l.RedoDone)), secs(row.start.Add(row.run.Took).Sub(l.Ready)), secs(row.run.Took), row.ratio)
+		l, run := row.run.Server, row.run
+		p("| %d. %s | %s | %s | %s | %s | %s | %s |", i+1, row.name, secs(run.Copy), secs(l.RedoStart.Sub(run.Start.Add(run.Copy))),
+			secs(l.RedoDone.Sub(l.RedoStart)), secs(l.Ready.Sub(l.RedoDone)), secs(run.Start.Add(run.Took).Sub(l.Ready)), secs(run.Took))
 	}
+	p("")
+	p("**The agent's two restores took %.2f× the two by hand** (%s against %s).", ratio(total(r.RestoresAgent), total(r.RestoresByHand)),
+		secs(total(r.RestoresAgent)), secs(total(r.RestoresByHand)))
 	p("")
 	p("The phases after the copy come from each server's log (millisecond timestamps): *to redo start* is the server's start up to `redo starts` (for the agent, from its state leaving Bootstrapping), *redo* up to `redo done`, then the end of recovery up to `database system is ready to accept connections`, and *until reported* up to the agent's status saying so (by hand: postmaster.pid polled every 100 ms).")
 	p("")
@@ -139,6 +153,12 @@ func benchFlags() string {
 func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
+
+// medianSpread is the standard deviation, in seconds, of the median of n
+// draws uniform over [0, d): 1 / (2 f sqrt(n)), f = 1/d.
+func medianSpread(d time.Duration, n int) float64 {
+	return d.Seconds() / (2 * math.Sqrt(float64(n)))
+}
 
 // span is a setting's duration as prose writes it: 5 ms, 10 s, 60 s.
 func span(d time.Duration) string {
