@@ -189,6 +189,10 @@ func (s *syncer) requestBackups(ctx context.Context, db *dbv1.Database, v Archiv
 		}
 		return archivePollBusy, nil
 	}
+	if RetryDue(rep, now) {
+		ask(fmt.Sprintf("retry-%d", now.Unix()), "the last base backup ("+rep.Run.ID+") failed and none finished since")
+		return archivePollBusy, nil
+	}
 	if db.Spec.Backup.Suspend {
 		return after, nil
 	}
@@ -212,6 +216,20 @@ func (s *syncer) requestBackups(ctx context.Context, db *dbv1.Database, v Archiv
 		after = wait
 	}
 	return after, nil
+}
+
+// RetryDue says whether a base backup that failed (a scheduled or an
+// on-demand one cut short by a restart, a store that refused it) is asked
+// again: once firstBackupRetry has passed since it ended, unless a newer
+// backup finished since. Without it, a failed scheduled backup waits for
+// the next slot (a day with a daily schedule) with BackupReady False.
+func RetryDue(rep *agent.ArchiveReport, now time.Time) bool {
+	run := rep.Run
+	if run == nil || run.Error == "" || run.Finished == nil || now.Sub(run.Finished.Time) <= firstBackupRetry {
+		return false
+	}
+	n := newestBackup(rep)
+	return n == nil || n.Finished.Before(run.Finished)
 }
 
 // fillArchive writes rep into st: the archiver's state, the base backups

@@ -3,12 +3,14 @@ package backup
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
 )
 
 // TestBackupStatusApplyKeepsEveryField: what the backup controller applies
@@ -25,10 +27,33 @@ func TestBackupStatusApplyKeepsEveryField(t *testing.T) {
 			Instance: "db-0", StartLSN: "0/1", StopLSN: "0/2"},
 		BaseBackups: 3, FirstRecoverabilityPoint: &at, LastScheduledBaseBackup: &at,
 		Recovery: &dbv1.RecoveryStatus{Source: "s", Target: "t", Finished: &at, ReplayedLSN: "0/3"},
+		LastVerification: &dbv1.VerificationStatus{ID: "v", Job: "j", Started: &at, Finished: &at, Succeeded: true, Backup: "l",
+			ReplayedLSN: "0/4", LatestCommitTime: &at, Database: "app", Tables: 2, Rows: 9, Message: "m"},
+		LastScheduledVerification: &at, LastVerifyToken: "vt",
 	}
 	raw, err := json.Marshal(backupStatusApply(in))
 	require.NoError(t, err)
 	out := &dbv1.BackupStatus{}
 	require.NoError(t, json.Unmarshal(raw, out))
 	assert.Equal(t, in, out)
+}
+
+// TestRetryDue: a failed base backup is asked again once firstBackupRetry
+// has passed, not before, and not when a newer one finished since or the
+// last run succeeded.
+func TestRetryDue(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	at := func(ago time.Duration) *metav1.Time { m := metav1.NewTime(now.Add(-ago)); return &m }
+	older := agent.BaseBackup{Label: "old", Finished: *at(48 * time.Hour)}
+	failed := func(ago time.Duration) *agent.BackupRun {
+		return &agent.BackupRun{ID: "scheduled-x", Started: *at(ago + time.Minute), Finished: at(ago), Error: "interrupted"}
+	}
+	assert.True(t, RetryDue(&agent.ArchiveReport{Backups: []agent.BaseBackup{older}, Run: failed(10 * time.Minute)}, now))
+	assert.False(t, RetryDue(&agent.ArchiveReport{Backups: []agent.BaseBackup{older}, Run: failed(time.Minute)}, now), "too soon")
+	newer := agent.BaseBackup{Label: "new", Finished: *at(5 * time.Minute)}
+	assert.False(t, RetryDue(&agent.ArchiveReport{Backups: []agent.BaseBackup{older, newer}, Run: failed(10 * time.Minute)}, now), "a newer backup finished")
+	ok := failed(10 * time.Minute)
+	ok.Error = ""
+	assert.False(t, RetryDue(&agent.ArchiveReport{Backups: []agent.BaseBackup{older}, Run: ok}, now), "the last run succeeded")
+	assert.False(t, RetryDue(&agent.ArchiveReport{Backups: []agent.BaseBackup{older}}, now), "no run")
 }
