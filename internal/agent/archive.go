@@ -78,12 +78,18 @@ func (r *archiver) archiveErrorPath() string {
 }
 
 // makeRuntimeDir makes the directory of pgBackRest's configuration, logs,
-// locks and spool: cfg.RuntimeDir, or a new temporary one.
+// locks and spool: cfg.RuntimeDir, or a new temporary one. The temporary
+// ones of earlier runs of the agent in the same pod (a container restart
+// keeps /tmp) go first: their configuration holds the store's key.
 func makeRuntimeDir(cfg Config) (string, error) {
 	dir := cfg.RuntimeDir
 	if dir == "" {
+		old, _ := filepath.Glob(filepath.Join(os.TempDir(), runtimeDirPrefix+"*"))
+		for _, o := range old {
+			_ = os.RemoveAll(o)
+		}
 		var err error
-		if dir, err = os.MkdirTemp("", "dbkeeper-pgbackrest-"); err != nil {
+		if dir, err = os.MkdirTemp("", runtimeDirPrefix); err != nil {
 			return "", fmt.Errorf("making pgBackRest's directory: %w", err)
 		}
 	}
@@ -92,6 +98,9 @@ func makeRuntimeDir(cfg Config) (string, error) {
 	}
 	return dir, nil
 }
+
+// runtimeDirPrefix begins the name of a temporary runtime directory.
+const runtimeDirPrefix = "dbkeeper-pgbackrest-"
 
 // setUpArchive makes the runtime directory, clears a restore that was cut
 // short and, with a Repository, makes the archiver: its configuration is written before the server can start

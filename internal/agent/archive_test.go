@@ -2,9 +2,12 @@ package agent
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestPgBackRestErrorsKeepTheirCause: archive-push wraps the store's
@@ -34,4 +37,22 @@ func TestPgBackRestErrorsKeepTheirCause(t *testing.T) {
 	assert.Contains(t, pgbackrestError(noBucket, errors.New("exit status 39")), "NoSuchBucket")
 	assert.Equal(t, "exit status 1", pgbackrestError("", errors.New("exit status 1")))
 	assert.Empty(t, lastErrorIn("2026-12-06 P00   INFO: archive-push command end: completed successfully\n"))
+}
+
+// TestMakeRuntimeDirRemovesEarlierOnes: a restarted agent's new runtime
+// directory replaces those of its earlier runs in the pod's /tmp, whose
+// configuration holds the store's key.
+func TestMakeRuntimeDirRemovesEarlierOnes(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	stale := filepath.Join(tmp, runtimeDirPrefix+"123")
+	require.NoError(t, os.MkdirAll(stale, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(stale, "pgbackrest.conf"), []byte("repo1-s3-key-secret=old"), 0o600))
+	other := filepath.Join(tmp, "someone-else")
+	require.NoError(t, os.MkdirAll(other, 0o700))
+	dir, err := makeRuntimeDir(Config{})
+	require.NoError(t, err)
+	assert.DirExists(t, filepath.Join(dir, "lock"))
+	assert.NoDirExists(t, stale)
+	assert.DirExists(t, other, "only the agent's own")
 }
