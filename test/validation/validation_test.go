@@ -455,6 +455,12 @@ func TestCreateRefused(t *testing.T) {
 			want: []string{"spec.bootstrap.recovery needs a repository of the new Database's own"},
 		},
 		{
+			name: "recovery without TLS",
+			spec: map[string]any{"tls": map[string]any{"mode": "Disabled"}, "backup": map[string]any{"objectStore": map[string]any{"endpoint": "s3.example", "bucket": "b", "credentialsSecret": "s"}},
+				"bootstrap": map[string]any{"recovery": map[string]any{"database": "ledger"}}},
+			want: []string{"spec.bootstrap.recovery needs TLS"},
+		},
+		{
 			name: "volume repository without TLS",
 			spec: map[string]any{"tls": map[string]any{"mode": "Disabled"}, "backup": map[string]any{"volumeRepository": "Enabled"}},
 			want: []string{"spec.backup.volumeRepository Enabled needs TLS"},
