@@ -82,7 +82,7 @@ bench: tools ## Benchmark convergence of 100 and 1000 Databases against the floo
 	go test -run '^$$' -bench BenchmarkConvergence -benchtime 1x -timeout 120m ./test/bench -args -report=$(CURDIR)/docs $(BENCH_FLAGS)
 
 .PHONY: bench-backup
-bench-backup: tools ## Benchmark WAL archive lag, base backup and restore through pgBackRest into versitygw against local floors (cp, pg_basebackup, pgbackrest by hand); writes docs/benchmarks-backup.md (about 20 min; BENCH_FLAGS=-size=64MiB for a quick run).
+bench-backup: tools ## Benchmark WAL archive lag, base backup and restore through pgBackRest into versitygw against local floors (cp, pg_basebackup, pgbackrest by hand); writes docs/benchmarks-backup.md (about 12 min; BENCH_FLAGS=-size=64MiB for a quick run).
 	go test -run '^$$' -bench '^BenchmarkBackup$$' -benchtime 1x -v -timeout 120m ./internal/agent -args -report=$(CURDIR)/docs/benchmarks-backup.md $(BENCH_FLAGS)
 
 .PHONY: test-unit
