@@ -261,13 +261,22 @@ func (a *Agent) watchReady(srv *server) {
 		a.log.Info("The server accepts connections")
 		a.finishRecovery()
 		a.pokeArchive()
+		// PostgreSQL's checkpointer, which enforces archive_timeout, first
+		// sleeps checkpoint_timeout while the startup process runs and is
+		// not woken when it ends: a quiet primary's commits waited up to
+		// 5 minutes instead of archive_timeout after every start
+		// (TestArchiveTimeoutHoldsAfterARestart). A reload wakes it.
+		reload := a.archive != nil
 		if a.cfg.TLSDir == "" {
 			if changed, err := ensureReplicationHBA(a.cfg.PGData); err != nil {
 				a.log.Error(err, "Cannot let standbys stream")
 			} else if changed {
-				if err := a.exec(a.ctx, "SELECT pg_reload_conf()"); err != nil {
-					a.log.Error(err, "Cannot reload the hba file")
-				}
+				reload = true
+			}
+		}
+		if reload {
+			if err := a.exec(a.ctx, "SELECT pg_reload_conf()"); err != nil {
+				a.log.Error(err, "Cannot reload the server's configuration")
 			}
 		}
 		return
