@@ -20,8 +20,8 @@ import (
 // the next segment on), creates the stanza once the instance is a running
 // primary, and caches what `pgbackrest info` says of the repository.
 // PostgreSQL itself ships the WAL: archive_command runs pgbackrest
-// archive-push for each completed segment, only on the primary
-// (archive_mode=on).
+// archive-push for each completed segment, on the primary and on every
+// standby (archiveSettings).
 type archiver struct {
 	repo Repository
 	// dir holds the configuration, pgBackRest's logs, locks and spool.
@@ -164,9 +164,20 @@ func (a *Agent) archiveSettings() []string {
 	if timeout <= 0 {
 		timeout = 5 * time.Minute
 	}
+	// A standby archives what it receives too (always): with on, its
+	// received segments are marked done, and a promoted standby archives
+	// only what it writes itself, so a segment its lost primary completed
+	// but had not pushed yet would be a hole in the archive that no
+	// recovery past it gets over. A segment pushed twice is the same
+	// file, which pgBackRest accepts. A restore's recovery archives
+	// nothing (on): the segments it replays are the source's.
+	mode := "on"
+	if isStandby(a.cfg.PGData) {
+		mode = "always"
+	}
 	// track_commit_timestamp: a point-in-time recovery targets a commit
 	// time, which pg_xact_commit_timestamp(xmin) tells of any row.
-	return []string{"-c", "archive_mode=on", "-c", "archive_command=" + cmd,
+	return []string{"-c", "archive_mode=" + mode, "-c", "archive_command=" + cmd,
 		"-c", "archive_timeout=" + strconv.Itoa(int(timeout/time.Second)),
 		"-c", "track_commit_timestamp=on"}
 }
