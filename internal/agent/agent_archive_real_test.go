@@ -209,12 +209,9 @@ func TestRecoveryPastTheArchiveWaitsAndRetries(t *testing.T) {
 	f := newArchiveFixture(t, c)
 	ctx := context.Background()
 	const sourcePath = "/dbkeeper/ns/orders/uid-1"
-	a := c.start("db-0", f.env(t, sourcePath))
-	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
-	require.NoError(t, err)
-	c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+	a := c.startArchiving(t, f.env(t, sourcePath))
 	mustExec(t, sql(t, a), "CREATE TABLE ledger AS SELECT generate_series(1, 20) AS id")
-	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
+	_, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
 	require.NoError(t, err)
 	c.waitBaseBackups(a, 1)
 	// the source stops: its archive ends there.
@@ -290,11 +287,7 @@ func TestArchiveReportsAStoreThatHangs(t *testing.T) {
 	}
 	c := newCluster(t)
 	f := newArchiveFixture(t, c)
-	ctx := context.Background()
-	a := c.start("db-0", f.env(t, "/dbkeeper/ns/hang/uid"))
-	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
-	require.NoError(t, err)
-	c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+	a := c.startArchiving(t, f.env(t, "/dbkeeper/ns/hang/uid"))
 
 	require.NoError(t, f.store.Pause())
 	defer f.store.Resume()
@@ -334,10 +327,7 @@ func TestArchiveTimeoutHoldsAfterARestart(t *testing.T) {
 	raw, err := json.Marshal(repo)
 	require.NoError(t, err)
 	env := agent.EnvRepository + "=" + string(raw)
-	a := c.start("db-0", env)
-	_, err = c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
-	require.NoError(t, err)
-	c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+	a := c.startArchiving(t, env)
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
 	<-a.exited
 
@@ -353,4 +343,15 @@ func TestArchiveTimeoutHoldsAfterARestart(t *testing.T) {
 		return s.Archive != nil && s.Archive.LastArchivedWAL >= segment
 	})
 	t.Logf("the quiet commit was archived %s after it", time.Since(committed).Round(time.Second))
+}
+
+// startArchiving starts db-0 with env (its repository), bootstraps it with
+// initdb and waits until its repository is ready.
+func (c *cluster) startArchiving(t *testing.T, env string) *instance {
+	t.Helper()
+	a := c.start("db-0", env)
+	_, err := c.client.Bootstrap(context.Background(), a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	require.NoError(t, err)
+	c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+	return a
 }

@@ -37,10 +37,7 @@ func TestBaseBackupCutShortNeverCounts(t *testing.T) {
 	f := newArchiveFixture(t, c)
 	ctx := context.Background()
 	const repoPath = "/dbkeeper/ns/cut/uid-1"
-	a := c.start("db-0", f.env(t, repoPath))
-	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
-	require.NoError(t, err)
-	c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+	a := c.startArchiving(t, f.env(t, repoPath))
 
 	// enough data that the copy takes seconds: about 240 MB of hex text.
 	const rows = 2_500_000
@@ -54,7 +51,7 @@ func TestBaseBackupCutShortNeverCounts(t *testing.T) {
 	// the full backup, cut while pgBackRest copies: once the table's file
 	// (the largest, copied first) is in the repository, so that the next
 	// backup may reuse it, and the small files are still to come.
-	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "cut", Type: "full"})
+	_, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "cut", Type: "full"})
 	require.NoError(t, err)
 	backups := strings.TrimPrefix(repoPath, "/") + "/backup/" + agent.Stanza + "/"
 	var copier int

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/test/framework/operator"
@@ -40,14 +39,7 @@ func TestPointInTimeRecoveryAcrossAFailover(t *testing.T) {
 	}
 	leases, restCfg := startLeaseAPI(t)
 	ctx := context.Background()
-	holder := func() string {
-		l, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
-		require.NoError(t, err)
-		if l.Spec.HolderIdentity != nil {
-			return *l.Spec.HolderIdentity
-		}
-		return ""
-	}
+	holder := leaseHolder(t, leases)
 	c := newCluster(t)
 	c.serverArgs = []string{"-c", "track_commit_timestamp=on"}
 	f := newArchiveFixture(t, c)

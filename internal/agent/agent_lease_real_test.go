@@ -36,14 +36,7 @@ func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 	}
 	leases, restCfg := startLeaseAPI(t)
 	ctx := context.Background()
-	holder := func() string {
-		l, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
-		require.NoError(t, err)
-		if l.Spec.HolderIdentity != nil {
-			return *l.Spec.HolderIdentity
-		}
-		return ""
-	}
+	holder := leaseHolder(t, leases)
 
 	c := newCluster(t)
 	kc := operator.WriteKubeconfig(t, restCfg, c.dir)
@@ -201,4 +194,16 @@ func startLeaseAPI(t *testing.T) (coordinationv1client.LeaseInterface, *rest.Con
 	_, err = leases.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leaseName, Namespace: leaseNS}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	return leases, restCfg
+}
+
+// leaseHolder reads the primary Lease's holder (empty when none).
+func leaseHolder(t *testing.T, leases coordinationv1client.LeaseInterface) func() string {
+	return func() string {
+		l, err := leases.Get(context.Background(), leaseName, metav1.GetOptions{})
+		require.NoError(t, err)
+		if l.Spec.HolderIdentity != nil {
+			return *l.Spec.HolderIdentity
+		}
+		return ""
+	}
 }

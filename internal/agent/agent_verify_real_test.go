@@ -34,16 +34,13 @@ func TestVerifyBackup(t *testing.T) {
 	f := newArchiveFixture(t, c)
 	ctx := context.Background()
 	const repoPath = "/dbkeeper/ns/ledger/uid-1"
-	a := c.start("db-0", f.env(t, repoPath))
-	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
-	require.NoError(t, err)
-	c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+	a := c.startArchiving(t, f.env(t, repoPath))
 	conn := sql(t, a)
 	mustExec(t, conn, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
 	mustExec(t, conn, "CREATE TABLE audit (id int)")
 	mustExec(t, conn, "INSERT INTO ledger SELECT i, md5(i::text) FROM generate_series(1, 500) i")
 	mustExec(t, conn, "INSERT INTO audit SELECT generate_series(1, 7)")
-	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
+	_, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
 	require.NoError(t, err)
 	s := c.waitStatus(a, 3*time.Minute, "the base backup finished", func(s agent.Status) bool {
 		return s.Archive != nil && s.Archive.Run != nil && s.Archive.Run.Finished != nil && len(s.Archive.Backups) == 1
