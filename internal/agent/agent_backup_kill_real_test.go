@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/test/framework/faults"
 )
 
 // TestBaseBackupCutShortNeverCounts kills an instance while pgBackRest
@@ -190,45 +190,12 @@ func readBackupRun(t *testing.T, path string) agent.BackupRun {
 	return run
 }
 
-// descendants are the processes under pid, from /proc.
-func descendants(pid int) []int {
-	parents := map[int][]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(fields[1])
-		parents[ppid] = append(parents[ppid], p)
-	}
-	var out []int
-	for queue := parents[pid]; len(queue) > 0; queue = queue[1:] {
-		out = append(out, queue[0])
-		queue = append(queue, parents[queue[0]]...)
-	}
-	return out
-}
-
 // backupProcess is the pid of a `pgbackrest ... backup` under the agent
 // pid, 0 when there is none.
 func backupProcess(agentPID int) int {
-	for _, p := range descendants(agentPID) {
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if filepath.Base(args[0]) != "pgbackrest" {
+	for _, p := range faults.Descendants(agentPID) {
+		args := strings.Fields(faults.Cmdline(p))
+		if len(args) == 0 || filepath.Base(args[0]) != "pgbackrest" {
 			continue
 		}
 		for _, a := range args[1:] {
@@ -258,7 +225,7 @@ func killTree(t *testing.T, root int) []int {
 	stopped[root] = true
 	for found := true; found; {
 		found = false
-		for _, p := range descendants(root) {
+		for _, p := range faults.Descendants(root) {
 			if !stopped[p] && syscall.Kill(p, syscall.SIGSTOP) == nil {
 				stopped[p], found = true, true
 			}

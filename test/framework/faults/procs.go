@@ -102,6 +102,26 @@ func nsPid(pid int) int {
 	return n
 }
 
+// Descendants are the processes under pid (its children, theirs, ...),
+// from /proc.
+func Descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if p, err := strconv.Atoi(e.Name()); err == nil {
+			if pp := parent(p); pp != 0 {
+				children[pp] = append(children[pp], p)
+			}
+		}
+	}
+	var out []int
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
+}
+
 // parent is pid's parent process ID, 0 if unknown.
 func parent(pid int) int {
 	n, _ := strconv.Atoi(statusField(pid, "PPid"))
