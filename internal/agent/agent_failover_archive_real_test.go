@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
-	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 // TestPointInTimeRecoveryAcrossAFailover: a primary and its streaming
@@ -43,12 +41,10 @@ func TestPointInTimeRecoveryAcrossAFailover(t *testing.T) {
 	c := newCluster(t)
 	c.serverArgs = []string{"-c", "track_commit_timestamp=on"}
 	f := newArchiveFixture(t, c)
-	kc := operator.WriteKubeconfig(t, restCfg, c.dir)
-	require.NoError(t, os.Chown(kc, c.uid, c.gid))
 
 	// both instances: the Database's repository and its lease.
 	const repoPath = "/dbkeeper/ns/orders/uid-1"
-	env := []string{f.env(t, repoPath), agent.EnvNamespace + "=" + leaseNS, agent.EnvLeaseName + "=" + leaseName, kubeconfigEnv + "=" + kc}
+	env := append([]string{f.env(t, repoPath)}, c.leaseEnv(t, restCfg)...)
 	a := c.start("db-0", env...)
 	b := c.start("db-1", env...)
 	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})

@@ -29,7 +29,6 @@ import (
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
-	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 const (
@@ -75,14 +74,9 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 	hole := startBlackhole(t, restCfg.Host)
 	proxied := rest.CopyConfig(restCfg)
 	proxied.Host = "https://" + hole.addr
-	leaseEnv := func(cfg *rest.Config) []string {
-		path := operator.WriteKubeconfig(t, cfg, c.dir)
-		require.NoError(t, os.Chown(path, c.uid, c.gid))
-		return []string{agent.EnvNamespace + "=" + leaseNS, agent.EnvLeaseName + "=" + leaseName, kubeconfigEnv + "=" + path}
-	}
-	aEnv := leaseEnv(proxied)
+	aEnv := c.leaseEnv(t, proxied)
 	a := c.start("db-0", aEnv...)
-	b := c.start("db-1", leaseEnv(restCfg)...)
+	b := c.start("db-1", c.leaseEnv(t, restCfg)...)
 	lease := func() *coordinationv1.Lease {
 		l, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
 		require.NoError(t, err)

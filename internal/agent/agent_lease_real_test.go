@@ -39,9 +39,7 @@ func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 	holder := leaseHolder(t, leases)
 
 	c := newCluster(t)
-	kc := operator.WriteKubeconfig(t, restCfg, c.dir)
-	require.NoError(t, os.Chown(kc, c.uid, c.gid))
-	aEnv := []string{agent.EnvNamespace + "=" + leaseNS, agent.EnvLeaseName + "=" + leaseName, kubeconfigEnv + "=" + kc}
+	aEnv := c.leaseEnv(t, restCfg)
 	a := c.start("db-0", aEnv...)
 	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
 	require.NoError(t, err)
@@ -123,9 +121,7 @@ func TestFenceKillsTheBackendsOfAStuckPostmaster(t *testing.T) {
 	ctx := context.Background()
 
 	c := newCluster(t)
-	kc := operator.WriteKubeconfig(t, restCfg, c.dir)
-	require.NoError(t, os.Chown(kc, c.uid, c.gid))
-	a := c.start("db-0", agent.EnvNamespace+"="+leaseNS, agent.EnvLeaseName+"="+leaseName, kubeconfigEnv+"="+kc)
+	a := c.start("db-0", c.leaseEnv(t, restCfg)...)
 	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
 	require.NoError(t, err)
 	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
@@ -206,4 +202,13 @@ func leaseHolder(t *testing.T, leases coordinationv1client.LeaseInterface) func(
 		}
 		return ""
 	}
+}
+
+// leaseEnv is the environment of an agent that holds the primary Lease
+// through the kube-apiserver of cfg (a kubeconfig the agents' user reads).
+func (c *cluster) leaseEnv(t *testing.T, cfg *rest.Config) []string {
+	t.Helper()
+	path := operator.WriteKubeconfig(t, cfg, c.dir)
+	require.NoError(t, os.Chown(path, c.uid, c.gid))
+	return []string{agent.EnvNamespace + "=" + leaseNS, agent.EnvLeaseName + "=" + leaseName, kubeconfigEnv + "=" + path}
 }
