@@ -60,7 +60,7 @@ func (f *archiveFixture) endpoint() string {
 // repository is the Repository of path as a pod's agent gets it.
 func (f *archiveFixture) repository(path string) agent.Repository {
 	return agent.Repository{Endpoint: f.endpoint(), Bucket: f.bucket, Path: path, URIStyle: "path",
-		CredentialsDir: f.credentials, CADir: f.ca, RetentionDays: 7, ArchiveTimeout: time.Minute}
+		CredentialsDir: f.credentials, CADir: f.ca, RecoveryWindow: 7 * 24 * time.Hour, ArchiveTimeout: time.Minute}
 }
 
 func (f *archiveFixture) env(t *testing.T, path string) string {

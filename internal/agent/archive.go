@@ -40,6 +40,15 @@ type archiver struct {
 	// poke wakes the loop before its tick: the server has just started
 	// accepting connections, so a new primary creates the stanza at once.
 	poke chan struct{}
+	// expiring is held while an expiry runs, or a base backup is being
+	// started (expire.go): never both at once.
+	expiring chan struct{}
+	// expireTriedAt is when the last expiry ran (a lock refusal does not
+	// count), expireErr how it failed; expiredAt is when the last one
+	// succeeded: the recovery window it kept ended there.
+	expireTriedAt time.Time
+	expireErr     string
+	expiredAt     *metav1.Time
 }
 
 // pokeArchive wakes the archiver's loop, if there is one.
@@ -117,7 +126,7 @@ func (a *Agent) setUpArchive(ctx context.Context) error {
 	if a.cfg.Repository == nil {
 		return nil
 	}
-	a.archive = &archiver{repo: *a.cfg.Repository, dir: dir, poke: make(chan struct{}, 1)}
+	a.archive = &archiver{repo: *a.cfg.Repository, dir: dir, poke: make(chan struct{}, 1), expiring: make(chan struct{}, 1)}
 	if err := a.writeConfig(a.archive.repo, a.archive.configPath()); err != nil {
 		// the loop retries: a Secret's key may appear later.
 		a.log.Error(err, "Cannot write the pgBackRest configuration yet")
@@ -295,7 +304,9 @@ func (a *Agent) ensureStanza(ctx context.Context) {
 	r.stanzaOK, r.stanzaErr, r.infoDirty = true, "", true
 }
 
-// refreshInfo reads `pgbackrest info` when it is due (or force).
+// refreshInfo reads `pgbackrest info` when it is due (or force), then
+// expires what the recovery window no longer needs when that is due
+// (maybeExpire).
 func (a *Agent) refreshInfo(ctx context.Context, force bool) {
 	r := a.archive
 	r.mu.Lock()
@@ -305,19 +316,28 @@ func (a *Agent) refreshInfo(ctx context.Context, force bool) {
 	if !due || !ok {
 		return
 	}
-	out, err := a.pgbackrest(ctx, r.configPath(), pgbackrestTimeout, "info", "--output=json")
-	var info *repositoryInfo
-	if err == nil {
-		info, err = parseInfo(out)
-	}
+	info, err := a.readInfo(ctx)
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.infoAt, r.infoDirty = time.Now(), false
 	if err != nil {
 		r.infoErr = err.Error()
+		r.mu.Unlock()
 		return
 	}
 	r.info, r.infoErr = info, ""
+	r.mu.Unlock()
+	if a.runningPrimary() {
+		a.maybeExpire(ctx, info)
+	}
+}
+
+// readInfo runs `pgbackrest info` of the archiver's repository.
+func (a *Agent) readInfo(ctx context.Context) (*repositoryInfo, error) {
+	out, err := a.pgbackrest(ctx, a.archive.configPath(), pgbackrestTimeout, "info", "--output=json")
+	if err != nil {
+		return nil, err
+	}
+	return parseInfo(out)
 }
 
 // ArchiveReport is what an instance with a Repository says of it, in its
@@ -359,6 +379,12 @@ type ArchiveReport struct {
 	ArchiveMax string `json:"archiveMax,omitempty"`
 	// Run is the last base backup this agent ran (or runs).
 	Run *BackupRun `json:"run,omitempty"`
+	// ExpiredAt is when this agent last expired the repository: it kept
+	// every backup and WAL segment a point of the recovery window ending
+	// then needs. ExpireError is pgBackRest's message when the last
+	// expiry failed.
+	ExpiredAt   *metav1.Time `json:"expiredAt,omitempty"`
+	ExpireError string       `json:"expireError,omitempty"`
 }
 
 // BaseBackup is one base backup in the repository.
@@ -482,6 +508,7 @@ func (a *Agent) archiveReport(ctx context.Context, primary bool) *ArchiveReport 
 		run := *r.run
 		rep.Run = &run
 	}
+	rep.ExpiredAt, rep.ExpireError = r.expiredAt, r.expireErr
 	r.mu.Unlock()
 	if primary {
 		if err := a.archiverStats(ctx, rep); err != nil {

@@ -25,7 +25,7 @@ func (a *Agent) listen() (*http.Server, error) {
 	mux.Handle("POST "+PromotePath, a.authenticated(a.handlePromote))
 	mux.Handle("POST "+DetachPath, a.authenticated(a.handleDetach))
 	mux.Handle("POST "+RejoinPath, a.authenticated(a.handleRejoin))
-	mux.Handle("POST "+BackupPath, a.authenticated(a.handleBackup))
+	mux.Handle("POST "+BackupPath, a.authenticated(a.notDuringExpiry(a.handleBackup)))
 	hs := &http.Server{Addr: a.cfg.Listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if a.cfg.TLSDir != "" {
 		certs := &certFiles{cert: filepath.Join(a.cfg.TLSDir, "tls.crt"), key: filepath.Join(a.cfg.TLSDir, "tls.key")}

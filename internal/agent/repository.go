@@ -54,9 +54,10 @@ type Repository struct {
 	// CipherDir, when set, holds PassphraseFile: the repository is
 	// encrypted (aes-256-cbc).
 	CipherDir string `json:"cipherDir,omitempty"`
-	// RetentionDays is the recovery window: expiry keeps every full backup
-	// a point within it needs.
-	RetentionDays int `json:"retentionDays,omitempty"`
+	// RecoveryWindow is how far back every point stays recoverable: the
+	// primary's expiry keeps every backup and WAL segment a point within
+	// it needs (expire.go); 7 days when zero.
+	RecoveryWindow time.Duration `json:"recoveryWindow,omitempty"`
 	// ArchiveTimeout is PostgreSQL's archive_timeout.
 	ArchiveTimeout time.Duration `json:"archiveTimeout,omitempty"`
 	// Secrets, when set, are the credentials themselves instead of the
@@ -221,10 +222,9 @@ func (r Repository) pgbackrestOptions(dir string) (map[string]string, error) {
 		o["repo1-cipher-type"] = "aes-256-cbc"
 		o["repo1-cipher-pass"] = pass
 	}
-	if r.RetentionDays > 0 {
-		o["repo1-retention-full-type"] = "time"
-		o["repo1-retention-full"] = fmt.Sprint(r.RetentionDays)
-	}
+	// No retention option: the expire at the end of each backup removes
+	// nothing (pgBackRest warns that repo1-retention-full is not set), and
+	// the agent expires with a count of its own (expire.go).
 	return o, nil
 }
 

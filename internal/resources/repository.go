@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -119,7 +120,7 @@ func addRepository(db *dbv1.Database, tls ServerTLS, pod *corev1ac.PodSpecApplyC
 	if store.EncryptionSecret != "" {
 		repo.CipherDir = repositoryMountPath + "/cipher"
 	}
-	repo.RetentionDays = RecoveryWindowDays(db)
+	repo.RecoveryWindow = RecoveryWindow(db)
 	repo.ArchiveTimeout = ArchiveTimeout(db)
 	raw, err := json.Marshal(repo)
 	if err != nil {
@@ -170,14 +171,25 @@ func mountStoreSecrets(pod *corev1ac.PodSpecApplyConfiguration, container *corev
 	}
 }
 
-// RecoveryWindowDays is spec.backup.recoveryWindow in days (7 when
-// unset).
-func RecoveryWindowDays(db *dbv1.Database) int {
-	days := 0
-	if _, err := fmt.Sscanf(db.Spec.Backup.RecoveryWindow, "%dd", &days); err != nil || days <= 0 {
-		return 7
+// RecoveryWindow is spec.backup.recoveryWindow: "<n>d" days or "<n>h"
+// hours; 7 days when unset or not one of those.
+func RecoveryWindow(db *dbv1.Database) time.Duration {
+	const week = 7 * 24 * time.Hour
+	v := db.Spec.Backup.RecoveryWindow
+	if len(v) < 2 {
+		return week
 	}
-	return days
+	n, err := strconv.Atoi(v[:len(v)-1])
+	if err != nil || n <= 0 || n > 9999 || strings.HasPrefix(v, "+") {
+		return week
+	}
+	switch v[len(v)-1] {
+	case 'd':
+		return time.Duration(n) * 24 * time.Hour
+	case 'h':
+		return time.Duration(n) * time.Hour
+	}
+	return week
 }
 
 // ArchiveTimeout is spec.backup.archiveTimeout (5 minutes when unset).

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,7 +53,7 @@ func TestStatefulSetCarriesTheRepository(t *testing.T) {
 		assert.NotContains(t, e.Value, "secretAccessKey\":\"", "a secret in the environment")
 	}
 	assert.Equal(t, resources.RepositoryPath(db, db.Spec.Backup.ObjectStore), repo.Path)
-	assert.Equal(t, 14, repo.RetentionDays)
+	assert.Equal(t, 14*24*time.Hour, repo.RecoveryWindow)
 	assert.Nil(t, repo.Secrets)
 	mounts := map[string]string{}
 	for _, m := range c.VolumeMounts {
@@ -158,4 +159,32 @@ func repositoryOf(t *testing.T, c corev1.Container) agent.Repository {
 		}
 	}
 	return repo
+}
+
+// TestRecoveryWindow: spec.backup.recoveryWindow in days or hours; 7
+// days when unset or not one of those.
+func TestRecoveryWindow(t *testing.T) {
+	week := 7 * 24 * time.Hour
+	for v, want := range map[string]time.Duration{
+		"":       week,
+		"7d":     week,
+		"1d":     24 * time.Hour,
+		"30d":    30 * 24 * time.Hour,
+		"9999d":  9999 * 24 * time.Hour,
+		"1h":     time.Hour,
+		"36h":    36 * time.Hour,
+		"0d":     week,
+		"-3d":    week,
+		"+3d":    week,
+		"3":      week,
+		"d":      week,
+		"3w":     week,
+		"3m":     week,
+		"1.5h":   week,
+		"3dd":    week,
+		"99999d": week,
+	} {
+		db := sample("orders", func(db *dbv1.Database) { withStore(db); db.Spec.Backup.RecoveryWindow = v })
+		assert.Equal(t, want, resources.RecoveryWindow(db), "%q", v)
+	}
 }

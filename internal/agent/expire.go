@@ -1,0 +1,185 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The recovery window is enforced by the primary's agent, not by
+// pgBackRest's own time retention (which counts whole days): the
+// configuration has no retention option, so the expire at the end of each
+// `pgbackrest backup` removes nothing, and the agent runs
+// `pgbackrest expire` with a count of full backups it computes from
+// `pgbackrest info` (fullsToKeep). Archive retention follows the full
+// count: WAL older than the oldest kept full backup's start goes, WAL
+// between kept backups stays.
+
+// expireEvery is how often the primary expires when nothing asks for it
+// sooner (a base backup that finished, a full backup that left the
+// window).
+const expireEvery = 10 * time.Minute
+
+// defaultRecoveryWindow is the recovery window of a Repository without
+// one.
+const defaultRecoveryWindow = 7 * 24 * time.Hour
+
+// fullsToKeep is how many of the newest full backups an expiry at now
+// keeps so that every point of the recovery window [now-window, now]
+// still restores: every full backup that stopped after the window's
+// start W, and the newest one that stopped at or before W (a point just
+// after W restores from it); when none stopped at or before W, all of
+// them. fulls is how many full backups there are. Differential and
+// incremental backups depend on their full backup and go with it: they
+// are not counted.
+//
+// pgBackRest's stop times are whole seconds, and a time-targeted restore
+// takes a backup only when it stopped before the target's second, so a
+// backup stopped at or before W when the second it stopped in ended by
+// W: stop + 1s <= W.
+func fullsToKeep(backups []BaseBackup, window time.Duration, now time.Time) (keep, fulls int) {
+	start := now.Add(-window)
+	before := false
+	for _, b := range backups {
+		if b.Type != "full" {
+			continue
+		}
+		fulls++
+		if b.Finished.Add(time.Second).After(start) {
+			keep++
+		} else {
+			before = true
+		}
+	}
+	if before {
+		keep++
+	}
+	return keep, fulls
+}
+
+// expireDue says whether an expiry should run now, after the last one at
+// last (zero: none yet) that failed with lastErr: at once when a base
+// backup finished since, or when a full backup left the window (keep <
+// fulls) and the last one did not fail; otherwise every expireEvery.
+func expireDue(now, last time.Time, lastErr string, backupFinished *metav1.Time, keep, fulls int) bool {
+	switch {
+	case last.IsZero() || now.Sub(last) >= expireEvery:
+		return true
+	case backupFinished != nil && backupFinished.After(last):
+		return true
+	}
+	return keep < fulls && lastErr == ""
+}
+
+// maybeExpire expires the repository when it is due (expireDue), as info
+// (just read) describes it: never without a full backup, never while a
+// base backup runs, never twice at once.
+func (a *Agent) maybeExpire(ctx context.Context, info *repositoryInfo) {
+	r := a.archive
+	select {
+	case r.expiring <- struct{}{}:
+	default:
+		return // one runs
+	}
+	defer func() { <-r.expiring }()
+	now := time.Now()
+	window := r.repo.RecoveryWindow
+	if window <= 0 {
+		window = defaultRecoveryWindow
+	}
+	keep, fulls := fullsToKeep(info.backups, window, now)
+	r.mu.Lock()
+	var finished *metav1.Time
+	running := false
+	if r.run != nil {
+		running = r.run.Finished == nil
+		if !running && r.run.Error == "" {
+			finished = r.run.Finished
+		}
+	}
+	due := !running && fulls > 0 && expireDue(now, r.expireTriedAt, r.expireErr, finished, keep, fulls)
+	r.mu.Unlock()
+	if !due {
+		return
+	}
+	_, err := a.pgbackrest(ctx, r.configPath(), pgbackrestTimeout, "expire",
+		"--repo1-retention-full-type=count", "--repo1-retention-full="+strconv.Itoa(keep))
+	if err != nil && isLockRefusal(err) {
+		// a backup (or another expire) holds the stanza's lock: later.
+		a.log.V(1).Info("Expiry postponed: another pgBackRest command holds the lock", "err", err.Error())
+		return
+	}
+	r.mu.Lock()
+	r.expireTriedAt = now
+	prevErr := r.expireErr
+	if err != nil {
+		r.expireErr = err.Error()
+	} else {
+		r.expireErr, r.expiredAt = "", &metav1.Time{Time: now}
+	}
+	r.mu.Unlock()
+	if err != nil {
+		if err.Error() != prevErr {
+			a.log.Error(err, "Cannot expire the backups outside the recovery window", "recoveryWindow", window, "keepFull", keep)
+		}
+		return
+	}
+	after, err := a.readInfo(ctx)
+	if err != nil {
+		a.log.Info("Expired the backups outside the recovery window", "recoveryWindow", window, "keepFull", keep)
+		a.markInfoDirty()
+		return
+	}
+	r.mu.Lock()
+	r.info, r.infoErr, r.infoAt = after, "", time.Now()
+	r.mu.Unlock()
+	var removed []string
+	for _, b := range info.backups {
+		if !slices.ContainsFunc(after.backups, func(k BaseBackup) bool { return k.Label == b.Label }) {
+			removed = append(removed, b.Label)
+		}
+	}
+	log := a.log.V(1)
+	if len(removed) > 0 || after.archiveMin != info.archiveMin {
+		log = a.log
+	}
+	log.Info("Expired the backups outside the recovery window", "recoveryWindow", window,
+		"windowStart", now.Add(-window).UTC().Format(time.RFC3339), "keepFull", keep,
+		"removedBackups", removed, "archiveMinBefore", info.archiveMin, "archiveMinAfter", after.archiveMin)
+}
+
+// isLockRefusal says whether pgBackRest refused to run because another
+// of its commands holds the stanza's lock ([050] LockAcquireError).
+func isLockRefusal(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "[050]") || strings.Contains(msg, "unable to acquire lock")
+}
+
+// markInfoDirty asks for `pgbackrest info` at the archiver's next tick.
+func (a *Agent) markInfoDirty() {
+	a.archive.mu.Lock()
+	a.archive.infoDirty = true
+	a.archive.mu.Unlock()
+}
+
+// notDuringExpiry runs h (a base backup's start) once no expiry runs, and
+// keeps the next from starting meanwhile: pgBackRest's lock would refuse
+// a backup while an expire runs, and the backup would count as failed.
+func (a *Agent) notDuringExpiry(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if a.archive != nil {
+			select {
+			case a.archive.expiring <- struct{}{}:
+				defer func() { <-a.archive.expiring }()
+			case <-req.Context().Done():
+				return
+			}
+		}
+		h(w, req)
+	}
+}
