@@ -70,6 +70,20 @@ const (
 	// TLS: the endpoint serves that certificate, and streaming verifies
 	// the primary with that CA (verify-full). Empty: plaintext.
 	EnvTLSDir = "DBKEEPER_TLS_DIR"
+	// EnvPeerDomain is the domain of the instances' own DNS names,
+	// <headless Service>.<namespace>.svc: the primary reaches a standby's
+	// pgBackRest TLS server at <pod>.<EnvPeerDomain>, a name the
+	// Database's certificate carries (*.<headless>.<namespace>.svc).
+	EnvPeerDomain = "DBKEEPER_PEER_DOMAIN"
+)
+
+// BackupServerPort is the port of every instance's pgBackRest TLS server
+// (pgBackRest's own default), through which the primary's pgBackRest
+// copies a standby's files for a base backup; BackupServerPortName names
+// it in the container.
+const (
+	BackupServerPort     int32 = 8432
+	BackupServerPortName       = "pgbackrest"
 )
 
 // SlotName is the physical replication slot the primary keeps for the

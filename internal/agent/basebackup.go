@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,13 +32,18 @@ type BackupRequest struct {
 // pod stopped) leaves nothing that could be restored by mistake, and the
 // next backup resumes or removes what it wrote.
 type BackupRun struct {
-	ID       string       `json:"id"`
-	Type     string       `json:"type"`
+	ID   string `json:"id"`
+	Type string `json:"type"`
+	// Instance is the pod whose files are copied: a streaming standby's
+	// when there is one, else the primary's.
 	Instance string       `json:"instance"`
 	Started  metav1.Time  `json:"started"`
 	Finished *metav1.Time `json:"finished,omitempty"`
 	// Error is pgBackRest's message when the run failed.
 	Error string `json:"error,omitempty"`
+	// Note says where the files come from and, for the primary's, why
+	// not a standby's.
+	Note string `json:"note,omitempty"`
 }
 
 // backupTimeout bounds one base backup.
@@ -119,23 +125,50 @@ func (a *Agent) startBackup(req BackupRequest) (BackupRun, error) {
 }
 
 // runBackup runs pgbackrest backup for run (which also expires what the
-// recovery window no longer needs) and records how it ended.
+// recovery window no longer needs) and records how it ended: from a
+// streaming standby when there is one (backupstandby.go), else, or when
+// that fails, from the primary.
 func (a *Agent) runBackup(run BackupRun) {
 	start := time.Now()
-	_, err := a.pgbackrest(a.ctx, a.archive.configPath(), backupTimeout, "backup", "--type="+run.Type, longIOTimeout)
+	standby, p, why := a.backupSource(a.ctx)
+	var err error
+	if standby != "" {
+		run.Instance, run.Note = standby, "taken from standby "+standby
+		a.setRun(&run)
+		a.log.Info("Taking the base backup from a standby", "id", run.ID, "standby", standby, "host", p.Host, "port", p.Port)
+		if err = a.backupFromStandby(run, p); err != nil && a.ctx.Err() == nil {
+			why = fmt.Sprintf("taken from the primary: the backup from standby %s failed: %s", standby, err)
+			a.log.Error(err, "The base backup from the standby failed: taking it from the primary", "id", run.ID, "standby", standby)
+			standby = ""
+		}
+	}
+	if standby == "" {
+		run.Instance, run.Note = a.cfg.Pod, why
+		a.setRun(&run)
+		if why != "" {
+			a.log.Info("Taking the base backup from the primary", "id", run.ID, "why", why)
+		}
+		_, err = a.pgbackrest(a.ctx, a.archive.configPath(), backupTimeout, "backup", "--type="+run.Type, longIOTimeout)
+	}
 	now := metav1.Now()
 	run.Finished = &now
 	if err != nil {
 		run.Error = err.Error()
 		a.log.Error(err, "The base backup failed", "id", run.ID)
 	} else {
-		a.log.Info("The base backup finished", "id", run.ID, "duration", time.Since(start).Round(time.Millisecond))
+		a.log.Info("The base backup finished", "id", run.ID, "instance", run.Instance, "duration", time.Since(start).Round(time.Millisecond))
 	}
-	a.saveBackupRun(&run)
-	a.archive.mu.Lock()
-	a.archive.run = &run
-	a.archive.mu.Unlock()
+	a.setRun(&run)
 	a.refreshInfo(context.WithoutCancel(a.ctx), true)
+}
+
+// setRun records run, on disk and for the status.
+func (a *Agent) setRun(run *BackupRun) {
+	a.saveBackupRun(run)
+	r := *run
+	a.archive.mu.Lock()
+	a.archive.run = &r
+	a.archive.mu.Unlock()
 }
 
 func (a *Agent) handleBackup(w http.ResponseWriter, r *http.Request) {

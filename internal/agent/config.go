@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -54,6 +55,29 @@ type Config struct {
 	// RuntimeDir holds pgBackRest's configuration, logs and locks; empty:
 	// a new temporary directory.
 	RuntimeDir string
+
+	// PeerDomain ($DBKEEPER_PEER_DOMAIN) makes a standby's DNS name,
+	// <pod>.<PeerDomain>; empty: base backups are taken from the primary.
+	PeerDomain string
+	// BackupServerPort is the port of this instance's pgBackRest TLS
+	// server and of its peers' (--pgbackrest-port).
+	BackupServerPort int
+	// Peers, when set, says how to reach a standby (by pod name) instead
+	// of <pod>.<PeerDomain>:BackupServerPort with this instance's data
+	// directory, socket and port (--peers, a JSON object): the tests run
+	// every instance on one host.
+	Peers map[string]Peer
+}
+
+// Peer is how the primary's pgBackRest reaches a standby for a base
+// backup from it: its TLS server, by a name its certificate carries, and
+// its server's files and socket there.
+type Peer struct {
+	Host      string `json:"host"`
+	Port      int    `json:"port"`
+	PGData    string `json:"pgdata"`
+	SocketDir string `json:"socketDir"`
+	PGPort    int    `json:"pgPort"`
 }
 
 // ParseFlags reads the agent's flags from args (the words after `agent`,
@@ -69,6 +93,10 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 	fs.StringVar(&c.SocketDir, "socket-dir", "/var/run/postgresql", "The server's unix socket directory.")
 	fs.IntVar(&c.Port, "port", 5432, "The local server's port.")
 	fs.IntVar(&c.PrimaryPort, "primary-port", 5432, "The port of $"+EnvPrimaryHost+", which standbys stream from and clone.")
+	fs.IntVar(&c.BackupServerPort, "pgbackrest-port", int(BackupServerPort), "The port of the instances' pgBackRest TLS servers.")
+	fs.Func("peers", "A JSON object of pod name to {host, port, pgdata, socketDir, pgPort}: how to reach each standby for a base backup from it, instead of <pod>.$"+EnvPeerDomain+" (tests).", func(v string) error {
+		return json.Unmarshal([]byte(v), &c.Peers)
+	})
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -86,6 +114,7 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 	c.ReplicationPassword = os.Getenv(EnvReplicationPassword)
 	c.PrimaryHost = os.Getenv(EnvPrimaryHost)
 	c.TLSDir = os.Getenv(EnvTLSDir)
+	c.PeerDomain = os.Getenv(EnvPeerDomain)
 	c.User = os.Getenv("POSTGRES_USER")
 	if c.User == "" {
 		c.User = "postgres"

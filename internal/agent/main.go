@@ -44,6 +44,11 @@ func Main(cfg Config, log logr.Logger) error {
 	if err := a.setUpArchive(ctx); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	// pgBackRest's TLS server stops once the agent stops.
+	backupServerCtx, stopBackupServer := context.WithCancel(ctx)
+	defer stopBackupServer()
+	backupServerDone := make(chan struct{})
+	go a.runBackupServer(backupServerCtx, backupServerDone)
 
 	hs, err := a.listen()
 	if err != nil {
@@ -86,6 +91,11 @@ func Main(cfg Config, log logr.Logger) error {
 		} else if err := a.keeper.release(stopCtx); err != nil {
 			log.Error(err, "Cannot release the primary lease: another instance takes it over once it expires")
 		}
+	}
+	stopBackupServer()
+	select {
+	case <-backupServerDone:
+	case <-time.After(backupServerStopGrace + time.Second):
 	}
 	shutCtx, shutCancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer shutCancel()
