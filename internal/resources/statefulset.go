@@ -109,6 +109,7 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 	if err := addRepository(db, tls, pod, container); err != nil {
 		return nil, err
 	}
+	addBackupServer(db, tls, container)
 	pod.WithContainers(container)
 
 	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).
@@ -139,6 +140,27 @@ func agentCopy(agentImage string, uid int64) *corev1ac.ContainerApplyConfigurati
 			WithLimits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")})).
 		WithSecurityContext(restrictedContainer(uid)).
 		WithVolumeMounts(corev1ac.VolumeMount().WithName(agentVolume).WithMountPath(agent.BinDir))
+}
+
+// addBackupServer declares the port of the instance's pgBackRest TLS
+// server, through which the primary's base backups read a streaming
+// standby's files, and gives the agent the domain of its peers' names
+// (<pod>.<headless Service>.<namespace>.svc, which the Database's
+// certificate carries). The agent runs that server with TLS and a
+// repository only (agent.BackupServerPort): without TLS pgBackRest could
+// not reach a standby, and without a repository there is no base backup.
+func addBackupServer(db *dbv1.Database, tls ServerTLS, container *corev1ac.ContainerApplyConfiguration) {
+	if !tls || Store(db, tls) == nil {
+		return
+	}
+	container.WithPorts(corev1ac.ContainerPort().WithName(agent.BackupServerPortName).WithContainerPort(agent.BackupServerPort).WithProtocol(corev1.ProtocolTCP))
+	container.WithEnv(corev1ac.EnvVar().WithName(agent.EnvPeerDomain).WithValue(PeerDomain(db)))
+}
+
+// PeerDomain is the domain of the instances' own DNS names under the
+// headless Service: <headless>.<namespace>.svc.
+func PeerDomain(db *dbv1.Database) string {
+	return HeadlessServiceName(db) + "." + db.Namespace + ".svc"
 }
 
 // agentEnv is the agent's environment (see the agent.Env* constants).
