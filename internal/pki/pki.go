@@ -69,8 +69,9 @@ func NewCA(commonName string, now time.Time) (KeyPair, error) {
 }
 
 // IssueServer signs a server certificate for dnsNames (the first is also
-// its common name) with the CA, valid from now for lifetime (backdated by
-// a tenth of it, at most a minute, for clocks that run behind).
+// its common name), usable by a TLS client too, with the CA, valid from
+// now for lifetime (backdated by a tenth of it, at most a minute, for
+// clocks that run behind).
 func IssueServer(ca KeyPair, dnsNames []string, now time.Time, lifetime time.Duration) (KeyPair, error) {
 	if len(dnsNames) == 0 {
 		return KeyPair{}, errors.New("issuing a server certificate: no DNS names")
@@ -95,13 +96,15 @@ func IssueServer(ca KeyPair, dnsNames []string, now time.Time, lifetime time.Dur
 		notAfter = caCert.NotAfter
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: dnsNames[0]},
-		DNSNames:              dnsNames,
-		NotBefore:             now.Add(-min(maxBackdate, lifetime/10)),
-		NotAfter:              notAfter,
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: dnsNames[0]},
+		DNSNames:     dnsNames,
+		NotBefore:    now.Add(-min(maxBackdate, lifetime/10)),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		// clientAuth too: the instances present it to each other's
+		// pgBackRest TLS server (a base backup from a standby).
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)

@@ -30,6 +30,12 @@ func TestIssueServerVerifies(t *testing.T) {
 	if _, err := tls.X509KeyPair(srv.Cert, srv.Key); err != nil {
 		t.Errorf("crypto/tls refuses the pair: %v", err)
 	}
+	// the instances present it to each other's pgBackRest TLS server.
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.Cert)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("not usable as a client certificate: %v", err)
+	}
 	if got, want := cert.NotAfter, now.Add(90*time.Second); !got.Equal(want) {
 		t.Errorf("NotAfter %s, want %s", got, want)
 	}
