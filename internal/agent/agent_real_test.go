@@ -89,6 +89,8 @@ type cluster struct {
 	// settings of their servers.
 	tlsDir     string
 	serverArgs []string
+	// agentArgs are more flags of the agent of each instance, by name.
+	agentArgs map[string][]string
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -161,10 +163,11 @@ func (c *cluster) start(name string, env ...string) *instance {
 	entrypoint, err := filepath.Abs("../../images/postgres/docker-entrypoint.sh")
 	require.NoError(t, err)
 
-	args := []string{
+	args := append([]string{
 		"--listen=127.0.0.1:" + strconv.Itoa(agentPort), "--port=" + strconv.Itoa(in.port),
-		"--socket-dir=" + filepath.Join(in.dir, "run"), "--primary-port=" + strconv.Itoa(c.proxy.port), "--",
-		entrypoint, "postgres", "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "wal_log_hints=on"}
+		"--socket-dir=" + filepath.Join(in.dir, "run"), "--primary-port=" + strconv.Itoa(c.proxy.port)}, c.agentArgs[name]...)
+	args = append(args, "--",
+		entrypoint, "postgres", "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "wal_log_hints=on")
 	in.cmd = exec.Command(c.bin, append(args, c.serverArgs...)...)
 	in.cmd.Env = append(os.Environ(),
 		childEnv+"=1",
