@@ -60,8 +60,13 @@ func BackupCronJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*batchv
 		return nil, err
 	}
 	labels := Labels(db, ComponentBackup)
-	return batchv1ac.CronJob(BackupName(db), db.Namespace).
-		WithLabels(labels).
+	cron := batchv1ac.CronJob(BackupName(db), db.Namespace).WithLabels(labels)
+	if v := db.Spec.Backup.VolumeRepository; v != "" {
+		// the setting in effect (resolved by VolumeRepositoryFor), kept
+		// for it to read back.
+		cron.WithAnnotations(map[string]string{AnnotationVolumeRepository: v})
+	}
+	return cron.
 		WithOwnerReferences(OwnerReference(db)).
 		WithSpec(batchv1ac.CronJobSpec().
 			WithSchedule(db.Spec.Backup.Schedule).

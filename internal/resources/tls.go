@@ -144,9 +144,10 @@ func ReadOnlyServiceName(db *dbv1.Database) string { return db.Name + "-ro" }
 // every form of the client, headless and read-only Services'
 // names, and each pod's name under the headless Service (which the
 // restore Job connects to, see RestorePodHost), and with
-// spec.backup.volumeRepository Enabled the Service of the repository on
-// the backup volume (VolumeStore), whose S3 server serves it. The client Service's short name comes first (the certificate's
-// common name).
+// spec.backup.volumeRepository Enabled (as VolumeRepositoryFor resolves
+// it) and no object store the Service of the repository on the backup
+// volume (VolumeStore), whose S3 server serves it. The client Service's
+// short name comes first (the certificate's common name).
 func ServerDNSNames(db *dbv1.Database) []string {
 	var names []string
 	for _, svc := range []string{ClientServiceName(db), HeadlessServiceName(db), ReadOnlyServiceName(db)} {
@@ -154,7 +155,7 @@ func ServerDNSNames(db *dbv1.Database) []string {
 	}
 	pods := "*." + HeadlessServiceName(db) + "." + db.Namespace + ".svc"
 	names = append(names, pods, pods+".cluster.local")
-	if db.Spec.Backup.VolumeRepository == dbv1.VolumeRepositoryEnabled {
+	if db.Spec.Backup.VolumeRepository == dbv1.VolumeRepositoryEnabled && db.Spec.Backup.ObjectStore == nil {
 		repo := VolumeRepositoryName(db) + "." + db.Namespace + ".svc"
 		names = append(names, repo, repo+".cluster.local")
 	}

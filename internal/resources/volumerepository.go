@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,11 +38,36 @@ const volumeRepositoryPath = "/dbkeeper"
 // of a Database's repository on its backup volume.
 func VolumeRepositoryName(db *dbv1.Database) string { return db.Name + "-repository" }
 
+// AnnotationVolumeRepository, on the dump CronJob, records the
+// spec.backup.volumeRepository in effect when the backup controller last
+// wrote it (Enabled or Disabled; VolumeRepositoryFor reads it back).
+const AnnotationVolumeRepository = "database.dbkeeper.io/volume-repository"
+
+// VolumeRepositoryFor is the spec.backup.volumeRepository in effect for db:
+// its own value when set; unset (the default), Enabled, except on a
+// Database made before this default, which keeps its dumps so that an
+// upgrade does not move it. cron is the live dump CronJob (nil when there
+// is none): a new Database has none; one made before this default has one
+// without AnnotationVolumeRepository. The annotation then keeps the
+// decision. Enabled takes effect only with TLS on and without an object
+// store (Store). Every controller that builds from the setting asks this
+// (through facet.ResolveVolumeRepository), so they agree.
+func VolumeRepositoryFor(db *dbv1.Database, cron *batchv1.CronJob) string {
+	switch {
+	case db.Spec.Backup.VolumeRepository != "":
+		return db.Spec.Backup.VolumeRepository
+	case cron == nil, cron.Annotations[AnnotationVolumeRepository] == dbv1.VolumeRepositoryEnabled:
+		return dbv1.VolumeRepositoryEnabled
+	}
+	return dbv1.VolumeRepositoryDisabled
+}
+
 // Store is the object store db archives into and takes base backups to:
 // spec.backup.objectStore, or the repository on its backup volume
 // (VolumeStore) with spec.backup.volumeRepository Enabled and TLS on (the
 // repository's S3 server serves the Database's certificate); nil
-// otherwise, and the backups are the dumps alone.
+// otherwise, and the backups are the dumps alone. db's
+// spec.backup.volumeRepository is the one in effect (VolumeRepositoryFor).
 func Store(db *dbv1.Database, tls ServerTLS) *dbv1.ObjectStoreSpec {
 	if s := db.Spec.Backup.ObjectStore; s != nil {
 		return s

@@ -3,6 +3,9 @@ package resources_test
 import (
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -25,7 +28,7 @@ func TestStoreIsTheVolumeRepositoryOnlyWhenAskedWithTLS(t *testing.T) {
 	eng, err := engine.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	plain := sample("orders", nil)
-	assert.Nil(t, resources.Store(plain, resources.TLSOn), "the default keeps the dumps alone")
+	assert.Nil(t, resources.Store(plain, resources.TLSOn), "a setting nobody resolved keeps the dumps alone")
 	vol := sample("orders", func(db *dbv1.Database) { db.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled })
 	assert.Nil(t, resources.Store(vol, resources.TLSOff), "no TLS, no volume repository")
 	store := resources.Store(vol, resources.TLSOn)
@@ -89,4 +92,44 @@ func TestVolumeRepositoryServer(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, sec.Data[agent.SecretAccessKeyFile], again.Data[agent.SecretAccessKeyFile], "random credentials")
 	assert.Equal(t, corev1.SecretTypeOpaque, sec.Type)
+}
+
+// TestVolumeRepositoryForKeepsDumpsWhereTheyRan: unset means Enabled for a
+// new Database (no dump CronJob yet) and keeps what the CronJob records
+// afterwards; a Database made before this default (a CronJob without the
+// record) keeps its dumps through an upgrade; a value set wins. The
+// CronJob records the resolved setting, so the decision sticks.
+func TestVolumeRepositoryForKeepsDumpsWhereTheyRan(t *testing.T) {
+	eng, err := engine.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	cron := func(annotations map[string]string) *batchv1.CronJob {
+		return &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Annotations: annotations}}
+	}
+	unset := sample("orders", nil)
+	assert.Equal(t, dbv1.VolumeRepositoryEnabled, resources.VolumeRepositoryFor(unset, nil), "a new Database")
+	assert.Equal(t, dbv1.VolumeRepositoryDisabled, resources.VolumeRepositoryFor(unset, cron(nil)), "made before the default: its dumps go on")
+	assert.Equal(t, dbv1.VolumeRepositoryEnabled, resources.VolumeRepositoryFor(unset, cron(map[string]string{resources.AnnotationVolumeRepository: "Enabled"})))
+	assert.Equal(t, dbv1.VolumeRepositoryDisabled, resources.VolumeRepositoryFor(unset, cron(map[string]string{resources.AnnotationVolumeRepository: "Disabled"})))
+	for _, v := range []string{dbv1.VolumeRepositoryEnabled, dbv1.VolumeRepositoryDisabled} {
+		set := sample("orders", func(db *dbv1.Database) { db.Spec.Backup.VolumeRepository = v })
+		assert.Equal(t, v, resources.VolumeRepositoryFor(set, nil))
+		assert.Equal(t, v, resources.VolumeRepositoryFor(set, cron(nil)))
+	}
+
+	for _, v := range []string{dbv1.VolumeRepositoryEnabled, dbv1.VolumeRepositoryDisabled} {
+		db := sample("orders", func(db *dbv1.Database) { db.Spec.Backup.VolumeRepository = v })
+		job, err := resources.BackupCronJob(db, eng, resources.TLSOn)
+		require.NoError(t, err)
+		written := cron(job.Annotations)
+		unset := sample("orders", nil)
+		assert.Equal(t, v, resources.VolumeRepositoryFor(unset, written), "the CronJob keeps the decision %s", v)
+	}
+	// with an object store or without TLS, Enabled does not take effect:
+	// the dumps go on, and the repository comes when they go.
+	withStore := sample("orders", func(db *dbv1.Database) {
+		db.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled
+		db.Spec.Backup.ObjectStore = &dbv1.ObjectStoreSpec{Endpoint: "s3.example", Bucket: "b", CredentialsSecret: "s"}
+	})
+	assert.False(t, resources.IsVolumeStore(withStore, resources.Store(withStore, resources.TLSOn)))
+	assert.NotContains(t, resources.ServerDNSNames(withStore), "orders-repository.shop.svc")
 }

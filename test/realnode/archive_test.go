@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -418,17 +419,18 @@ func archiveGaps(t *testing.T, keys []string) []string {
 }
 
 // TestPointInTimeRecoveryFromTheBackupVolume: a Database without an object
-// store, with spec.backup.volumeRepository Enabled, archives into the S3
-// server of its own on its backup volume (it says so, and that this copy
-// does not survive the cluster); a new Database of the same namespace
-// recovers to the commit time of a row and has exactly the rows committed
-// at or before it.
+// store and with spec.backup.volumeRepository unset (the default) archives
+// into the S3 server of its own on its backup volume (it says so, and that
+// this copy does not survive the cluster), its dump CronJob suspended; a
+// new Database of the same namespace, with the default too, recovers to
+// the commit time of a row, has exactly the rows committed at or before
+// it, and archives into a repository of its own.
 func TestPointInTimeRecoveryFromTheBackupVolume(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
 	startOperator(t, ns)
 	src := newDatabase(ns, "journal", "17", func(d *dbv1.Database) {
-		d.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled
+		d.Spec.Backup.VolumeRepository = "" // the default
 		d.Spec.Backup.ArchiveTimeout = &metav1.Duration{Duration: 10 * time.Second}
 	})
 	create(t, src)
@@ -448,8 +450,12 @@ func TestPointInTimeRecoveryFromTheBackupVolume(t *testing.T) {
 		return a != nil && a.LastArchivedTime != nil && a.LastArchivedTime.After(after)
 	}, 2*time.Minute, 2*time.Second, "the last rows archived on the backup volume")
 
+	cron := &batchv1.CronJob{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: resources.BackupName(src)}, cron))
+	assert.True(t, *cron.Spec.Suspend, "the archive and base backups replace the scheduled dumps")
+
 	restored := newDatabase(ns, "journal-restored", "17", func(d *dbv1.Database) {
-		d.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled
+		d.Spec.Backup.VolumeRepository = ""
 		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{Database: src.Name,
 			Target: &dbv1.RecoveryTarget{Time: mark.Format(time.RFC3339Nano)}}}
 	})
@@ -458,4 +464,8 @@ func TestPointInTimeRecoveryFromTheBackupVolume(t *testing.T) {
 	require.NotNil(t, got.Status.Backup.Recovery)
 	assert.Equal(t, "40|40", query(t, generated(restored), "SELECT count(*), max(id) FROM ledger"),
 		"exactly the rows committed at or before the target")
+	waitCondition(t, restored, dbv1.ConditionBackupReady, metav1.ConditionTrue, dbv1.ReasonArchiving)
+	own := dbtest.Get(t, k8s, restored).Status.Backup.RepositoryPath
+	assert.NotEqual(t, dbtest.Get(t, k8s, src).Status.Backup.RepositoryPath, own, "the new Database archives into its own repository")
+	assert.Contains(t, own, string(dbtest.Get(t, k8s, restored).UID))
 }

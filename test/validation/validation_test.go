@@ -439,9 +439,14 @@ func TestCreateRefused(t *testing.T) {
 			want: []string{"archiveTimeout must be between 10s and 24h"},
 		},
 		{
-			name: "verification without an object store",
-			spec: map[string]any{"backup": map[string]any{"verification": map[string]any{"schedule": "@weekly"}}},
+			name: "verification with the volume repository Disabled",
+			spec: map[string]any{"backup": map[string]any{"volumeRepository": "Disabled", "verification": map[string]any{"schedule": "@weekly"}}},
 			want: []string{"spec.backup.verification needs a repository"},
+		},
+		{
+			name: "verification without an object store nor TLS",
+			spec: map[string]any{"tls": map[string]any{"mode": "Disabled"}, "backup": map[string]any{"verification": map[string]any{"schedule": "@weekly"}}},
+			want: []string{"spec.backup.verification needs a repository", "spec.tls.mode is Disabled"},
 		},
 		{
 			name: "volume repository beside an object store",
@@ -451,7 +456,7 @@ func TestCreateRefused(t *testing.T) {
 		},
 		{
 			name: "recovery into a Database without a repository",
-			spec: map[string]any{"bootstrap": map[string]any{"recovery": map[string]any{"database": "ledger"}}},
+			spec: map[string]any{"backup": map[string]any{"volumeRepository": "Disabled"}, "bootstrap": map[string]any{"recovery": map[string]any{"database": "ledger"}}},
 			want: []string{"spec.bootstrap.recovery needs a repository of the new Database's own"},
 		},
 		{
@@ -478,8 +483,8 @@ func TestCreateRefused(t *testing.T) {
 			want: []string{"verification.timeout must be at least 1m"},
 		},
 		{
-			name: "recoveryWindow in hours",
-			spec: map[string]any{"backup": map[string]any{"recoveryWindow": "36h"}},
+			name: "recoveryWindow in minutes",
+			spec: map[string]any{"backup": map[string]any{"recoveryWindow": "90m"}},
 			want: []string{"spec.backup.recoveryWindow"},
 		},
 	}
@@ -791,6 +796,9 @@ func TestValidCreateAccepted(t *testing.T) {
 			"objectStore": map[string]any{"endpoint": "s3.example:9000", "bucket": "backups", "credentialsSecret": "store"}, "recoveryWindow": "14d", "archiveTimeout": "30s"}}},
 		{name: "volume repository with its verification", spec: map[string]any{"backup": map[string]any{
 			"volumeRepository": "Enabled", "verification": map[string]any{"schedule": "@weekly"}}}},
+		{name: "verification and recovery on the default repository, a window in hours", spec: map[string]any{
+			"backup":    map[string]any{"recoveryWindow": "36h", "verification": map[string]any{"schedule": "@weekly"}},
+			"bootstrap": map[string]any{"recovery": map[string]any{"database": "ledger"}}}},
 		{name: "verification with its limits", spec: map[string]any{"backup": map[string]any{
 			"objectStore":  map[string]any{"endpoint": "s3.example:9000", "bucket": "backups", "credentialsSecret": "store"},
 			"verification": map[string]any{"schedule": "30 4 * * 6", "scratchSize": "5Gi", "timeout": "90m", "resources": map[string]any{"limits": map[string]any{"memory": "2Gi"}}}}}},

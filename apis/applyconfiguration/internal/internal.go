@@ -96,7 +96,6 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: volumeRepository
       type:
         scalar: string
-      default: Disabled
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.BackupStatus
   map:
     fields:

@@ -170,8 +170,9 @@ const (
 	// recent enough: a point-in-time recovery can reach any point since
 	// status.backup.firstRecoverabilityPoint.
 	ReasonArchiving = "Archiving"
-	// ReasonArchiveStarting: the repository is being created or the first
-	// base backup runs; nothing is recoverable yet.
+	// ReasonArchiveStarting (True): the repository is being created or the
+	// first base backup runs; nothing is recoverable yet. Ready does not
+	// wait for it; past spec.backup.maxAge it turns into BackupStale.
 	ReasonArchiveStarting = "ArchiveStarting"
 	// ReasonArchiveAccessDenied: the store refused the credentials (a
 	// wrong key, secret or a policy that does not allow the path).

@@ -75,8 +75,9 @@ type Database struct {
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.version) || self.engine != 'postgres' || self.version in ['14', '15', '16', '17']",message="spec.version must be one of 14, 15, 16, 17 for engine postgres"
 // +kubebuilder:validation:XValidation:rule="!has(self.highAvailability) || !has(self.highAvailability.synchronous) || self.highAvailability.synchronous.dataDurability == 'Preferred' || (has(self.replicas) ? self.replicas : 1) == 0 || self.highAvailability.synchronous.number < (has(self.replicas) ? self.replicas : 1)",message="spec.highAvailability.synchronous.number must be below spec.replicas with dataDurability Required: every commit would wait for standbys that do not exist"
-// +kubebuilder:validation:XValidation:rule="!has(self.backup) || self.backup.volumeRepository != 'Enabled' || !has(self.tls) || self.tls.mode != 'Disabled'",message="spec.backup.volumeRepository Enabled needs TLS: the repository's S3 server serves the Database's certificate, and spec.tls.mode is Disabled"
-// +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.recovery) || (has(self.backup) && (has(self.backup.objectStore) || self.backup.volumeRepository == 'Enabled'))",message="spec.bootstrap.recovery needs a repository of the new Database's own, which it archives into from its first promotion: spec.backup.objectStore or spec.backup.volumeRepository Enabled"
+// +kubebuilder:validation:XValidation:rule="!has(self.backup) || !has(self.backup.volumeRepository) || self.backup.volumeRepository != 'Enabled' || !has(self.tls) || self.tls.mode != 'Disabled'",message="spec.backup.volumeRepository Enabled needs TLS: the repository's S3 server serves the Database's certificate, and spec.tls.mode is Disabled"
+// +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.recovery) || !has(self.backup) || has(self.backup.objectStore) || !has(self.backup.volumeRepository) || self.backup.volumeRepository == 'Enabled'",message="spec.bootstrap.recovery needs a repository of the new Database's own, which it archives into from its first promotion: spec.backup.objectStore, or the repository on its backup volume (spec.backup.volumeRepository unset or Enabled), and spec.backup.volumeRepository is Disabled"
+// +kubebuilder:validation:XValidation:rule="!has(self.backup) || !has(self.backup.verification) || has(self.backup.objectStore) || !has(self.tls) || self.tls.mode != 'Disabled'",message="spec.backup.verification needs a repository: spec.backup.objectStore, or the repository on the backup volume, which needs TLS, and spec.tls.mode is Disabled"
 // +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.recovery) || !has(self.tls) || self.tls.mode != 'Disabled'",message="spec.bootstrap.recovery needs TLS: the operator hands the source store's credentials to the new instance's agent, which speaks HTTPS only with TLS, and spec.tls.mode is Disabled"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap)",message="spec.bootstrap cannot be added or removed after creation: it only says how the Database was first filled"
 // +kubebuilder:validation:XValidation:rule="has(self.credentials) == has(oldSelf.credentials)",message="spec.credentials cannot be added or removed after creation: the data directory was initialised with the first credentials"
@@ -532,8 +533,8 @@ type ServiceSpec struct {
 }
 
 // BackupSpec configures the scheduled backups.
-// +kubebuilder:validation:XValidation:rule="!has(self.verification) || has(self.objectStore) || self.volumeRepository == 'Enabled'",message="spec.backup.verification needs a repository: spec.backup.objectStore, or spec.backup.volumeRepository Enabled"
-// +kubebuilder:validation:XValidation:rule="!has(self.objectStore) || self.volumeRepository != 'Enabled'",message="spec.backup.volumeRepository Enabled and spec.backup.objectStore exclude each other: the archive goes to one repository"
+// +kubebuilder:validation:XValidation:rule="!has(self.verification) || has(self.objectStore) || !has(self.volumeRepository) || self.volumeRepository == 'Enabled'",message="spec.backup.verification needs a repository: spec.backup.objectStore, or the repository on the backup volume (spec.backup.volumeRepository unset or Enabled), and spec.backup.volumeRepository is Disabled"
+// +kubebuilder:validation:XValidation:rule="!has(self.objectStore) || !has(self.volumeRepository) || self.volumeRepository != 'Enabled'",message="spec.backup.volumeRepository Enabled and spec.backup.objectStore exclude each other: the archive goes to one repository"
 type BackupSpec struct {
 	// Schedule is the cron schedule of the backups: five fields (minute hour
 	// day-of-month month day-of-week) or a macro such as @daily.
@@ -587,26 +588,30 @@ type BackupSpec struct {
 	// +optional
 	ObjectStore *ObjectStoreSpec `json:"objectStore,omitempty"`
 
-	// VolumeRepository Enabled, without an object store, keeps the same
-	// continuous archive and base backups in a repository on the backup
-	// volume (beside the dumps, which stop being scheduled): point-in-time
-	// recovery within the cluster. An S3 server of the Database's own
-	// (<name>-repository, the manager's image running versitygw) serves
-	// it with the Database's certificate, so it needs TLS. This copy lives
-	// on the backup volume: it does not survive losing the cluster or the
-	// volume's storage (spec.backup.objectStore does). Disabled (the
-	// default in this release, persisted on existing Databases) keeps the
-	// dumps alone.
-	// +kubebuilder:default=Disabled
+	// VolumeRepository says whether a Database without an object store
+	// keeps the same continuous archive and base backups in a repository
+	// on its backup volume (beside the dumps, which stop being scheduled):
+	// point-in-time recovery within the cluster. An S3 server of the
+	// Database's own (<name>-repository, the manager's image running
+	// versitygw) serves it with the Database's certificate, so it needs
+	// TLS. This copy lives on the backup volume: it does not survive
+	// losing the cluster or the volume's storage (spec.backup.objectStore
+	// does).
+	//
+	// Unset means Enabled, except on a Database made before this default,
+	// which keeps its dumps until this is set (an upgrade does not move
+	// it). It takes effect with TLS on and without an object store;
+	// otherwise the dumps go on. Disabled keeps the dumps alone.
 	// +kubebuilder:validation:Enum=Enabled;Disabled
 	// +optional
 	VolumeRepository string `json:"volumeRepository,omitempty"`
 
 	// RecoveryWindow is how far back a point-in-time recovery must remain
-	// possible, in days (such as 14d): expiry keeps the newest base backup
-	// older than the window and every WAL segment after it.
+	// possible, in days or hours (such as 14d or 36h): expiry keeps the
+	// newest base backup that ended before the window and every WAL
+	// segment after it, and removes what is older.
 	// +kubebuilder:default="7d"
-	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,3}d$`
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,3}[dh]$`
 	// +optional
 	RecoveryWindow string `json:"recoveryWindow,omitempty"`
 

@@ -45,6 +45,20 @@ const archiveStuckAfter = 30 * time.Second
 // is full and the primary stops).
 const walPilingUpShare = 0.2
 
+// starting is BackupReady while the archive starts and nothing failed:
+// True (reason ArchiveStarting), as a Database on dumps is before its
+// first dump, so that Ready does not wait for the first base backup; the
+// message says that nothing is recoverable yet. Past spec.backup.maxAge
+// since the Database was created, it is BackupStale.
+func starting(db *dbv1.Database, msg string, now time.Time) metav1.Condition {
+	t := dbv1.ConditionBackupReady
+	if maxAge := db.Spec.BackupMaxAge(); maxAge > 0 && !db.CreationTimestamp.IsZero() && now.Sub(db.CreationTimestamp.Time) > maxAge {
+		return conditions.False(t, dbv1.ReasonBackupStale, fmt.Sprintf("no base backup has ended since the Database was created at %s, more than spec.backup.maxAge (%s) ago: %s",
+			db.CreationTimestamp.UTC().Format(time.RFC3339), maxAge, msg))
+	}
+	return conditions.True(t, dbv1.ReasonArchiveStarting, msg)
+}
+
 // AssessArchive is BackupReady of a Database with an object store, from
 // its primary's report: the store's own errors first (each with a reason
 // of its own), WAL piling up, a stale archive, then the base backups.
@@ -56,7 +70,7 @@ func AssessArchive(db *dbv1.Database, v ArchiveView, now time.Time) metav1.Condi
 		if v.Unreachable != "" {
 			msg += ": " + v.Unreachable
 		}
-		return conditions.False(t, dbv1.ReasonArchiveStarting, msg)
+		return starting(db, msg, now)
 	}
 	where := "s3://" + rep.Repository
 	if v.OnBackupVolume {
@@ -85,7 +99,7 @@ func AssessArchive(db *dbv1.Database, v ArchiveView, now time.Time) metav1.Condi
 		return conditions.False(t, reason, msg)
 	}
 	if !rep.StanzaReady {
-		return conditions.False(t, dbv1.ReasonArchiveStarting, "creating the repository "+where)
+		return starting(db, "creating the repository "+where, now)
 	}
 	if rep.OldestWaiting != nil && now.Sub(rep.OldestWaiting.Time) > archiveStuckAfter {
 		msg := fmt.Sprintf("%d WAL segments wait to be archived to %s, the oldest since %s: archive_command has not succeeded since (a store that does not answer; pgBackRest reports its error when it gives up)",
@@ -103,7 +117,7 @@ func AssessArchive(db *dbv1.Database, v ArchiveView, now time.Time) metav1.Condi
 		if run := rep.Run; run != nil && run.Error != "" {
 			return conditions.False(t, dbv1.ReasonBaseBackupFailed, fmt.Sprintf("the first base backup %q failed: %s", run.ID, conditions.Quote(run.Error, 300)))
 		}
-		return conditions.False(t, dbv1.ReasonArchiveStarting, "WAL is archived to "+where+"; the first base backup runs: nothing is recoverable before it ends")
+		return starting(db, "WAL is archived to "+where+"; the first base backup runs: nothing is recoverable before it ends", now)
 	}
 	if run := rep.Run; run != nil && run.Error != "" && run.Finished != nil && run.Finished.After(newest.Finished.Time) {
 		return conditions.False(t, dbv1.ReasonBaseBackupFailed, fmt.Sprintf("base backup %q failed at %s: %s; WAL is still archived, and a recovery can start from %s",

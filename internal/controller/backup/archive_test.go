@@ -114,7 +114,8 @@ func TestAssessArchive(t *testing.T) {
 			cond := AssessArchive(db, v, now)
 			assert.Equal(t, tc.reason, cond.Reason, cond.Message)
 			assert.Contains(t, cond.Message, tc.message)
-			assert.Equal(t, tc.reason == dbv1.ReasonArchiving, cond.Status == metav1.ConditionTrue, cond.Message)
+			healthy := tc.reason == dbv1.ReasonArchiving || tc.reason == dbv1.ReasonArchiveStarting
+			assert.Equal(t, healthy, cond.Status == metav1.ConditionTrue, "starting or archiving is True, so Ready does not wait for the first base backup: %s", cond.Message)
 		})
 	}
 }
@@ -129,4 +130,21 @@ func TestArchiveStaleAfterABackupLabel(t *testing.T) {
 		Backups: []agent.BaseBackup{{Label: "f", Finished: old}}}
 	cond := AssessArchive(db, ArchiveView{Report: rep, Status: &agent.Status{Timeline: 1, CurrentLSN: "0/9000000"}}, now)
 	assert.Equal(t, dbv1.ReasonArchiveStale, cond.Reason, cond.Message)
+}
+
+// TestArchiveStartingTurnsStale: a Database whose first base backup has
+// not ended maxAge after its creation is BackupStale, whatever holds it.
+func TestArchiveStartingTurnsStale(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	db := &dbv1.Database{Spec: dbv1.DatabaseSpec{Backup: dbv1.BackupSpec{ObjectStore: &dbv1.ObjectStoreSpec{}}}}
+	db.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
+	cond := AssessArchive(db, ArchiveView{}, now)
+	assert.Equal(t, dbv1.ReasonArchiveStarting, cond.Reason, cond.Message)
+	assert.Equal(t, metav1.ConditionTrue, cond.Status)
+
+	db.CreationTimestamp = metav1.NewTime(now.Add(-db.Spec.BackupMaxAge() - time.Minute))
+	cond = AssessArchive(db, ArchiveView{}, now)
+	assert.Equal(t, dbv1.ReasonBackupStale, cond.Reason, cond.Message)
+	assert.Equal(t, metav1.ConditionFalse, cond.Status)
+	assert.Contains(t, cond.Message, "waiting for the primary's agent")
 }

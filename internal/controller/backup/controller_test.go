@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -122,4 +123,71 @@ func TestSyncKeepsTheVolumeRepository(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(c.Get(ctx, key, &corev1.Service{})))
 	require.NoError(t, c.Get(ctx, key, &corev1.Secret{}), "the credentials stay with the data")
 	assert.NotEqual(t, dbv1.ReasonArchiveStarting, out.Condition.Reason)
+}
+
+// TestANewDatabaseGetsTheVolumeRepositoryAndAnOldOneKeepsItsDumps: with
+// spec.backup.volumeRepository unset, a new Database archives into the
+// repository on its backup volume (its S3 server made, the dump CronJob
+// suspended and recording the decision), while a Database made before that
+// default (its CronJob carries no record) keeps its scheduled dumps and
+// gets no repository: an upgrade moves nobody off their dumps.
+func TestANewDatabaseGetsTheVolumeRepositoryAndAnOldOneKeepsItsDumps(t *testing.T) {
+	ctx := context.Background()
+	fresh := facettest.Database()
+	old := facettest.Database()
+	old.Name, old.UID = "legacy", "legacy-uid"
+	oldCron := &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: old.Namespace, Name: resources.BackupName(old)},
+		Spec: batchv1.CronJobSpec{Schedule: "0 3 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "backup", Image: "postgres"}}}}}}},
+	}
+	c := facettest.Client(t, fresh, old, oldCron)
+	s := newSyncer(c, facet.WriterFor(c, &events.FakeRecorder{}, Name), func() time.Time { return t0 })
+	r := facet.NewReconciler(c, s.writer, dbv1.ConditionBackupReady, s, facet.Options{Facets: []string{dbv1.ConditionBackupReady}})
+	key := func(db *dbv1.Database, name string) client.ObjectKey {
+		return client.ObjectKey{Namespace: db.Namespace, Name: name}
+	}
+	reconcile := func(db *dbv1.Database) *batchv1.CronJob {
+		t.Helper()
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
+		require.NoError(t, err)
+		cron := &batchv1.CronJob{}
+		require.NoError(t, c.Get(ctx, key(db, resources.BackupName(db)), cron))
+		return cron
+	}
+
+	for range 2 { // the decision sticks
+		cron := reconcile(fresh)
+		assert.True(t, *cron.Spec.Suspend, "base backups and the archive replace the dumps")
+		assert.Equal(t, dbv1.VolumeRepositoryEnabled, cron.Annotations[resources.AnnotationVolumeRepository])
+		require.NoError(t, c.Get(ctx, key(fresh, resources.VolumeRepositoryName(fresh)), &appsv1.StatefulSet{}), "the repository's server")
+		got := &dbv1.Database{}
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(fresh), got))
+		assert.Empty(t, got.Spec.Backup.VolumeRepository, "the resolution stays in memory: the spec is the user's")
+	}
+
+	for range 2 {
+		cron := reconcile(old)
+		assert.False(t, *cron.Spec.Suspend, "the dumps go on")
+		assert.Equal(t, dbv1.VolumeRepositoryDisabled, cron.Annotations[resources.AnnotationVolumeRepository])
+		assert.True(t, apierrors.IsNotFound(c.Get(ctx, key(old, resources.VolumeRepositoryName(old)), &appsv1.StatefulSet{})))
+	}
+
+	// the user moves the old one: set Enabled, then unset again, and it
+	// stays on the repository.
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(old), old))
+	old.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled
+	require.NoError(t, c.Update(ctx, old))
+	assert.True(t, *reconcile(old).Spec.Suspend)
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(old), old))
+	old.Spec.Backup.VolumeRepository = ""
+	require.NoError(t, c.Update(ctx, old))
+	assert.True(t, *reconcile(old).Spec.Suspend, "unset again, the recorded decision holds")
+
+	// with the backup controller disabled, nothing would serve a
+	// repository: unset means Disabled for every other controller.
+	other := &dbv1.Database{Spec: dbv1.DatabaseSpec{}}
+	other.Name, other.Namespace = "other", fresh.Namespace
+	require.NoError(t, facet.ResolveVolumeRepository(ctx, c, other, false))
+	assert.Equal(t, dbv1.VolumeRepositoryDisabled, other.Spec.Backup.VolumeRepository)
 }

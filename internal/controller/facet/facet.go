@@ -133,6 +133,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if r.Options.WaitForFinalizer && !controllerutil.ContainsFinalizer(db, dbv1.Finalizer) {
 		return ctrl.Result{}, nil // its arrival is an update that brings us back
 	}
+	if err := ResolveVolumeRepository(ctx, r.Client, db, backupEnabled(r.Options)); err != nil {
+		return ctrl.Result{}, err
+	}
 	if db.Spec.Paused {
 		msg := "spec.paused is true: the children are left as they are"
 		if c, ok := r.Syncer.(PauseConsequence); ok {

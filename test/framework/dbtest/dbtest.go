@@ -27,10 +27,15 @@ import (
 const Tick = 50 * time.Millisecond
 
 // New is a minimal valid Database; mutate tweaks it before it is used.
+// It keeps its backups as dumps (spec.backup.volumeRepository Disabled):
+// the suites' fleets test every other facet without a repository server
+// and a first base backup per Database; the tests of the default (the
+// repository on the backup volume) set it back to unset.
 func New(namespace, name string, mutate ...func(*dbv1.Database)) *dbv1.Database {
 	db := &dbv1.Database{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec:       dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"},
+		Spec: dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17",
+			Backup: dbv1.BackupSpec{VolumeRepository: dbv1.VolumeRepositoryDisabled}},
 	}
 	for _, m := range mutate {
 		m(db)

@@ -43,20 +43,25 @@ type BackupSpecApplyConfiguration struct {
 	// dumps in the backup volume. pgBackRest does the work
 	// (docs/design/backup.md).
 	ObjectStore *ObjectStoreSpecApplyConfiguration `json:"objectStore,omitempty"`
-	// VolumeRepository Enabled, without an object store, keeps the same
-	// continuous archive and base backups in a repository on the backup
-	// volume (beside the dumps, which stop being scheduled): point-in-time
-	// recovery within the cluster. An S3 server of the Database's own
-	// (<name>-repository, the manager's image running versitygw) serves
-	// it with the Database's certificate, so it needs TLS. This copy lives
-	// on the backup volume: it does not survive losing the cluster or the
-	// volume's storage (spec.backup.objectStore does). Disabled (the
-	// default in this release, persisted on existing Databases) keeps the
-	// dumps alone.
+	// VolumeRepository says whether a Database without an object store
+	// keeps the same continuous archive and base backups in a repository
+	// on its backup volume (beside the dumps, which stop being scheduled):
+	// point-in-time recovery within the cluster. An S3 server of the
+	// Database's own (<name>-repository, the manager's image running
+	// versitygw) serves it with the Database's certificate, so it needs
+	// TLS. This copy lives on the backup volume: it does not survive
+	// losing the cluster or the volume's storage (spec.backup.objectStore
+	// does).
+	//
+	// Unset means Enabled, except on a Database made before this default,
+	// which keeps its dumps until this is set (an upgrade does not move
+	// it). It takes effect with TLS on and without an object store;
+	// otherwise the dumps go on. Disabled keeps the dumps alone.
 	VolumeRepository *string `json:"volumeRepository,omitempty"`
 	// RecoveryWindow is how far back a point-in-time recovery must remain
-	// possible, in days (such as 14d): expiry keeps the newest base backup
-	// older than the window and every WAL segment after it.
+	// possible, in days or hours (such as 14d or 36h): expiry keeps the
+	// newest base backup that ended before the window and every WAL
+	// segment after it, and removes what is older.
 	RecoveryWindow *string `json:"recoveryWindow,omitempty"`
 	// ArchiveTimeout bounds how long a quiet primary's last commits wait
 	// to be archived (PostgreSQL's archive_timeout): at most this much of
