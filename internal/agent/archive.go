@@ -304,9 +304,10 @@ func (a *Agent) ensureStanza(ctx context.Context) {
 	r.stanzaOK, r.stanzaErr, r.infoDirty = true, "", true
 }
 
-// refreshInfo reads `pgbackrest info` when it is due (or force), then
-// expires what the recovery window no longer needs when that is due
-// (maybeExpire).
+// refreshInfo reads `pgbackrest info` when it is due (or force) and, on
+// the primary, expires what the recovery window no longer needs when
+// that is due (maybeExpire) before it reports what it read: a backup
+// shows in the status once the expiry after it is done.
 func (a *Agent) refreshInfo(ctx context.Context, force bool) {
 	r := a.archive
 	r.mu.Lock()
@@ -317,18 +318,17 @@ func (a *Agent) refreshInfo(ctx context.Context, force bool) {
 		return
 	}
 	info, err := a.readInfo(ctx)
+	if err == nil && a.runningPrimary() && a.maybeExpire(ctx, info) {
+		return // it reported the repository after the expiry
+	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.infoAt, r.infoDirty = time.Now(), false
 	if err != nil {
 		r.infoErr = err.Error()
-		r.mu.Unlock()
 		return
 	}
 	r.info, r.infoErr = info, ""
-	r.mu.Unlock()
-	if a.runningPrimary() {
-		a.maybeExpire(ctx, info)
-	}
 }
 
 // readInfo runs `pgbackrest info` of the archiver's repository.

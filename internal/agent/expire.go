@@ -76,43 +76,64 @@ func expireDue(now, last time.Time, lastErr string, backupFinished *metav1.Time,
 	return keep < fulls && lastErr == ""
 }
 
-// maybeExpire expires the repository when it is due (expireDue), as info
-// (just read) describes it: never without a full backup, never while a
-// base backup runs, never twice at once.
-func (a *Agent) maybeExpire(ctx context.Context, info *repositoryInfo) {
+// maybeExpire expires the repository when it is due (expireDue, judged
+// on info, just read): never without a full backup, never while a base
+// backup runs, never twice at once. The count it keeps comes from a new
+// read of `pgbackrest info` taken once no base backup can start: a full
+// backup that finished meanwhile, uncounted, would make it keep one too
+// few. When it ran, it says so (true) and has published what the
+// repository holds after it, with its own outcome, at once.
+func (a *Agent) maybeExpire(ctx context.Context, info *repositoryInfo) bool {
 	r := a.archive
 	select {
 	case r.expiring <- struct{}{}:
 	default:
-		return // one runs
+		return false // one runs, or a base backup is being started
 	}
 	defer func() { <-r.expiring }()
-	now := time.Now()
 	window := r.repo.RecoveryWindow
 	if window <= 0 {
 		window = defaultRecoveryWindow
 	}
-	keep, fulls := fullsToKeep(info.backups, window, now)
-	r.mu.Lock()
-	var finished *metav1.Time
-	running := false
-	if r.run != nil {
-		running = r.run.Finished == nil
-		if !running && r.run.Error == "" {
-			finished = r.run.Finished
+	due := func(info *repositoryInfo, now time.Time) (int, bool) {
+		keep, fulls := fullsToKeep(info.backups, window, now)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		var finished *metav1.Time
+		if r.run != nil {
+			if r.run.Finished == nil {
+				return keep, false // pgBackRest's lock would refuse
+			}
+			if r.run.Error == "" {
+				finished = r.run.Finished
+			}
 		}
+		return keep, fulls > 0 && expireDue(now, r.expireTriedAt, r.expireErr, finished, keep, fulls)
 	}
-	due := !running && fulls > 0 && expireDue(now, r.expireTriedAt, r.expireErr, finished, keep, fulls)
-	r.mu.Unlock()
-	if !due {
-		return
+	if _, ok := due(info, time.Now()); !ok {
+		return false
 	}
-	_, err := a.pgbackrest(ctx, r.configPath(), pgbackrestTimeout, "expire",
+	before, err := a.readInfo(ctx)
+	if err != nil {
+		return false // never without knowing what the repository holds
+	}
+	now := time.Now()
+	keep, ok := due(before, now)
+	if !ok {
+		return false
+	}
+	_, err = a.pgbackrest(ctx, r.configPath(), pgbackrestTimeout, "expire",
 		"--repo1-retention-full-type=count", "--repo1-retention-full="+strconv.Itoa(keep))
 	if err != nil && isLockRefusal(err) {
-		// a backup (or another expire) holds the stanza's lock: later.
+		// another pgBackRest command holds the stanza's lock: later.
 		a.log.V(1).Info("Expiry postponed: another pgBackRest command holds the lock", "err", err.Error())
-		return
+		return false
+	}
+	after := before
+	if err == nil {
+		if after, _ = a.readInfo(ctx); after == nil {
+			after = before
+		}
 	}
 	r.mu.Lock()
 	r.expireTriedAt = now
@@ -122,35 +143,29 @@ func (a *Agent) maybeExpire(ctx context.Context, info *repositoryInfo) {
 	} else {
 		r.expireErr, r.expiredAt = "", &metav1.Time{Time: now}
 	}
+	r.info, r.infoErr, r.infoAt = after, "", time.Now()
+	r.infoDirty = after == before && err == nil // the read after the expiry failed: again at the next tick
 	r.mu.Unlock()
 	if err != nil {
 		if err.Error() != prevErr {
 			a.log.Error(err, "Cannot expire the backups outside the recovery window", "recoveryWindow", window, "keepFull", keep)
 		}
-		return
+		return true
 	}
-	after, err := a.readInfo(ctx)
-	if err != nil {
-		a.log.Info("Expired the backups outside the recovery window", "recoveryWindow", window, "keepFull", keep)
-		a.markInfoDirty()
-		return
-	}
-	r.mu.Lock()
-	r.info, r.infoErr, r.infoAt = after, "", time.Now()
-	r.mu.Unlock()
 	var removed []string
-	for _, b := range info.backups {
+	for _, b := range before.backups {
 		if !slices.ContainsFunc(after.backups, func(k BaseBackup) bool { return k.Label == b.Label }) {
 			removed = append(removed, b.Label)
 		}
 	}
 	log := a.log.V(1)
-	if len(removed) > 0 || after.archiveMin != info.archiveMin {
+	if len(removed) > 0 || after.archiveMin != before.archiveMin {
 		log = a.log
 	}
 	log.Info("Expired the backups outside the recovery window", "recoveryWindow", window,
 		"windowStart", now.Add(-window).UTC().Format(time.RFC3339), "keepFull", keep,
-		"removedBackups", removed, "archiveMinBefore", info.archiveMin, "archiveMinAfter", after.archiveMin)
+		"removedBackups", removed, "archiveMinBefore", before.archiveMin, "archiveMinAfter", after.archiveMin)
+	return true
 }
 
 // isLockRefusal says whether pgBackRest refused to run because another
@@ -158,13 +173,6 @@ func (a *Agent) maybeExpire(ctx context.Context, info *repositoryInfo) {
 func isLockRefusal(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "[050]") || strings.Contains(msg, "unable to acquire lock")
-}
-
-// markInfoDirty asks for `pgbackrest info` at the archiver's next tick.
-func (a *Agent) markInfoDirty() {
-	a.archive.mu.Lock()
-	a.archive.infoDirty = true
-	a.archive.mu.Unlock()
 }
 
 // notDuringExpiry runs h (a base backup's start) once no expiry runs, and
