@@ -29,6 +29,7 @@ import (
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/test/framework"
+	"github.com/dbkeeper/dbkeeper/test/framework/faults"
 )
 
 // databaseCert is a certificate of ca as the tls controller issues the
@@ -36,7 +37,7 @@ import (
 // clientAuth, here named localhost (the host by which the primary's
 // pgBackRest reaches each standby's TLS server, at a port of its own) and
 // 127.0.0.1 (the host standbys stream from).
-func (ca *testCA) databaseCert(t *testing.T, serial int64) tls.Certificate {
+func (ca *testCA) databaseCert(t *testing.T, serial int64, usages ...x509.ExtKeyUsage) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
@@ -45,6 +46,9 @@ func (ca *testCA) databaseCert(t *testing.T, serial int64) tls.Certificate {
 		DNSNames: []string{"orders", "localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	if len(usages) > 0 {
+		tmpl.ExtKeyUsage = usages
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	require.NoError(t, err)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
@@ -62,9 +66,11 @@ func (ca *testCA) writeTLS(t *testing.T, dir string, cert tls.Certificate, uid, 
 		"ca.crt":  ca.pem,
 	}
 	for name, b := range files {
-		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, b, 0o600))
-		require.NoError(t, os.Chown(p, uid, gid))
+		// written beside and renamed, as the kubelet swaps a Secret's files
+		tmp := filepath.Join(dir, "."+name)
+		require.NoError(t, os.WriteFile(tmp, b, 0o600))
+		require.NoError(t, os.Chown(tmp, uid, gid))
+		require.NoError(t, os.Rename(tmp, filepath.Join(dir, name)))
 	}
 }
 
@@ -94,8 +100,12 @@ func manifestOption(t *testing.T, f *archiveFixture, repoPath, label, option str
 // (option-backup-standby=true). The standby's TLS server refuses a client
 // certificate of another CA. A new instance restored from that backup to
 // the commit time of a row written after it has exactly the rows
-// committed up to then. With the standby stopped, the next backup is the
-// primary's, named after it, its note saying no standby streams.
+// committed up to then. Then each backup is the primary's, named after
+// it, with a note saying why: while the standby's TLS server is gone
+// (killed: pgBackRest cannot check pg2), while the certificate renewed in
+// place lacks clientAuth (the TLS servers restart with each renewal);
+// renewed with clientAuth the standby's again; and with the standby
+// stopped, no standby streams.
 func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, pgBackRest's TLS servers and an object store; skipped under -short")
@@ -168,7 +178,7 @@ func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 	var written atomic.Int64
 	stop, stopped := make(chan struct{}), make(chan error, 1)
 	wconn := sql(t, a)
-	go func() {
+	go func(stop <-chan struct{}) {
 		for {
 			select {
 			case <-stop:
@@ -182,7 +192,7 @@ func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 			}
 			written.Add(1)
 		}
-	}()
+	}(stop)
 	stopWriter := func() {
 		if stop == nil {
 			return
@@ -242,6 +252,46 @@ func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 	assert.Equal(t, targetID, count(t, pr, "SELECT max(id) FROM ledger"), "a row committed after the target")
 	t.Logf("restored to %s: %d rows", target.Format(time.RFC3339Nano), want)
 
+	// the standby's TLS server is gone (killed; the agent starts it again
+	// after a back-off of 5 s): the backup is the primary's at once
+	// (pgBackRest itself would retry the refused connection for two
+	// io-timeouts, 2 minutes).
+	var killed []int
+	for _, p := range faults.Descendants(b.cmd.Process.Pid) {
+		if args := strings.Fields(faults.Cmdline(p)); len(args) > 0 && filepath.Base(args[0]) == "pgbackrest" && args[len(args)-1] == "server" {
+			require.NoError(t, syscall.Kill(p, syscall.SIGKILL))
+			killed = append(killed, p)
+		}
+	}
+	require.Len(t, killed, 1, "the standby's agent runs one pgBackRest TLS server")
+	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b2", Type: "incr"})
+	require.NoError(t, err)
+	s = c.waitBaseBackups(a, 2)
+	t.Logf("with the standby's server gone: %s, note %q", s.Archive.Run.Instance, s.Archive.Run.Note)
+	assert.Equal(t, "db-0", s.Archive.Run.Instance)
+	assert.Contains(t, s.Archive.Run.Note, "taken from the primary: the TLS server of standby db-1 cannot be used")
+	assert.Contains(t, s.Archive.Run.Note, "connection refused")
+	assert.Equal(t, "false", manifestOption(t, f, repoPath, s.Archive.Backups[1].Label, "option-backup-standby"))
+
+	// a certificate without clientAuth (as dbkeeper issued before) renewed
+	// in place: the TLS servers restart with it, and backups are the
+	// primary's; renewed again with clientAuth, the standby's.
+	ca.writeTLS(t, c.tlsDir, ca.databaseCert(t, 2, x509.ExtKeyUsageServerAuth), c.uid, c.gid)
+	waitFor(t, func() bool { return servedBy(standbyServer, pool) == 2 }, 40*time.Second, "the standby's TLS server serving the renewed certificate")
+	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b3", Type: "incr"})
+	require.NoError(t, err)
+	s = c.waitBaseBackups(a, 3)
+	assert.Equal(t, "db-0", s.Archive.Run.Instance)
+	assert.Contains(t, s.Archive.Run.Note, "is not usable by a TLS client")
+	dbCert = ca.databaseCert(t, 3)
+	ca.writeTLS(t, c.tlsDir, dbCert, c.uid, c.gid)
+	waitFor(t, func() bool { return servedBy(standbyServer, pool) == 3 }, 40*time.Second, "the standby's TLS server serving the certificate renewed again")
+	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b4", Type: "incr"})
+	require.NoError(t, err)
+	s = c.waitBaseBackups(a, 4)
+	assert.Equal(t, "db-1", s.Archive.Run.Instance, "note %q", s.Archive.Run.Note)
+	assert.Equal(t, "true", manifestOption(t, f, repoPath, s.Archive.Backups[3].Label, "option-backup-standby"))
+
 	// the standby stops: the next backup is the primary's.
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
 	select {
@@ -252,12 +302,23 @@ func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 	waitFor(t, func() bool {
 		return count(t, pa, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'") == 0
 	}, 30*time.Second, "no standby streaming")
-	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b2", Type: "incr"})
+	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b5", Type: "incr"})
 	require.NoError(t, err)
-	s = c.waitBaseBackups(a, 2)
+	s = c.waitBaseBackups(a, 5)
 	assert.Equal(t, "db-0", s.Archive.Run.Instance)
 	assert.Contains(t, s.Archive.Run.Note, "no standby streams")
-	assert.Equal(t, "false", manifestOption(t, f, repoPath, s.Archive.Backups[1].Label, "option-backup-standby"))
+	assert.Equal(t, "false", manifestOption(t, f, repoPath, s.Archive.Backups[4].Label, "option-backup-standby"))
+}
+
+// servedBy is the serial of the certificate the TLS server at addr
+// presents (verified with pool), 0 when it cannot be reached.
+func servedBy(addr string, pool *x509.CertPool) int64 {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
+	if err != nil {
+		return 0
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
 }
 
 // tlsFirstRead connects to addr presenting cert, verifying the server

@@ -2,11 +2,17 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dbkeeper/dbkeeper/internal/pki"
 )
@@ -152,7 +158,53 @@ func (a *Agent) backupSource(ctx context.Context) (string, Peer, string) {
 	if !ok {
 		return "", Peer{}, fmt.Sprintf("taken from the primary: standby %s has no address ($%s is not set)", name, EnvPeerDomain)
 	}
+	// pgBackRest retries a refused connection for minutes (two
+	// io-timeouts) before it gives up on pg2: a standby whose server is
+	// down, or refuses this certificate, is seen at once here.
+	if err := probeBackupServer(ctx, p, a.backupTLSDir()); err != nil {
+		return "", Peer{}, fmt.Sprintf("taken from the primary: the TLS server of standby %s cannot be used: %s", name, err)
+	}
 	return name, p, ""
+}
+
+// probeTimeout bounds the connection to a standby's TLS server and the
+// wait for its refusal.
+const probeTimeout = 5 * time.Second
+
+// probeBackupServer connects to p's TLS server as pgBackRest does (the
+// certificate and CA in tlsDir, p.Host verified) and waits a moment for a
+// refusal of the certificate: with TLS 1.3 a server's alert comes after
+// the client's handshake, on its first read.
+func probeBackupServer(ctx context.Context, p Peer, tlsDir string) error {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(tlsDir, "tls.crt"), filepath.Join(tlsDir, "tls.key"))
+	if err != nil {
+		return err
+	}
+	caPEM, err := os.ReadFile(filepath.Join(tlsDir, "ca.crt"))
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return errors.New("ca.crt holds no certificate")
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	d := tls.Dialer{Config: &tls.Config{RootCAs: pool, ServerName: p.Host, Certificates: []tls.Certificate{cert}}}
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(p.Host, strconv.Itoa(p.Port)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		return err
+	}
+	return nil
 }
 
 // replicas reads pg_stat_replication.

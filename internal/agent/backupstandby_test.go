@@ -1,13 +1,21 @@
 package agent
 
 import (
+	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dbkeeper/dbkeeper/internal/pki"
 )
 
 // TestPickStandby: the streaming standby least behind, by name on a tie
@@ -105,4 +113,52 @@ func TestBackupServerConfig(t *testing.T) {
 		assert.Contains(t, strings.Split(conf, "\n"), l)
 	}
 	assert.NotContains(t, conf, "repo1-", "the server's configuration holds no repository (nor its keys)")
+}
+
+// TestProbeBackupServer: the probe passes a server that takes the
+// certificate, and fails at once on one that refuses it (another CA) or
+// a port nobody listens on.
+func TestProbeBackupServer(t *testing.T) {
+	now := time.Now()
+	ca, err := pki.NewCA("orders CA", now)
+	require.NoError(t, err)
+	pair, err := pki.IssueServer(ca, []string{"orders", "localhost"}, now, time.Hour)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"tls.crt": pair.Cert, "tls.key": pair.Key, "ca.crt": ca.Cert} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o600))
+	}
+	serve := func(clientCA []byte) int {
+		cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
+		require.NoError(t, err)
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(clientCA)
+		l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					_ = c.(*tls.Conn).Handshake()
+					time.Sleep(2 * time.Second)
+				}()
+			}
+		}()
+		return l.Addr().(*net.TCPAddr).Port
+	}
+	ctx := context.Background()
+	assert.NoError(t, probeBackupServer(ctx, Peer{Host: "localhost", Port: serve(ca.Cert)}, dir))
+	other, err := pki.NewCA("another CA", now)
+	require.NoError(t, err)
+	assert.ErrorContains(t, probeBackupServer(ctx, Peer{Host: "localhost", Port: serve(other.Cert)}, dir), "certificate")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	assert.ErrorContains(t, probeBackupServer(ctx, Peer{Host: "localhost", Port: closed}, dir), "connection refused")
 }
