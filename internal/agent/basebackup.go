@@ -124,10 +124,9 @@ func (a *Agent) startBackup(req BackupRequest) (BackupRun, error) {
 	return *run, nil
 }
 
-// runBackup runs pgbackrest backup for run (which also expires what the
-// recovery window no longer needs) and records how it ended: from a
-// streaming standby when there is one (backupstandby.go), else, or when
-// that fails, from the primary.
+// runBackup runs pgbackrest backup for run and records how it ended:
+// from a streaming standby when there is one (backupstandby.go), else, or
+// when that fails, from the primary.
 func (a *Agent) runBackup(run BackupRun) {
 	start := time.Now()
 	standby, p, why := a.backupSource(a.ctx)

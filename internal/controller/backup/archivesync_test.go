@@ -57,3 +57,23 @@ func TestRetryDue(t *testing.T) {
 	assert.False(t, RetryDue(&agent.ArchiveReport{Backups: []agent.BaseBackup{older}, Run: ok}, now), "the last run succeeded")
 	assert.False(t, RetryDue(&agent.ArchiveReport{Backups: []agent.BaseBackup{older}}, now), "no run")
 }
+
+// TestLastBaseBackupNamesItsInstance: status.backup.lastBaseBackup's
+// instance is the run's, a standby's when the agent copied a standby's
+// files; a later report without the run (another primary since) keeps it
+// for the same backup.
+func TestLastBaseBackupNamesItsInstance(t *testing.T) {
+	start := metav1.Unix(1_800_000_000, 0)
+	end := metav1.Unix(1_800_000_060, 0)
+	b1 := agent.BaseBackup{Label: "b1", Type: "full", Started: start, Finished: end}
+	run := &agent.BackupRun{ID: "r1", Type: "full", Instance: "orders-1", Started: metav1.Unix(1_799_999_999, 0), Finished: &end,
+		Note: "taken from standby orders-1"}
+	st, prev := &dbv1.BackupStatus{}, &dbv1.BackupStatus{}
+	fillArchive(st, prev, &agent.ArchiveReport{Backups: []agent.BaseBackup{b1}, Run: run})
+	require.NotNil(t, st.LastBaseBackup)
+	assert.Equal(t, "orders-1", st.LastBaseBackup.Instance)
+
+	again := &dbv1.BackupStatus{}
+	fillArchive(again, st, &agent.ArchiveReport{Backups: []agent.BaseBackup{b1}})
+	assert.Equal(t, "orders-1", again.LastBaseBackup.Instance, "the same backup, reported by a primary that did not run it")
+}
