@@ -287,7 +287,7 @@ func Certificate(db *dbv1.Database) *unstructured.Unstructured {
 			"dnsNames":       names,
 			"issuerRef":      map[string]any{"name": ref.Name, "kind": kind, "group": group},
 			"privateKey":     map[string]any{"algorithm": "ECDSA", "size": int64(256), "rotationPolicy": "Always"},
-			"usages":         []any{"server auth", "digital signature"},
+			"usages":         []any{"server auth", "client auth", "digital signature"},
 			"secretTemplate": map[string]any{"labels": labels},
 		},
 	}}
