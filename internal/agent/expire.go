@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -122,8 +123,9 @@ func (a *Agent) maybeExpire(ctx context.Context, info *repositoryInfo) bool {
 	if !ok {
 		return false
 	}
-	_, err = a.pgbackrest(ctx, r.configPath(), pgbackrestTimeout, "expire",
+	out, err := a.pgbackrest(ctx, r.configPath(), pgbackrestTimeout, "expire",
 		"--repo1-retention-full-type=count", "--repo1-retention-full="+strconv.Itoa(keep))
+	err = expireError(out, err)
 	if err != nil && isLockRefusal(err) {
 		// another pgBackRest command holds the stanza's lock: later.
 		a.log.V(1).Info("Expiry postponed: another pgBackRest command holds the lock", "err", err.Error())
@@ -166,6 +168,21 @@ func (a *Agent) maybeExpire(ctx context.Context, info *repositoryInfo) bool {
 		"windowStart", now.Add(-window).UTC().Format(time.RFC3339), "keepFull", keep,
 		"removedBackups", removed, "archiveMinBefore", before.archiveMin, "archiveMinAfter", after.archiveMin)
 	return true
+}
+
+// expireError is err with the cause pgBackRest's expire gave: it ends
+// with a summary ("[104]: expire command encountered 1 error(s)") after
+// the repository's own error, which says what failed.
+func expireError(out string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if i := strings.Index(out, "ERROR: [104]"); i > 0 {
+		if msg := lastErrorIn(out[:i]); msg != "" {
+			return fmt.Errorf("pgbackrest expire: %s", msg)
+		}
+	}
+	return err
 }
 
 // isLockRefusal says whether pgBackRest refused to run because another

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -92,9 +93,23 @@ func TestExpireDue(t *testing.T) {
 	}
 }
 
-// TestLockRefusalIsLater: pgBackRest's refusal to run beside a command
-// that holds the stanza's lock is told apart from a failure.
-func TestLockRefusalIsLater(t *testing.T) {
-	assert.True(t, isLockRefusal(errors.New("pgbackrest expire: ERROR: [050]: unable to acquire lock on file '/tmp/x/lock/db-backup.lock': Resource temporarily unavailable")))
-	assert.False(t, isLockRefusal(errors.New("pgbackrest expire: ERROR: [103]: unable to find a valid repository")))
+// TestExpireErrors: pgBackRest's refusal to run beside a command that
+// holds the stanza's lock is told apart from a failure, and a failure
+// says the repository's error, not expire's summary after it (outputs of
+// pgBackRest 2.45).
+func TestExpireErrors(t *testing.T) {
+	locked := "ERROR: [050]: unable to acquire lock on file '/tmp/x/lock/db-backup.lock': Resource temporarily unavailable\n       HINT: is another pgBackRest process running?\n"
+	err := expireError(locked, fmt.Errorf("pgbackrest expire: %s", pgbackrestError(locked, errors.New("exit status 50"))))
+	assert.True(t, isLockRefusal(err), "%v", err)
+
+	failed := `ERROR: [055]: repo1: unable to load info file '/r/backup/db/backup.info' or '/r/backup/db/backup.info.copy':
+       FileMissingError: unable to open missing file '/r/backup/db/backup.info' for read
+       HINT: backup.info cannot be opened and is required to perform a backup.
+ERROR: [104]: expire command encountered 1 error(s), check the log file for details
+`
+	err = expireError(failed, errors.New("pgbackrest expire: ERROR: [104]: expire command encountered 1 error(s), check the log file for details"))
+	assert.False(t, isLockRefusal(err))
+	assert.Equal(t, "pgbackrest expire: ERROR: [055]: repo1: unable to load info file '/r/backup/db/backup.info' or '/r/backup/db/backup.info.copy': "+
+		"FileMissingError: unable to open missing file '/r/backup/db/backup.info' for read", err.Error())
+	assert.NoError(t, expireError("", nil))
 }
