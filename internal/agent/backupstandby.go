@@ -103,7 +103,9 @@ func (a *Agent) peer(pod string) (Peer, bool) {
 // servers have.
 func standbyBackupArgs(p Peer, tlsDir, user string) []string {
 	return []string{
-		"--backup-standby",
+		// =y, not the bare flag: 2.45 takes both, and later versions made
+		// the option take y, n or prefer.
+		"--backup-standby=y",
 		"--pg2-host=" + p.Host,
 		"--pg2-host-type=tls",
 		"--pg2-host-port=" + strconv.Itoa(p.Port),

@@ -52,7 +52,7 @@ func TestStandbyBackupArgs(t *testing.T) {
 	p := Peer{Host: "orders-1.orders-headless.shop.svc", Port: 8432, PGData: "/var/lib/postgresql/data/pgdata", SocketDir: "/var/run/postgresql", PGPort: 5432}
 	got := standbyBackupArgs(p, "/tmp/rt/tls", "postgres")
 	assert.Equal(t, []string{
-		"--backup-standby",
+		"--backup-standby=y",
 		"--pg2-host=orders-1.orders-headless.shop.svc",
 		"--pg2-host-type=tls",
 		"--pg2-host-port=8432",
