@@ -32,12 +32,18 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.ArchiveStatus
   map:
     fields:
+    - name: expiryFailure
+      type:
+        scalar: string
     - name: lastArchivedTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
     - name: lastArchivedWAL
       type:
         scalar: string
+    - name: lastExpiryTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
     - name: lastFailedTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time

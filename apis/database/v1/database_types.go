@@ -1105,6 +1105,14 @@ type ArchiveStatus struct {
 	// volume.
 	// +optional
 	VolumeAvailableBytes int64 `json:"volumeAvailableBytes,omitempty"`
+	// LastExpiryTime is when the primary last removed what
+	// spec.backup.recoveryWindow no longer needs (or found nothing to).
+	// +optional
+	LastExpiryTime *metav1.Time `json:"lastExpiryTime,omitempty"`
+	// ExpiryFailure is pgBackRest's message when the last expiry failed:
+	// the repository then keeps growing.
+	// +optional
+	ExpiryFailure string `json:"expiryFailure,omitempty"`
 }
 
 // BaseBackupStatus is one base backup.

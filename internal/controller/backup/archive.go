@@ -133,6 +133,9 @@ func AssessArchive(db *dbv1.Database, v ArchiveView, now time.Time) metav1.Condi
 	}
 	msg += fmt.Sprintf("; %d base backups, the newest %s at %s; recoverable from %s", len(rep.Backups), newest.Label,
 		newest.Finished.UTC().Format(time.RFC3339), rep.Backups[0].Finished.UTC().Format(time.RFC3339))
+	if rep.ExpireError != "" {
+		msg += "; removing the backups older than spec.backup.recoveryWindow fails, and the repository grows: " + conditions.Quote(rep.ExpireError, 300)
+	}
 	if v.OnBackupVolume {
 		msg += "; this copy is on the backup volume and does not survive losing the cluster or its storage: spec.backup.objectStore does"
 	}

@@ -90,6 +90,8 @@ func TestAssessArchive(t *testing.T) {
 			report: func(r *agent.ArchiveReport) {
 				r.LastArchivedTime, r.LastArchivedWAL = at(10*time.Minute), "000000010000000000000006"
 			}},
+		{name: "expiry fails", reason: dbv1.ReasonArchiving, message: "the repository grows: ERROR: [039]: HTTP request failed",
+			report: func(r *agent.ArchiveReport) { r.ExpireError = "ERROR: [039]: HTTP request failed" }},
 		{name: "no base backup yet", reason: dbv1.ReasonArchiveStarting, message: "first base backup",
 			report: func(r *agent.ArchiveReport) { r.Backups = nil }},
 		{name: "the last base backup failed", reason: dbv1.ReasonBaseBackupFailed, message: "disk quota",

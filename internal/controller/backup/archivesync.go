@@ -242,6 +242,7 @@ func fillArchive(st, prev *dbv1.BackupStatus, rep *agent.ArchiveReport) {
 		// MiB: a status that changes with every byte written is a write
 		// per look.
 		PendingWALBytes: rep.WALBytes >> 20 << 20,
+		LastExpiryTime:  rep.ExpiredAt, ExpiryFailure: rep.ExpireError,
 	}
 	st.Archive = a
 	st.BaseBackups = int32(len(rep.Backups))

@@ -77,3 +77,14 @@ func TestLastBaseBackupNamesItsInstance(t *testing.T) {
 	fillArchive(again, st, &agent.ArchiveReport{Backups: []agent.BaseBackup{b1}})
 	assert.Equal(t, "orders-1", again.LastBaseBackup.Instance, "the same backup, reported by a primary that did not run it")
 }
+
+// TestExpiryReachesTheStatus: the primary's last expiry and its failure
+// are status.backup.archive's.
+func TestExpiryReachesTheStatus(t *testing.T) {
+	at := metav1.Unix(1_800_000_000, 0)
+	st := &dbv1.BackupStatus{}
+	fillArchive(st, &dbv1.BackupStatus{}, &agent.ArchiveReport{ExpiredAt: &at, ExpireError: "ERROR: [039]: HTTP request failed"})
+	require.NotNil(t, st.Archive)
+	assert.Equal(t, &at, st.Archive.LastExpiryTime)
+	assert.Equal(t, "ERROR: [039]: HTTP request failed", st.Archive.ExpiryFailure)
+}

@@ -35,6 +35,12 @@ type ArchiveStatusApplyConfiguration struct {
 	// VolumeAvailableBytes is the free space left on the primary's data
 	// volume.
 	VolumeAvailableBytes *int64 `json:"volumeAvailableBytes,omitempty"`
+	// LastExpiryTime is when the primary last removed what
+	// spec.backup.recoveryWindow no longer needs (or found nothing to).
+	LastExpiryTime *metav1.Time `json:"lastExpiryTime,omitempty"`
+	// ExpiryFailure is pgBackRest's message when the last expiry failed:
+	// the repository then keeps growing.
+	ExpiryFailure *string `json:"expiryFailure,omitempty"`
 }
 
 // ArchiveStatusApplyConfiguration constructs a declarative configuration of the ArchiveStatus type for use with
@@ -96,5 +102,21 @@ func (b *ArchiveStatusApplyConfiguration) WithPendingWALBytes(value int64) *Arch
 // If called multiple times, the VolumeAvailableBytes field is set to the value of the last call.
 func (b *ArchiveStatusApplyConfiguration) WithVolumeAvailableBytes(value int64) *ArchiveStatusApplyConfiguration {
 	b.VolumeAvailableBytes = &value
+	return b
+}
+
+// WithLastExpiryTime sets the LastExpiryTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastExpiryTime field is set to the value of the last call.
+func (b *ArchiveStatusApplyConfiguration) WithLastExpiryTime(value metav1.Time) *ArchiveStatusApplyConfiguration {
+	b.LastExpiryTime = &value
+	return b
+}
+
+// WithExpiryFailure sets the ExpiryFailure field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ExpiryFailure field is set to the value of the last call.
+func (b *ArchiveStatusApplyConfiguration) WithExpiryFailure(value string) *ArchiveStatusApplyConfiguration {
+	b.ExpiryFailure = &value
 	return b
 }
