@@ -96,8 +96,10 @@ func insertRows(t *testing.T, conn dbtest.Conn, from, to int) time.Time {
 // two new Databases recover to the commit time of a row before the
 // switchover and of one after it (that one in another namespace, refused
 // with RecoveryRefused until the source's annotation allows it), and each
-// has exactly the rows committed at or before its target. Neither touches the source's archive. A
-// verification restore of the source finds all 200 rows; with one file of
+// has exactly the rows committed at or before its target. Neither touches
+// the source's archive. An on-demand base backup is copied from the
+// streaming standby, and a verification restore of it finds all 200 rows;
+// with one file of
 // its base backup corrupted in the store, the next one fails, names the
 // file and turns BackupReady False (VerificationFailed).
 func TestPointInTimeRecoveryFromTheObjectStore(t *testing.T) {
@@ -184,7 +186,16 @@ func TestPointInTimeRecoveryFromTheObjectStore(t *testing.T) {
 		assert.NotEqual(t, dbtest.Get(t, k8s, src).Status.Backup.RepositoryPath, got.Status.Backup.RepositoryPath)
 	}
 
-	t.Log("a verification restore of the source: its newest base backup and the archive since, both timelines, in a throwaway pod")
+	t.Log("an on-demand base backup: copied from the streaming standby ledger-0, not from the primary")
+	first := dbtest.Get(t, k8s, src).Status.Backup.LastBaseBackup.Label
+	dbtest.Patch(t, k8s, src, func(d *dbv1.Database) { d.Annotations[dbv1.AnnotationBackupNow] = "from-standby" })
+	require.Eventually(t, func() bool {
+		b := dbtest.Get(t, k8s, src).Status.Backup.LastBaseBackup
+		return b != nil && b.Label != first
+	}, timeout, 2*time.Second, "a new base backup")
+	assert.Equal(t, "ledger-0", dbtest.Get(t, k8s, src).Status.Backup.LastBaseBackup.Instance, "the standby's files were copied")
+
+	t.Log("a verification restore of the source: its newest base backup (the standby's) and the archive since, both timelines, in a throwaway pod")
 	v := verifyNow(t, src, "1")
 	assert.True(t, v.Succeeded, "the verification of a sound backup: %s", v.Message)
 	assert.Equal(t, int64(200), v.Rows, "the restored copy has every row, the ones after the switchover included")
@@ -468,4 +479,78 @@ func TestPointInTimeRecoveryFromTheBackupVolume(t *testing.T) {
 	own := dbtest.Get(t, k8s, restored).Status.Backup.RepositoryPath
 	assert.NotEqual(t, dbtest.Get(t, k8s, src).Status.Backup.RepositoryPath, own, "the new Database archives into its own repository")
 	assert.Contains(t, own, string(dbtest.Get(t, k8s, restored).UID))
+}
+
+// TestOperatorStoppedDuringABaseBackupAndARecovery: the operator stopped
+// while a base backup copies, and again while a recovery replays, is
+// replaced by a new one: the backup ends once and counts once (the new
+// operator asks again with the same ID and starts no second one), and the
+// recovery ends with every row.
+func TestOperatorStoppedDuringABaseBackupAndARecovery(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	op := startOperator(t, ns)
+	store := objectStore(t, ns)
+	src := newDatabase(ns, "bulk", "17", func(d *dbv1.Database) { d.Spec.Backup.ObjectStore = store })
+	create(t, src)
+	waitReady(t, src)
+	waitCondition(t, src, dbv1.ConditionBackupReady, metav1.ConditionTrue, dbv1.ReasonArchiving)
+	const rows = 300000
+	// about 150 MB of incompressible rows: a base backup of several seconds.
+	query(t, generated(src), fmt.Sprintf("CREATE TABLE bulk AS SELECT g AS id, md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text) AS pad FROM generate_series(1, %d) g", rows))
+
+	before := dbtest.Get(t, k8s, src).Status.Backup
+	backups := func() map[string]bool {
+		prefix := strings.TrimPrefix(before.RepositoryPath, "/") + "/backup/" + agent.Stanza + "/"
+		keys, err := s3.List(context.Background(), storeBucket, prefix)
+		require.NoError(t, err)
+		labels := map[string]bool{}
+		for _, k := range keys {
+			if label, _, ok := strings.Cut(strings.TrimPrefix(k, prefix), "/"); ok {
+				labels[label] = true
+			}
+		}
+		return labels
+	}
+	old := backups()
+	dbtest.Patch(t, k8s, src, func(d *dbv1.Database) {
+		d.Annotations = map[string]string{dbv1.AnnotationBackupNow: "while-stopped"}
+	})
+	var label string
+	require.Eventually(t, func() bool {
+		for l := range backups() {
+			if !old[l] {
+				label = l
+				return true
+			}
+		}
+		return false
+	}, timeout, 100*time.Millisecond, "the base backup starts writing into the store")
+	t.Logf("base backup %s copies; stopping the operator", label)
+	op.Stop()
+	time.Sleep(10 * time.Second)
+	op = startOperator(t, ns)
+
+	require.Eventually(t, func() bool {
+		b := dbtest.Get(t, k8s, src).Status.Backup
+		return b.LastBaseBackup != nil && b.LastBaseBackup.Label == label && b.LastOnDemandToken == "while-stopped"
+	}, timeout, time.Second, "the new operator reports the base backup %s the stopped one asked for", label)
+	time.Sleep(15 * time.Second) // a second backup for the same token would have started by now
+	after := dbtest.Get(t, k8s, src).Status.Backup
+	assert.Equal(t, before.BaseBackups+1, after.BaseBackups, "one base backup for the token, counted once")
+	assert.Len(t, backups(), len(old)+1, "one new backup in the store")
+
+	restored := newDatabase(ns, "bulk-restored", "17", func(d *dbv1.Database) {
+		d.Spec.Backup.ObjectStore = store
+		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{Database: src.Name}}
+	})
+	create(t, restored)
+	waitCondition(t, restored, dbv1.ConditionBackupReady, metav1.ConditionFalse, dbv1.ReasonRecovering)
+	t.Log("the recovery runs; stopping the operator")
+	op.Stop()
+	time.Sleep(10 * time.Second)
+	startOperator(t, ns)
+	waitReady(t, restored)
+	assert.Equal(t, fmt.Sprintf("%d|%d", rows, rows), query(t, generated(restored), "SELECT count(*), max(id) FROM bulk"),
+		"the recovery ends with every row")
 }

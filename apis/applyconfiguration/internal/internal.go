@@ -191,6 +191,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: label
       type:
         scalar: string
+    - name: note
+      type:
+        scalar: string
     - name: repositorySize
       type:
         scalar: numeric

@@ -1134,9 +1134,15 @@ type BaseBackupStatus struct {
 	// incremental), in bytes.
 	// +optional
 	RepositorySize int64 `json:"repositorySize,omitempty"`
-	// Instance is the pod it was taken from.
+	// Instance is the pod whose files it copied: a streaming standby's
+	// when there is one, else the primary's.
 	// +optional
 	Instance string `json:"instance,omitempty"`
+	// Note says where the files came from and, when from the primary,
+	// why not from a standby (none streams, TLS off, the standby's
+	// pgBackRest server refused, ...).
+	// +optional
+	Note string `json:"note,omitempty"`
 	// StartLSN and StopLSN bound the WAL the backup needs to be
 	// consistent.
 	// +optional

@@ -253,9 +253,9 @@ func fillArchive(st, prev *dbv1.BackupStatus, rep *agent.ArchiveReport) {
 			Size: n.Size, RepositorySize: n.RepositorySize, StartLSN: n.StartLSN, StopLSN: n.StopLSN}
 		switch {
 		case rep.Run != nil && rep.Run.Error == "" && !n.Started.Before(&rep.Run.Started):
-			b.Instance = rep.Run.Instance
+			b.Instance, b.Note = rep.Run.Instance, rep.Run.Note
 		case prev.LastBaseBackup != nil && prev.LastBaseBackup.Label == n.Label:
-			b.Instance = prev.LastBaseBackup.Instance
+			b.Instance, b.Note = prev.LastBaseBackup.Instance, prev.LastBaseBackup.Note
 		}
 		st.LastBaseBackup = b
 		first := rep.Backups[0].Finished

@@ -72,10 +72,12 @@ func TestLastBaseBackupNamesItsInstance(t *testing.T) {
 	fillArchive(st, prev, &agent.ArchiveReport{Backups: []agent.BaseBackup{b1}, Run: run})
 	require.NotNil(t, st.LastBaseBackup)
 	assert.Equal(t, "orders-1", st.LastBaseBackup.Instance)
+	assert.Equal(t, "taken from standby orders-1", st.LastBaseBackup.Note)
 
 	again := &dbv1.BackupStatus{}
 	fillArchive(again, st, &agent.ArchiveReport{Backups: []agent.BaseBackup{b1}})
 	assert.Equal(t, "orders-1", again.LastBaseBackup.Instance, "the same backup, reported by a primary that did not run it")
+	assert.Equal(t, "taken from standby orders-1", again.LastBaseBackup.Note)
 }
 
 // TestExpiryReachesTheStatus: the primary's last expiry and its failure

@@ -29,8 +29,13 @@ type BaseBackupStatusApplyConfiguration struct {
 	// RepositorySize is what it takes in the repository (compressed,
 	// incremental), in bytes.
 	RepositorySize *int64 `json:"repositorySize,omitempty"`
-	// Instance is the pod it was taken from.
+	// Instance is the pod whose files it copied: a streaming standby's
+	// when there is one, else the primary's.
 	Instance *string `json:"instance,omitempty"`
+	// Note says where the files came from and, when from the primary,
+	// why not from a standby (none streams, TLS off, the standby's
+	// pgBackRest server refused, ...).
+	Note *string `json:"note,omitempty"`
 	// StartLSN and StopLSN bound the WAL the backup needs to be
 	// consistent.
 	StartLSN *string `json:"startLSN,omitempty"`
@@ -96,6 +101,14 @@ func (b *BaseBackupStatusApplyConfiguration) WithRepositorySize(value int64) *Ba
 // If called multiple times, the Instance field is set to the value of the last call.
 func (b *BaseBackupStatusApplyConfiguration) WithInstance(value string) *BaseBackupStatusApplyConfiguration {
 	b.Instance = &value
+	return b
+}
+
+// WithNote sets the Note field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Note field is set to the value of the last call.
+func (b *BaseBackupStatusApplyConfiguration) WithNote(value string) *BaseBackupStatusApplyConfiguration {
+	b.Note = &value
 	return b
 }
 
