@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
@@ -62,6 +63,10 @@ type Config struct {
 	// BackupServerPort is the port of this instance's pgBackRest TLS
 	// server and of its peers' (--pgbackrest-port).
 	BackupServerPort int
+	// PromoteTimeout is how long pg_promote waits for the end of recovery
+	// (--promote-timeout, whole seconds, at least one).
+	PromoteTimeout time.Duration
+
 	// Peers, when set, says how to reach a standby (by pod name) instead
 	// of <pod>.<PeerDomain>:BackupServerPort with this instance's data
 	// directory, socket and port (--peers, a JSON object): the tests run
@@ -94,6 +99,7 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 	fs.IntVar(&c.Port, "port", 5432, "The local server's port.")
 	fs.IntVar(&c.PrimaryPort, "primary-port", 5432, "The port of $"+EnvPrimaryHost+", which standbys stream from and clone.")
 	fs.IntVar(&c.BackupServerPort, "pgbackrest-port", int(BackupServerPort), "The port of the instances' pgBackRest TLS servers.")
+	fs.DurationVar(&c.PromoteTimeout, "promote-timeout", 60*time.Second, "How long pg_promote waits for the end of recovery (whole seconds).")
 	fs.Func("peers", "A JSON object of pod name to {host, port, pgdata, socketDir, pgPort}: how to reach each standby for a base backup from it, instead of <pod>.$"+EnvPeerDomain+" (tests).", func(v string) error {
 		return json.Unmarshal([]byte(v), &c.Peers)
 	})

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // demote stops a running primary (fast shutdown) and restarts it as a
@@ -55,6 +58,9 @@ func (a *Agent) demote(ctx context.Context) (DemoteResponse, error) {
 // req.MinReplayedLSN, and answers once it accepts writes. With
 // req.Failover it answers at once (accepted) and promotes in the
 // background; a second failover promote while one runs is accepted too.
+// Either way the promotion runs in the background, holding a.op: a caller
+// that gives up (ctx ends) gets an error, and the promotion is followed to
+// its end all the same (doPromote), Promoting in the status meanwhile.
 func (a *Agent) promote(ctx context.Context, req PromoteRequest) (s Status, accepted bool, err error) {
 	if req.Failover {
 		a.mu.Lock()
@@ -84,20 +90,37 @@ func (a *Agent) promote(ctx context.Context, req PromoteRequest) (s Status, acce
 	a.promoting = true
 	a.state, a.message = StatePromoting, ""
 	a.mu.Unlock()
-	if !req.Failover {
-		defer a.endPromoting()
-		s, err = a.doPromote(ctx, s)
-		return s, false, err
+	type result struct {
+		s   Status
+		err error
 	}
+	done := make(chan result, 1)
+	// a switchover's promote takes the lease within the request's time; a
+	// failover's waits for it in the background.
+	leaseCtx := ctx
+	if req.Failover {
+		leaseCtx = a.ctx
+	}
+	before := s
 	locked = false
 	go func() {
 		defer a.op.Unlock()
 		defer a.endPromoting()
-		if _, err := a.doPromote(a.ctx, s); err != nil {
+		after, err := a.doPromote(leaseCtx, before)
+		if err != nil && req.Failover {
 			a.log.Error(err, "Failover promotion failed")
 		}
+		done <- result{after, err}
 	}()
-	return a.status(ctx), true, nil
+	if req.Failover {
+		return a.status(ctx), true, nil
+	}
+	select {
+	case r := <-done:
+		return r.s, false, r.err
+	case <-ctx.Done():
+		return Status{}, false, fmt.Errorf("promoting: %w (the promotion goes on: see the status)", ctx.Err())
+	}
 }
 
 func (a *Agent) endPromoting() {
@@ -130,7 +153,13 @@ func (a *Agent) caughtUp(ctx context.Context, s Status, min string) error {
 // doPromote (under a.op) takes the primary lease (a released one at once;
 // else once its holder cannot have renewed it for LeaseDuration, waiting
 // no longer than LeaseDuration + 2 × LeaseRetryPeriod), renews it from
-// then on, and promotes the server.
+// then on, and promotes the server. ctx bounds the wait for the lease and
+// pg_promote's call; once pg_promote may have been asked, the promotion
+// is followed under the agent's own context until the server is out of
+// recovery or stopped (followPromotion): a promotion asked for completes
+// whether or not pg_promote waited long enough, and a server that
+// completes it must hold the lease, renewed, with the watchdog armed.
+// The lease goes back only when pg_promote certainly did not ask.
 func (a *Agent) doPromote(ctx context.Context, s Status) (Status, error) {
 	if a.keeper != nil {
 		err := a.keeper.acquire(ctx, func(msg string) { a.setState(StatePromoting, msg) })
@@ -139,48 +168,97 @@ func (a *Agent) doPromote(ctx context.Context, s Status) (Status, error) {
 			return Status{}, &opError{code: http.StatusConflict, msg: err.Error()}
 		}
 	}
+	a.mu.Lock()
+	srv := a.srv
+	a.mu.Unlock()
 	a.log.Info("Promoting", "replayedLSN", s.ReplayedLSN)
 	a.setState(StatePromoting, "promoting")
-	err := a.pgPromote(ctx)
-	if err != nil {
+	asked, err := a.pgPromote(ctx)
+	if !asked {
 		a.setState(StateRunning, err.Error())
 		// a standby that stays one gives the lease back.
-		if a.keeper != nil && a.status(ctx).Role == RoleReplica {
-			if rerr := a.keeper.release(ctx); rerr != nil {
+		if a.keeper != nil {
+			rctx, cancel := context.WithTimeout(a.ctx, 2*leaseRequestTimeout)
+			if rerr := a.keeper.release(rctx); rerr != nil {
 				a.log.Error(rerr, "Cannot release the primary lease after a failed promotion")
 			}
+			cancel()
 		}
 		return Status{}, fmt.Errorf("promoting: %w", err)
 	}
+	if err != nil {
+		a.log.Info("The promotion goes on after pg_promote: following it", "pg_promote", err.Error())
+		a.setState(StatePromoting, fmt.Sprintf("promoting: %v; following the promotion until recovery ends", err))
+	}
+	if srv == nil {
+		return Status{}, errors.New("promoting: the server does not run")
+	}
+	return a.followPromotion(srv)
+}
+
+// promotePoll is how often followPromotion asks the server whether it
+// left recovery.
+const promotePoll = 200 * time.Millisecond
+
+// followPromotion waits, under the agent's context, until srv is out of
+// recovery (then the agent runs a primary) or stopped. The lease keeper
+// renews meanwhile, so a promotion that outlasts LeaseRenewDeadline keeps
+// the lease, and a lost lease fences (stops) srv, which ends the wait.
+func (a *Agent) followPromotion(srv *server) (Status, error) {
 	for {
-		a.mu.Lock()
-		if a.state == StatePromoting {
-			a.state, a.message = StateRunning, ""
-		}
-		a.mu.Unlock()
-		if s = a.status(ctx); s.Role == RolePrimary {
+		var recovery bool
+		if err := a.queryRow(a.ctx, "SELECT pg_is_in_recovery()", &recovery); err == nil && !recovery {
+			a.mu.Lock()
+			if a.state == StatePromoting {
+				a.state, a.message = StateRunning, ""
+			}
+			a.mu.Unlock()
+			s := a.status(a.ctx)
 			a.log.Info("Promoted", "timeline", s.Timeline)
 			return s, nil
 		}
 		select {
-		case <-ctx.Done():
-			return Status{}, fmt.Errorf("promoting: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+		case <-srv.done:
+			return Status{}, errors.New("promoting: the server stopped before it left recovery")
+		case <-a.ctx.Done():
+			return Status{}, fmt.Errorf("promoting: %w", a.ctx.Err())
+		case <-time.After(promotePoll):
 		}
 	}
 }
 
-// pgPromote runs pg_promote and waits for it.
-func (a *Agent) pgPromote(ctx context.Context) error {
+// pgPromote runs pg_promote, waiting up to Config.PromoteTimeout. asked
+// says the promotion was (or may have been) asked for, so that it may
+// complete whatever err says: pg_promote answered true, or false (it gave
+// up waiting, the promotion goes on), or the call failed after it reached
+// the server other than with an error the server raised before it
+// signalled (an error that cancelled the wait, SQLSTATE class 57, leaves
+// it asked). asked is false when the server could not be reached, or
+// pg_promote raised an error of its own.
+func (a *Agent) pgPromote(ctx context.Context) (asked bool, err error) {
 	c, err := a.connect(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
+	defer c.Close(context.Background())
 	var promoted bool
-	err = c.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&promoted)
-	c.Close(context.Background())
-	if err == nil && !promoted {
-		err = errors.New("pg_promote did not finish within 60s")
+	wait := a.promoteWaitSeconds()
+	err = c.QueryRow(ctx, "SELECT pg_promote(true, $1)", wait).Scan(&promoted)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil && promoted:
+		return true, nil
+	case err == nil:
+		return true, fmt.Errorf("pg_promote did not finish within %ds", wait)
+	case errors.As(err, &pgErr) && !strings.HasPrefix(pgErr.Code, "57"):
+		return false, err
+	default:
+		return true, err
 	}
-	return err
+}
+
+// promoteWaitSeconds is Config.PromoteTimeout in whole seconds, at least
+// one.
+func (a *Agent) promoteWaitSeconds() int {
+	return max(int(a.cfg.PromoteTimeout/time.Second), 1)
 }
