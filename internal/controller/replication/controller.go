@@ -57,6 +57,7 @@ const Name = "replication"
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Event reasons of the controller.
@@ -75,6 +76,14 @@ const (
 	ReasonFailoverAborted     = "FailoverAborted"
 	ReasonFailoverCompleted   = "FailoverCompleted"
 	ReasonDiscarded           = "TransactionsDiscarded"
+	// ReasonSwitchoverFellBack: a switchover's target did not promote
+	// within transitionTimeout of the demotion; the former primary is
+	// promoted back, or the most advanced standby left.
+	ReasonSwitchoverFellBack = "SwitchoverFellBack"
+	// ReasonFailoverRetargeted: a failover's target was gone for
+	// transitionTimeout, or another instance took the lease; the failover
+	// goes on to another.
+	ReasonFailoverRetargeted = "FailoverTargetReplaced"
 )
 
 // How often the agents are polled: while something changes, and when all
@@ -95,6 +104,16 @@ const (
 
 // fastSwitchover is how long a switchover is polled at pollSwitchover.
 const fastSwitchover = time.Minute
+
+// statusTimeout bounds each status call to an agent, and they are made at
+// once: a frozen pod delays a decision by this much, not by one such wait
+// per pod. A Ready primary that answers later than this is not lost for
+// it (lost lists the evidence a failover needs), and keeps its label for
+// a while (slowPrimary).
+const statusTimeout = 2 * time.Second
+
+// detachTimeout bounds each detach call of a failover.
+const detachTimeout = time.Second
 
 // switchoverYoung says the Database's switchover started less than
 // fastSwitchover ago (as this manager saw it: a restarted one starts the
@@ -189,9 +208,34 @@ type syncer struct {
 	// for the summary Event (lost on restart).
 	started sync.Map
 	// answers maps each Database's UID and pod name to its agent's last
-	// answer (lost on restart): what a primary that stopped answering
-	// last said (a full volume refuses a failover).
+	// answer and when it came (lost on restart): what a primary that
+	// stopped answering last said (a full volume refuses a failover).
 	answers sync.Map
+	// leases maps each Database to the primary Lease's record as last
+	// read, while its primary's agent does not answer, and since when.
+	leases sync.Map
+	// waits maps each Database to the step of its running switchover and
+	// when this manager first saw it (lost on restart: the bound starts
+	// again).
+	waits sync.Map
+	// settled maps each Database to when this manager saw its last
+	// switchover or failover finish.
+	settled sync.Map
+	// synchronous maps each Database to the synchronous_standby_names
+	// its primary was seen to run with (SyncApplied).
+	synchronous sync.Map
+}
+
+// answer is an agent's answer and when it came.
+type answer struct {
+	status *agent.Status
+	at     time.Time
+}
+
+// waitMark is a switchover's step and since when.
+type waitMark struct {
+	step  string
+	since time.Time
 }
 
 // Sync implements facet.Syncer.
@@ -201,6 +245,19 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		return facet.Outcome{}, err
 	}
 	plan := Decide(in)
+	if plan.Action.Kind == ActDetach {
+		// The target is chosen from what the standbys report once they
+		// no longer receive from the lost primary.
+		detached := s.detach(ctx, db, pods, plan.Action.Pods)
+		log.FromContext(ctx).Info("Detached the standbys before choosing the failover target", "pods", plan.Action.Pods, "detached", len(detached), "why", plan.Action.Why)
+		if in, pods, err = s.observe(ctx, db); err != nil {
+			return facet.Outcome{}, err
+		}
+		in.Detached = detached
+		if plan = Decide(in); plan.Action.Kind == ActDetach {
+			plan.Action = Action{}
+		}
+	}
 	out := facet.Outcome{Condition: plan.Condition, Status: statusOf(plan), RequeueAfter: pollSteady}
 	if plan.Changing {
 		out.RequeueAfter = pollChanging
@@ -234,7 +291,11 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		}
 		f := plan.LastFailover
 		log.FromContext(ctx).Info("Starting failover", "from", f.From, "to", f.To, "fromLSN", f.FromLSN, "promotedLSN", f.PromotedLSN, "lostBytes", f.LostBytes, "reason", f.Reason)
-		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonFailoverStarted, "Failover",
+		reason := ReasonFailoverStarted
+		if plan.Action.EventReason != "" {
+			reason = plan.Action.EventReason
+		}
+		s.writer.Eventf(db, nil, corev1.EventTypeWarning, reason, "Failover",
 			"Failing over from %s to %s: %s; %s received %s, %s was last seen at %s (%d bytes lacked)",
 			f.From, f.To, f.Reason, f.To, f.PromotedLSN, f.From, orUnknown(f.FromLSN), f.LostBytes)
 		out.RequeueAfter = pollSwitchover
@@ -248,6 +309,9 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonSwitchoverAbandoned, "Switchover",
 			"Gave up the switchover from %s to %s before demoting anything: %s", plan.Action.From, plan.Action.Pod, plan.Action.Why)
 	case ActFinishSwitchover, ActRecordLSN, ActFinishFailover:
+		if plan.Action.Kind != ActRecordLSN {
+			s.settled.Store(db.UID, s.now())
+		}
 		if err := s.writer.ApplyCondition(ctx, db, plan.Condition, out.Status); err != nil {
 			return facet.Outcome{}, err
 		}
@@ -288,7 +352,10 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		}
 	}
 
-	if w := plan.Synchronous; plan.EnsureSQL && w != nil && w.Degraded {
+	if plan.SynchronousSet && plan.SynchronousPending != "" {
+		out.Condition.Message += "; " + plan.SynchronousPending
+	}
+	if w := plan.WantSynchronous; plan.SynchronousSet && w != nil && w.Degraded {
 		if spec := db.Spec.HighAvailability.Synchronous; spec != nil && spec.DataDurability != dbv1.DataDurabilityPreferred {
 			msg := fmt.Sprintf("synchronous replication is degraded: fewer than %d of the standbys %s stream, commits wait until enough do (spec.highAvailability.synchronous.dataDurability Required)",
 				w.Number, strings.Join(w.Standbys, ", "))
@@ -319,7 +386,9 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	return out, nil
 }
 
-// observe reads the pods and the StatefulSet and asks every pod's agent.
+// observe reads the pods and the StatefulSet and asks every pod's agent,
+// all at once, each within statusTimeout; while the current primary's
+// agent does not answer it also reads the primary Lease.
 func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[string]*corev1.Pod, error) {
 	list := &corev1.PodList{}
 	if err := s.client.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingLabels(resources.PodSelectorLabels(db))); err != nil {
@@ -342,34 +411,107 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[str
 			count = max(count, ord+1)
 		}
 	}
+	in.Instances = make([]Instance, count)
+	var wg sync.WaitGroup
 	for ord := range count {
 		name := resources.InstanceName(db, ord)
-		inst := Instance{Name: name, Ordinal: ord}
-		if pod := pods[name]; pod != nil {
-			inst.Exists, inst.Terminating, inst.PodReady = true, !pod.DeletionTimestamp.IsZero(), instance.PodReady(pod)
-			inst.Revision, inst.Label = pod.Labels[appsv1.ControllerRevisionHashLabelKey], pod.Labels[dbv1.LabelRole]
-			if resources.PodPredatesAgent(pod) && !inst.Terminating {
-				// made before dbkeeper had replication: the only
-				// instance, the primary; the rollout moves it onto the
-				// agent
-				inst.Agent = legacyStatus(pod, inst.PodReady)
-			} else if pod.Status.PodIP != "" && !inst.Terminating {
-				st, err := s.agents.Status(ctx, db, pod)
-				key := string(db.UID) + "/" + name
-				if err != nil {
-					inst.Err = err.Error()
-					if v, ok := s.answers.Load(key); ok {
-						inst.LastAnswer = v.(*agent.Status)
-					}
-				} else {
-					inst.Agent = &st
-					s.answers.Store(key, &st)
-				}
-			}
+		inst := &in.Instances[ord]
+		*inst = Instance{Name: name, Ordinal: ord}
+		pod := pods[name]
+		if pod == nil {
+			continue
 		}
-		in.Instances = append(in.Instances, inst)
+		inst.Exists, inst.Terminating, inst.PodReady = true, !pod.DeletionTimestamp.IsZero(), instance.PodReady(pod)
+		inst.Revision, inst.Label = pod.Labels[appsv1.ControllerRevisionHashLabelKey], pod.Labels[dbv1.LabelRole]
+		switch {
+		case resources.PodPredatesAgent(pod) && !inst.Terminating:
+			// made before dbkeeper had replication: the only instance,
+			// the primary; the rollout moves it onto the agent
+			inst.Agent = legacyStatus(pod, inst.PodReady)
+		case pod.Status.PodIP != "" && !inst.Terminating:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.ask(ctx, db, pod, inst)
+			}()
+		}
 	}
+	wg.Wait()
+
+	// The Lease is evidence only for a primary in place whose agent does
+	// not answer (a switchover or failover that runs has its own steps).
+	silent := false
+	if r := db.Status.Replication; r != nil && r.CurrentPrimary != "" && r.TargetPrimary == r.CurrentPrimary {
+		ord := Ordinal(db, r.CurrentPrimary)
+		silent = ord >= 0 && ord < count && in.Instances[ord].Exists && in.Instances[ord].Agent == nil
+	}
+	if silent {
+		in.PrimaryLease = s.watchPrimaryLease(ctx, db)
+	} else {
+		s.forgetLease(db)
+	}
+	in.SwitchoverWaitSince = s.switchoverWait(db)
+	if v, ok := s.settled.Load(db.UID); ok {
+		in.SettledAt = v.(time.Time)
+	}
+	in.SyncApplied = s.syncApplied(db, in.Instances)
 	return in, pods, nil
+}
+
+// ask asks pod's agent for its status, within statusTimeout, into inst.
+func (s *syncer) ask(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, inst *Instance) {
+	cctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	st, err := s.agents.Status(cctx, db, pod)
+	key := string(db.UID) + "/" + inst.Name
+	if err != nil {
+		inst.Err = err.Error()
+		inst.TimedOut = cctx.Err() == context.DeadlineExceeded
+		if v, ok := s.answers.Load(key); ok {
+			inst.LastAnswer, inst.LastAnswerAt = v.(answer).status, v.(answer).at
+		}
+		return
+	}
+	inst.Agent = &st
+	s.answers.Store(key, answer{status: &st, at: s.now()})
+}
+
+// switchoverWait is when this manager first saw db's running switchover
+// in its current step, zero without one.
+func (s *syncer) switchoverWait(db *dbv1.Database) time.Time {
+	r := db.Status.Replication
+	if r == nil || r.TargetPrimary == "" || r.CurrentPrimary == "" || r.TargetPrimary == r.CurrentPrimary || failingOver(r) {
+		s.waits.Delete(db.UID)
+		return time.Time{}
+	}
+	step := r.CurrentPrimary + "|" + r.TargetPrimary + "|" + r.SwitchoverLSN
+	if v, ok := s.waits.Load(db.UID); ok && v.(waitMark).step == step {
+		return v.(waitMark).since
+	}
+	m := waitMark{step: step, since: s.now()}
+	s.waits.Store(db.UID, m)
+	return m.since
+}
+
+// syncApplied is the synchronous_standby_names db's primary was seen to
+// run with; the first poll after it was applied records the primary's
+// position then.
+func (s *syncer) syncApplied(db *dbv1.Database, insts []Instance) SyncApplied {
+	v, ok := s.synchronous.Load(db.UID)
+	if !ok {
+		return SyncApplied{}
+	}
+	a := v.(SyncApplied)
+	if a.LSN != "" {
+		return a
+	}
+	for _, inst := range insts {
+		if inst.Name == a.Primary && inst.healthyPrimary() && inst.Agent.CurrentLSN != "" {
+			a.LSN = inst.Agent.CurrentLSN
+			s.synchronous.Store(db.UID, a)
+		}
+	}
+	return a
 }
 
 // applyLabels sets the role label of each pod, or removes it.
@@ -466,7 +608,13 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 			return err
 		}
 		if a.Failover {
-			s.detachStandbys(ctx, db, pods)
+			var others []string
+			for name := range pods {
+				if prev := db.Status.Replication; prev == nil || name != prev.CurrentPrimary {
+					others = append(others, name)
+				}
+			}
+			s.detach(ctx, db, pods, others)
 		}
 		st, err := s.agents.Promote(ctx, db, pod, agent.PromoteRequest{MinReplayedLSN: a.LSN, Failover: a.Failover})
 		if err != nil {
@@ -563,7 +711,7 @@ func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan *Plan) (
 	sum := sha256.Sum256([]byte(password))
 	fingerprint := plan.CurrentPrimary + "|" + hex.EncodeToString(sum[:]) + "|" + strings.Join(plan.Slots, ",") + "|" + standbyNames(plan.WantSynchronous)
 	if v, ok := s.ensured.Load(db.UID); ok && v.(string) == fingerprint {
-		plan.Synchronous = plan.WantSynchronous
+		plan.Synchronous, plan.SynchronousSet = plan.SynchronousRecord, true
 		return "", nil
 	}
 	conn, err := instance.ConnectAsSuperuser(ctx, s.instances, s.reader, db, "")
@@ -581,6 +729,9 @@ func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan *Plan) (
 	}
 	if err := ensureSynchronous(ctx, conn, standbyNames(plan.WantSynchronous)); err != nil {
 		return "", err
+	}
+	if v, ok := s.synchronous.Load(db.UID); !ok || v.(SyncApplied).Primary != plan.CurrentPrimary || v.(SyncApplied).Names != standbyNames(plan.WantSynchronous) {
+		s.synchronous.Store(db.UID, SyncApplied{Primary: plan.CurrentPrimary, Names: standbyNames(plan.WantSynchronous)})
 	}
 
 	user := agent.ReplicationUser
@@ -640,7 +791,7 @@ func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan *Plan) (
 	if err := ensureRewindGrants(ctx, conn); err != nil {
 		return "", err
 	}
-	plan.Synchronous = plan.WantSynchronous
+	plan.Synchronous, plan.SynchronousSet = plan.SynchronousRecord, true
 	if pending == "" {
 		s.ensured.Store(db.UID, fingerprint)
 	}
@@ -696,25 +847,35 @@ func legacyStatus(pod *corev1.Pod, ready bool) *agent.Status {
 	return st
 }
 
-// detachStandbys stops the WAL receivers of every standby that answers
-// before a failover promotes one (the target too): a lost primary that was
-// only frozen then cannot, on waking, send them WAL the new primary never
-// has, nor have a synchronous commit confirmed by them. Best effort: an
-// unreachable standby is not waited for.
-func (s *syncer) detachStandbys(ctx context.Context, db *dbv1.Database, pods map[string]*corev1.Pod) {
-	prev := db.Status.Replication
-	for name, pod := range pods {
-		if prev != nil && name == prev.CurrentPrimary {
+// detach stops the WAL receivers of the standbys named (all at once,
+// each within detachTimeout) and returns those whose agent did it: a
+// failover detaches them before it ranks them, and again before it
+// promotes one, so that a lost primary that was only frozen cannot, on
+// waking, send them WAL the new primary never has, nor have a synchronous
+// commit confirmed by them. An unreachable standby is not waited for.
+func (s *syncer) detach(ctx context.Context, db *dbv1.Database, pods map[string]*corev1.Pod, names []string) map[string]bool {
+	detached := map[string]bool{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range names {
+		pod := pods[name]
+		if pod == nil || pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
 			continue
 		}
-		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
-			continue
-		}
-		dctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := s.agents.Detach(dctx, db, pod)
-		cancel()
-		if err != nil {
-			log.FromContext(ctx).V(1).Info("Cannot detach a standby before the failover", "pod", name, "err", err.Error())
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dctx, cancel := context.WithTimeout(ctx, detachTimeout)
+			defer cancel()
+			if _, err := s.agents.Detach(dctx, db, pod); err != nil {
+				log.FromContext(ctx).V(1).Info("Cannot detach a standby before the failover", "pod", name, "err", err.Error())
+				return
+			}
+			mu.Lock()
+			detached[name] = true
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
+	return detached
 }

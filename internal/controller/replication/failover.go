@@ -1,10 +1,7 @@
 package replication
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,8 +14,12 @@ import (
 // lost says whether the recorded primary inst (nil: no such instance) is
 // lost, a failover's reason, and why not when it is not: an instance that
 // is not a healthy primary but may still be one (a Ready pod whose agent
-// did not answer this time) is waited for, never failed over.
-func lost(inst *Instance) (bool, string) {
+// did not answer this time) is waited for, never failed over, unless the
+// primary lease, as this manager watched it (lease), has not changed for
+// LeaseDuration: its holder cannot have renewed it, so it fenced itself
+// or is frozen. An agent that answers as a running primary is never lost
+// for a stale lease (it may serve on while cut off from the API server).
+func lost(inst *Instance, lease *LeaseView) (bool, string) {
 	switch {
 	case inst == nil || !inst.Exists:
 		return true, "its pod does not exist"
@@ -32,6 +33,13 @@ func lost(inst *Instance) (bool, string) {
 		return true, msg
 	case inst.Agent != nil && inst.Agent.Lease != nil && inst.Agent.Lease.Holder != "" && inst.Agent.Lease.Holder != inst.Name:
 		return true, fmt.Sprintf("its agent sees the primary lease held by %s", inst.Agent.Lease.Holder)
+	case inst.Agent == nil && lease != nil && lease.UnchangedFor >= agent.LeaseDuration:
+		holder := "nobody (released)"
+		if lease.Holder != "" {
+			holder = lease.Holder
+		}
+		return true, fmt.Sprintf("its agent does not answer (%s) and the primary lease, held by %s, has not changed for %s (its duration is %s)",
+			conditions.Quote(orNone(inst.Err), 120), holder, lease.UnchangedFor.Round(time.Second), agent.LeaseDuration)
 	case inst.PodReady && inst.Agent == nil:
 		return false, "status unreadable, pod Ready: no failover (" + conditions.Quote(inst.Err, 120) + ")"
 	case inst.PodReady:
@@ -91,22 +99,6 @@ func failoverCandidate(inst *Instance, systemID string, n int) string {
 	return ""
 }
 
-// moreAdvanced orders candidates: received position first, then replayed,
-// then name.
-func moreAdvanced(a, b *Instance) int {
-	ra, _ := parseLSN(a.Agent.ReceivedLSN)
-	rb, _ := parseLSN(b.Agent.ReceivedLSN)
-	if c := cmp.Compare(rb, ra); c != 0 {
-		return c
-	}
-	pa, _ := parseLSN(a.Agent.ReplayedLSN)
-	pb, _ := parseLSN(b.Agent.ReplayedLSN)
-	if c := cmp.Compare(pb, pa); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Name, b.Name)
-}
-
 // lastPrimaryLSN is the lost primary's last WAL position dbkeeper saw: its
 // row in status.replication.instances, or what it answers now when that is
 // further.
@@ -140,7 +132,10 @@ func lacks(from, received string) int64 {
 
 // decideLost: the recorded primary is not a healthy primary. It is either
 // waited for (not lost, or lost for less than failoverDelay), or a failover
-// starts, or one is refused with the field that refuses it.
+// starts, or one is refused with the field that refuses it. Once the delay
+// has passed the standbys are detached from the lost primary first
+// (ActDetach), and the target is chosen from what they report after that
+// (chooseTarget).
 func decideLost(p *Plan, in Input, byName map[string]*Instance, prim *Instance, primaries []string) {
 	db := in.DB
 	t := dbv1.ConditionReplicationReady
@@ -149,7 +144,7 @@ func decideLost(p *Plan, in Input, byName map[string]*Instance, prim *Instance, 
 		st = *db.Status.Replication
 	}
 	p.Changing = true
-	isLost, why := lost(prim)
+	isLost, why := lost(prim, in.PrimaryLease)
 	other := ""
 	if len(primaries) == 1 && primaries[0] != p.CurrentPrimary {
 		other = fmt.Sprintf("; %s reports being a primary and is not selected", primaries[0])
@@ -173,7 +168,7 @@ func decideLost(p *Plan, in Input, byName map[string]*Instance, prim *Instance, 
 	// is recorded, whatever the settings: the lease decided.
 	for _, name := range primaries {
 		if h := byName[name]; name != p.CurrentPrimary && h.healthyPrimary() && h.Agent.Lease != nil && h.Agent.Lease.Held {
-			startFailover(p, in, h, lastPrimaryLSN(st, prim), fmt.Sprintf("the primary %s was lost: %s; %s holds the primary lease and runs as the primary", p.CurrentPrimary, why, name))
+			startFailover(p, in, h, h.Agent.CurrentLSN, lastPrimaryLSN(st, prim), fmt.Sprintf("the primary %s was lost: %s; %s holds the primary lease and runs as the primary", p.CurrentPrimary, why, name))
 			return
 		}
 	}
@@ -194,73 +189,31 @@ func decideLost(p *Plan, in Input, byName map[string]*Instance, prim *Instance, 
 		}
 	}
 
-	var candidates []*Instance
-	var rejected []string
-	for i := range in.Instances {
-		inst := &in.Instances[i]
-		if inst.Name == p.CurrentPrimary {
-			continue
-		}
-		if why := failoverCandidate(inst, p.SystemID, n); why != "" {
-			if inst.Ordinal < n {
-				rejected = append(rejected, inst.Name+": "+why)
-			}
-			continue
-		}
-		candidates = append(candidates, inst)
-	}
-	if len(candidates) == 0 {
-		refuse("no standby can be promoted (%s)", strings.Join(rejected, "; "))
-		return
-	}
-	slices.SortFunc(candidates, moreAdvanced)
-
-	// With Required synchronous replication every acknowledged commit is on
-	// k of the named standbys S: any |S|-k+1 of them include one that has
-	// it, and the most advanced of those has them all.
-	if sync := db.Spec.HighAvailability.Synchronous; sync != nil && sync.DataDurability != dbv1.DataDurabilityPreferred &&
-		st.Synchronous != nil && len(st.Synchronous.Standbys) > 0 {
-		named, k := st.Synchronous.Standbys, int(st.Synchronous.Number)
-		var answering []*Instance
-		for _, c := range candidates {
-			if slices.Contains(named, c.Name) {
-				answering = append(answering, c)
-			}
-		}
-		need := len(named) - k + 1
-		if len(answering) < need {
-			refuse("spec.highAvailability.synchronous.dataDurability is Required and only %d of the synchronous standbys %s can be promoted; %d are needed (status.replication.synchronous: %d of %d confirm each commit) to be sure none acknowledged is lost",
-				len(answering), strings.Join(named, ", "), need, k, len(named))
-			return
-		}
-		candidates = answering
-	}
-
-	best := candidates[0]
 	from := lastPrimaryLSN(st, prim)
-	lack := lacks(from, best.Agent.ReceivedLSN)
-	if limit := db.Spec.MaxFailoverLag(); limit > 0 && lack > limit {
-		refuse("the most advanced standby %s received %s, %d bytes behind the lost primary's last position %s; spec.highAvailability.maxFailoverLag is %d bytes",
-			best.Name, best.Agent.ReceivedLSN, lack, from, limit)
+	c := chooseTarget(in, p.SystemID, chooseArgs{exclude: []string{p.CurrentPrimary}, from: from,
+		fromTimeline: primaryTimeline(db, prim, p.CurrentPrimary)})
+	if c.refusal != "" {
+		refuse("%s", c.refusal)
 		return
 	}
 	if wait := db.Spec.FailoverDelay() - in.Now.Sub(since); wait > 0 {
 		p.Condition = conditions.False(t, dbv1.ReasonPrimaryLost, fmt.Sprintf(
 			"%s: %s will be promoted in %s unless the primary comes back (spec.highAvailability.failoverDelay %s)%s",
-			lostMsg, best.Name, wait.Round(100*time.Millisecond), db.Spec.FailoverDelay(), other))
+			lostMsg, c.best.Name, wait.Round(100*time.Millisecond), db.Spec.FailoverDelay(), other))
 		p.Requeue = wait
 		return
 	}
-	startFailover(p, in, best, from, fmt.Sprintf("the primary %s was lost: %s", p.CurrentPrimary, why))
+	if in.Detached == nil {
+		detachFirst(p, in, []string{p.CurrentPrimary}, lostMsg)
+		return
+	}
+	startFailover(p, in, c.best, c.position, from, fmt.Sprintf("the primary %s was lost: %s", p.CurrentPrimary, why))
 }
 
-// startFailover records the failover from the current primary to target
-// (status first: the target is promoted only once it is recorded).
-func startFailover(p *Plan, in Input, target *Instance, from, reason string) {
-	pos := target.Agent.ReceivedLSN
-	if target.Agent.Role == agent.RolePrimary {
-		pos = target.Agent.CurrentLSN
-	}
+// startFailover records the failover from the current primary to target,
+// which is at pos (status first: the target is promoted only once it is
+// recorded).
+func startFailover(p *Plan, in Input, target *Instance, pos, from, reason string) {
 	lack := lacks(from, pos)
 	p.LastFailover = &dbv1.FailoverStatus{From: p.CurrentPrimary, To: target.Name, Reason: reason,
 		StartedAt: metav1.Time{Time: in.Now}, FromLSN: from, PromotedLSN: pos, LostBytes: lack}
@@ -270,6 +223,13 @@ func startFailover(p *Plan, in Input, target *Instance, from, reason string) {
 	p.Condition = conditions.False(dbv1.ConditionReplicationReady, dbv1.ReasonFailingOver, fmt.Sprintf(
 		"failing over from %s to %s: %s; %s received %s, the lost primary was last seen at %s (%d bytes it lacks)",
 		p.CurrentPrimary, target.Name, reason, target.Name, orUnknown(pos), orUnknown(from), lack))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no answer"
+	}
+	return s
 }
 
 func orUnknown(lsn string) string {
@@ -289,8 +249,11 @@ func failingOver(st *dbv1.ReplicationStatus) bool {
 // decideFailover: a failover runs. No demote (the old primary is lost):
 // the target is asked to promote (Failover: it takes the lease over when
 // it may) on every poll until it reports being the primary. An old
-// primary that comes back holding the lease first ends it.
-func decideFailover(p *Plan, in Input, byName map[string]*Instance) {
+// primary that comes back holding the lease first ends it; another
+// instance running as the primary with the lease becomes the target; a
+// target gone for transitionTimeout since the failover started is
+// replaced by the best remaining candidate (replaceTarget).
+func decideFailover(p *Plan, in Input, byName map[string]*Instance, primaries []string) {
 	t := dbv1.ConditionReplicationReady
 	p.Changing = true
 	p.PrimaryLostSince = in.DB.Status.Replication.PrimaryLostSince
@@ -317,12 +280,23 @@ func decideFailover(p *Plan, in Input, byName map[string]*Instance) {
 		p.Condition = conditions.False(t, dbv1.ReasonFailingOver, fmt.Sprintf("%s is the primary after a failover from %s", p.CurrentPrimary, p.LastFailover.From))
 		return
 	}
-	if target == nil || !target.Exists || target.Agent == nil {
-		why := "its pod does not exist"
-		if target != nil && target.Exists {
-			why = "its agent does not answer"
+	for _, name := range primaries {
+		if h := byName[name]; name != p.CurrentPrimary && name != p.TargetPrimary && h.healthyPrimary() && h.Agent.Lease != nil && h.Agent.Lease.Held {
+			startFailover(p, in, h, h.Agent.CurrentLSN, p.LastFailover.FromLSN,
+				fmt.Sprintf("%s; %s holds the primary lease and runs as the primary", p.LastFailover.Reason, name))
+			p.Action.EventReason = ReasonFailoverRetargeted
+			return
 		}
-		msg(dbv1.ReasonFailingOver, "waiting for %s: %s", p.TargetPrimary, why)
+	}
+	absent := targetAbsent(target)
+	if absent != "" && in.Now.Sub(p.LastFailover.StartedAt.Time) >= transitionTimeout {
+		msg(dbv1.ReasonFailingOver, "%s cannot be promoted: %s", p.TargetPrimary, absent)
+		replaceTarget(p, in, byName, absent)
+		return
+	}
+	if target == nil || !target.Exists || target.Agent == nil {
+		msg(dbv1.ReasonFailingOver, "waiting for %s: %s (another standby replaces it in %s)", p.TargetPrimary, absent,
+			untilTransitionTimeout(in.Now, p.LastFailover.StartedAt.Time))
 		return
 	}
 	p.Action = Action{Kind: ActPromote, Pod: p.TargetPrimary, From: p.CurrentPrimary, Failover: true}

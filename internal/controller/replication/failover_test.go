@@ -247,7 +247,7 @@ func TestDecideFailover(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			p := Decide(Input{DB: tc.db, Instances: tc.insts, UpdateRevision: "r1", Now: now})
+			p := decideDetached(Input{DB: tc.db, Instances: tc.insts, UpdateRevision: "r1", Now: now})
 			assert.Equal(t, tc.action, p.Action.Kind, p.Condition.Message)
 			if tc.pod != "" {
 				assert.Equal(t, tc.pod, p.Action.Pod)

@@ -39,8 +39,13 @@ type Instance struct {
 	Agent *agent.Status
 	Err   string
 	// LastAnswer is the agent's last answer this manager saw, when it
-	// did not answer now (the full volume of a primary that went away).
-	LastAnswer *agent.Status
+	// did not answer now (the full volume of a primary that went away),
+	// and LastAnswerAt when it came.
+	LastAnswer   *agent.Status
+	LastAnswerAt time.Time
+	// TimedOut says the agent was asked and did not answer within
+	// statusTimeout (a loaded or frozen pod, not a refused connection).
+	TimedOut bool
 }
 
 // Input is everything a decision is made from.
@@ -52,6 +57,24 @@ type Input struct {
 	UpdateRevision string
 	// Now is the time of the decision (primaryLostSince, failoverDelay).
 	Now time.Time
+	// Detached are the standbys detached from the lost primary in this
+	// reconcile, before their positions were read again; nil when none
+	// was detached yet (a failover then detaches first: ActDetach).
+	Detached map[string]bool
+	// PrimaryLease is the primary Lease as this manager watched it while
+	// the current primary's agent does not answer; nil otherwise, or when
+	// it could not be read.
+	PrimaryLease *LeaseView
+	// SwitchoverWaitSince is when this manager first saw the running
+	// switchover in its current step (currentPrimary, targetPrimary,
+	// switchoverLSN); zero without a switchover.
+	SwitchoverWaitSince time.Time
+	// SettledAt is when this manager last saw a switchover or failover
+	// finish (a failover's finishedAt counts too).
+	SettledAt time.Time
+	// SyncApplied is the synchronous_standby_names this manager saw the
+	// primary run with, and the primary's position after it did.
+	SyncApplied SyncApplied
 }
 
 // ActionKind is what the controller does next.
@@ -74,6 +97,10 @@ const (
 	ActAbortFailover    ActionKind = "AbortFailover"
 	ActFinishFailover   ActionKind = "FinishFailover"
 	ActRejoin           ActionKind = "RejoinStandby"
+	// ActDetach detaches Action.Pods from the lost primary; the
+	// controller then reads their positions again and decides anew
+	// (Input.Detached), within the same reconcile.
+	ActDetach ActionKind = "DetachStandbys"
 )
 
 // Action is one step.
@@ -90,6 +117,11 @@ type Action struct {
 	Why string
 	// Failover: Promote's PromoteRequest.Failover (the primary is lost).
 	Failover bool
+	// Pods are the instances ActDetach detaches.
+	Pods []string
+	// EventReason, when set, is the reason of StartFailover's Event (a
+	// switchover that fell back, a failover target replaced).
+	EventReason string
 }
 
 // Plan is the decision of one reconcile.
@@ -118,8 +150,14 @@ type Plan struct {
 	LastFailover     *dbv1.FailoverStatus
 	Synchronous      *dbv1.SynchronousStatus
 	// WantSynchronous is the synchronous replication EnsureSQL sets on
-	// the primary (nil: none); Synchronous becomes it once set.
-	WantSynchronous *dbv1.SynchronousStatus
+	// the primary (nil: none); Synchronous becomes SynchronousRecord once
+	// it is set, and SynchronousSet says it was.
+	WantSynchronous   *dbv1.SynchronousStatus
+	SynchronousRecord *dbv1.SynchronousStatus
+	SynchronousSet    bool
+	// SynchronousPending says why SynchronousRecord is not yet
+	// WantSynchronous, "" when it is.
+	SynchronousPending string
 }
 
 func replicas(db *dbv1.Database) int {
@@ -226,9 +264,9 @@ func Decide(in Input) Plan {
 
 	switch {
 	case failingOver(&st):
-		decideFailover(&p, in, byName)
+		decideFailover(&p, in, byName, primaries)
 	case p.TargetPrimary != "" && p.CurrentPrimary != "" && p.TargetPrimary != p.CurrentPrimary:
-		decideSwitchover(&p, db, byName, primaries)
+		decideSwitchover(&p, in, byName)
 	case n == 0:
 		p.Condition = conditions.True(t, dbv1.ReasonScaledToZero, "spec.replicas is 0: no instance runs")
 	case len(primaries) > 1:
@@ -312,6 +350,7 @@ func decideSteady(p *Plan, in Input, byName map[string]*Instance, primaries []st
 	}
 	p.EnsureSQL = true
 	p.WantSynchronous = synchronousFor(db, in.Instances, p.CurrentPrimary)
+	p.SynchronousRecord, p.SynchronousPending = synchronousRecord(p.Synchronous, p.WantSynchronous, in.SyncApplied, in.Instances, prim)
 
 	// Standbys to create.
 	var unhealthy []string
@@ -493,14 +532,31 @@ func bestStandby(db *dbv1.Database, insts []Instance, byName map[string]*Instanc
 
 // decideSwitchover: targetPrimary differs from currentPrimary. Every step
 // is derived from status and what the agents report, so a manager that
-// stopped anywhere resumes at the right step.
-func decideSwitchover(p *Plan, db *dbv1.Database, byName map[string]*Instance, primaries []string) {
+// stopped anywhere resumes at the right step. Once the old primary was
+// demoted, the wait for the target is bounded (transitionTimeout): then
+// the switchover falls back (fallBack).
+func decideSwitchover(p *Plan, in Input, byName map[string]*Instance) {
+	db := in.DB
 	t := dbv1.ConditionReplicationReady
 	p.Changing = true
 	old, target := byName[p.CurrentPrimary], byName[p.TargetPrimary]
 	msg := func(s string, args ...any) {
 		p.Condition = conditions.False(t, dbv1.ReasonSwitchingOver,
 			fmt.Sprintf("switching over from %s to %s: ", p.CurrentPrimary, p.TargetPrimary)+fmt.Sprintf(s, args...))
+	}
+	// wait says what the demoted switchover waits for, and falls back
+	// once it has waited transitionTimeout.
+	wait := func(why string) {
+		msg("waiting for %s", why)
+		if in.SwitchoverWaitSince.IsZero() || (target != nil && target.Agent != nil && target.Agent.State == agent.StatePromoting) {
+			return
+		}
+		waited := in.Now.Sub(in.SwitchoverWaitSince)
+		if waited < transitionTimeout {
+			p.Condition.Message += fmt.Sprintf(" (the switchover falls back in %s)", (transitionTimeout - waited).Round(100*time.Millisecond))
+			return
+		}
+		fallBack(p, in, byName, why)
 	}
 	targetPrimary := target != nil && target.reportsPrimary()
 	oldPrimary := old != nil && old.reportsPrimary()
@@ -550,7 +606,7 @@ func decideSwitchover(p *Plan, db *dbv1.Database, byName map[string]*Instance, p
 		// Demoted, but the manager stopped before it recorded the
 		// shutdown position: the old primary's own end of WAL is it.
 		if old == nil || old.Agent == nil || old.Agent.Role != agent.RoleReplica {
-			msg("waiting for the demoted %s to report its last position", p.CurrentPrimary)
+			wait(fmt.Sprintf("the demoted %s to report its last position", p.CurrentPrimary))
 			return
 		}
 		lsn := old.Agent.ReplayedLSN
@@ -560,7 +616,7 @@ func decideSwitchover(p *Plan, db *dbv1.Database, byName map[string]*Instance, p
 			}
 		}
 		if lsn == "" {
-			msg("waiting for the demoted %s to report its last position", p.CurrentPrimary)
+			wait(fmt.Sprintf("the demoted %s to report its last position", p.CurrentPrimary))
 			return
 		}
 		p.SwitchoverLSN = lsn
@@ -568,13 +624,19 @@ func decideSwitchover(p *Plan, db *dbv1.Database, byName map[string]*Instance, p
 		msg("%s was demoted at %s", p.CurrentPrimary, lsn)
 	default:
 		if target == nil || target.Agent == nil || target.Agent.Role != agent.RoleReplica {
-			msg("waiting for %s to answer as a standby", p.TargetPrimary)
+			why := "answer as a standby"
+			if target != nil && !target.Exists {
+				why += " (its pod does not exist)"
+			} else if target != nil && target.Agent == nil && target.Err != "" {
+				why += " (its agent does not answer: " + conditions.Quote(target.Err, 120) + ")"
+			}
+			wait(fmt.Sprintf("%s to %s", p.TargetPrimary, why))
 			return
 		}
 		want, _ := parseLSN(p.SwitchoverLSN)
 		have, ok := parseLSN(target.Agent.ReplayedLSN)
 		if !ok || have < want {
-			msg("waiting for %s to replay up to %s (it replayed %s)", p.TargetPrimary, p.SwitchoverLSN, target.Agent.ReplayedLSN)
+			wait(fmt.Sprintf("%s to replay up to %s (it replayed %s)", p.TargetPrimary, p.SwitchoverLSN, target.Agent.ReplayedLSN))
 			return
 		}
 		p.Action = Action{Kind: ActPromote, Pod: p.TargetPrimary, From: p.CurrentPrimary, LSN: p.SwitchoverLSN}
@@ -618,6 +680,13 @@ func rows(in Input, current string) []dbv1.InstanceStatus {
 			a := inst.Agent
 			row.Role, row.State, row.Ready = string(a.Role), string(a.State), a.Ready
 			row.Timeline = int64(a.Timeline)
+			if prev := recordedRow(in.DB, inst.Name); prev != nil && a.WALReceiver != "streaming" && prev.Timeline > row.Timeline {
+				// A standby without a WAL receiver reports its last
+				// restartpoint's timeline, which lags a timeline switch
+				// by up to checkpoint_timeout; an instance's timeline
+				// never goes back, so the highest it reported stands.
+				row.Timeline = prev.Timeline
+			}
 			row.CurrentLSN, row.ReceivedLSN, row.ReplayedLSN = a.CurrentLSN, a.ReceivedLSN, a.ReplayedLSN
 			row.WALReceiver, row.Message = a.WALReceiver, a.Message
 			if a.Role == agent.RoleReplica {
@@ -646,24 +715,56 @@ func rows(in Input, current string) []dbv1.InstanceStatus {
 // pod, kept while it does not answer: a failover reports what the promoted
 // standby lacked of it.
 func lastCurrentLSN(db *dbv1.Database, pod, current string) string {
-	r := db.Status.Replication
-	if r == nil || pod != current {
-		return ""
-	}
-	for _, row := range r.Instances {
-		if row.Name == pod {
-			return row.CurrentLSN
-		}
+	if row := recordedRow(db, pod); row != nil && pod == current {
+		return row.CurrentLSN
 	}
 	return ""
 }
 
+// recordedRow is pod's row in status.replication.instances, nil when it
+// has none.
+func recordedRow(db *dbv1.Database, pod string) *dbv1.InstanceStatus {
+	r := db.Status.Replication
+	if r == nil {
+		return nil
+	}
+	for i := range r.Instances {
+		if r.Instances[i].Name == pod {
+			return &r.Instances[i]
+		}
+	}
+	return nil
+}
+
+// readGrace is how long after a switchover or failover finished the
+// standbys that had the replica label keep it without streaming: each
+// one's WAL receiver tries again every wal_retrieve_retry_interval (5 s)
+// and reaches the new primary once kube-proxy follows its label (about a
+// second), so two attempts.
+const readGrace = 10 * time.Second
+
 // labels are the role labels: primary on the recorded primary that alone
-// reports being one, while no switchover runs; replica on streaming
-// standbys; none on every instance in doubt.
+// reports being one (or answered as one a moment ago and is merely slow:
+// slowPrimary), while no switchover runs; replica on streaming standbys,
+// and, while no primary serves (a switchover, a lost primary, a failover)
+// and just after, on the standbys that had it and still take read-only
+// connections, so that <name>-ro keeps its endpoints: only the instance
+// being promoted or demoted leaves it; none on every instance in doubt.
 func labels(in Input, p Plan, primaries int) map[string]string {
 	out := map[string]string{}
 	switching := p.TargetPrimary != "" && p.TargetPrimary != p.CurrentPrimary
+	serving := false
+	for i := range in.Instances {
+		if inst := &in.Instances[i]; inst.Name == p.CurrentPrimary {
+			serving = !switching && inst.healthyPrimary() && inst.claimsPrimary()
+		}
+	}
+	settled := in.SettledAt
+	if f := p.LastFailover; f != nil && f.FinishedAt != nil && f.FinishedAt.After(settled) {
+		settled = f.FinishedAt.Time
+	}
+	keepReaders := !serving || p.Action.Kind == ActFinishSwitchover || p.Action.Kind == ActFinishFailover ||
+		(!settled.IsZero() && in.Now.Sub(settled) < readGrace)
 	for _, inst := range in.Instances {
 		if !inst.Exists || inst.Terminating {
 			continue
@@ -673,12 +774,39 @@ func labels(in Input, p Plan, primaries int) map[string]string {
 		case inst.Name == p.CurrentPrimary && !switching && primaries == 1 && inst.healthyPrimary() &&
 			(inst.Agent.Lease == nil || inst.Agent.Lease.Held):
 			role = dbv1.RolePrimary
-		case inst.streaming() && inst.Name != p.CurrentPrimary && primaries <= 1:
+		case inst.Name == p.CurrentPrimary && !switching && primaries == 0 && inst.slowPrimary(in.Now):
+			role = dbv1.RolePrimary
+		case inst.Name == p.CurrentPrimary || primaries > 1 || (switching && inst.Name == p.TargetPrimary):
+			// the primary, being demoted or promoted, or in doubt
+		case inst.streaming():
+			role = dbv1.RoleReplica
+		case keepReaders && inst.Label == dbv1.RoleReplica && inst.readable(p.SystemID):
 			role = dbv1.RoleReplica
 		}
 		out[inst.Name] = role
 	}
 	return out
+}
+
+// readable: a standby that runs and takes read-only connections (a hot
+// standby does only once it reached a consistent state), of the
+// Database's system, streaming or not.
+func (i *Instance) readable(systemID string) bool {
+	return i.Agent != nil && i.Agent.Role == agent.RoleReplica && i.Agent.State == agent.StateRunning && i.Agent.Ready &&
+		i.PodReady && !i.Terminating && (systemID == "" || i.Agent.SystemID == systemID)
+}
+
+// slowPrimary: the primary's agent did not answer within statusTimeout
+// this time, but its pod is Ready, it carries the primary label, and its
+// last answer, less than LeaseRenewDeadline ago (by then a primary that
+// cannot renew its lease has fenced itself), was a running primary
+// holding the lease. One slow answer of a loaded primary does not take
+// the read-write Service's endpoint away.
+func (i *Instance) slowPrimary(now time.Time) bool {
+	a := i.LastAnswer
+	return i.Agent == nil && i.TimedOut && i.PodReady && !i.Terminating && i.Label == dbv1.RolePrimary &&
+		a != nil && a.Role == agent.RolePrimary && a.State == agent.StateRunning && a.Ready && (a.Lease == nil || a.Lease.Held) &&
+		now.Sub(i.LastAnswerAt) < agent.LeaseRenewDeadline
 }
 
 // rejoinAfter is how long after a failover a standby behind the new

@@ -65,11 +65,11 @@ func TestDecide(t *testing.T) {
 			reason: dbv1.ReasonBootstrapping,
 			labels: map[string]string{"orders-0": "replica", "orders-1": "primary", "orders-2": ""},
 		},
-		"switchover: the old primary leaves the Service before the demote": {
+		"switchover: the old primary leaves the Service before the demote, the target <name>-ro": {
 			db:     withPrimary("orders-0", "orders-1", ""),
 			insts:  []Instance{inst(0, primaryAt("orders-0", "0/20"), ""), inst(1, standbyAt("orders-1", "0/20"), ""), inst(2, standbyAt("orders-2", "0/20"), "")},
 			action: ActDemote, pod: "orders-0", reason: dbv1.ReasonSwitchingOver,
-			labels: map[string]string{"orders-0": "", "orders-1": "replica", "orders-2": "replica"},
+			labels: map[string]string{"orders-0": "", "orders-1": "", "orders-2": "replica"},
 		},
 		"switchover: no promote before the target replayed the shutdown LSN": {
 			db:     withPrimary("orders-0", "orders-1", "0/30"),
