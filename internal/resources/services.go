@@ -39,7 +39,11 @@ func ClientService(db *dbv1.Database, eng engine.Engine) *corev1ac.ServiceApplyC
 // ReadOnlyService is the read-only ClusterIP Service <name>-ro: it selects
 // the engine pods labelled standbys (dbv1.LabelRole), and of those only
 // the ready ones get endpoints, so reads spread over the hot standbys that
-// accept connections; with no standby it has no endpoints. It waits for
+// accept connections; with no standby it has no endpoints. The
+// replication controller keeps that label, during a switchover or a
+// failover, on the standbys that still take read-only connections (only
+// the instance being promoted or demoted leaves), so reads go on while
+// the primary changes. It waits for
 // spec.bootstrap's restore as ClientService does. spec.service shapes only
 // the client Service: an external type or a load balancer's annotations
 // are for the writers' entry point.
