@@ -141,8 +141,12 @@ func TestTemplateDefaults(t *testing.T) {
 	assert.Contains(t, args, "--zap-log-level=info")
 	for _, a := range args {
 		assert.False(t, strings.HasPrefix(a, "--watch-namespaces"), "cluster-wide install passes %s", a)
-		assert.False(t, strings.HasPrefix(a, "--leader-elect"), "one replica passes %s", a)
 	}
+	// Two replicas with leader election by default: a failover needs the
+	// operator (issue 28), so losing the manager's node must not leave the
+	// databases without one until a new pod starts.
+	assert.Contains(t, args, "--leader-elect")
+	assert.Contains(t, args, "--leader-election-namespace=ops")
 
 	// Cluster-scoped names carry the release namespace, so that two
 	// installs coexist.
@@ -154,7 +158,7 @@ func TestTemplateDefaults(t *testing.T) {
 	assert.NotNil(t, objs["Service ops/rel-dbkeeper-metrics"])
 	assert.NotNil(t, objs["ValidatingAdmissionPolicy /rel-dbkeeper-ops-deletion-protection"])
 	assert.NotNil(t, objs["ValidatingAdmissionPolicyBinding /rel-dbkeeper-ops-deletion-protection"])
-	assert.Nil(t, objs["PodDisruptionBudget ops/rel-dbkeeper"], "a PDB for one replica blocks drains")
+	assert.NotNil(t, objs["PodDisruptionBudget ops/rel-dbkeeper"], "two replicas get a PDB")
 	assert.Nil(t, objs["ServiceMonitor ops/rel-dbkeeper"])
 	assert.Nil(t, objs["NetworkPolicy ops/rel-dbkeeper"])
 
@@ -171,6 +175,11 @@ func TestTemplateDefaults(t *testing.T) {
 	assert.Equal(t, []any{"ALL"}, sc["capabilities"].(map[string]any)["drop"])
 	image := pod["containers"].([]any)[0].(map[string]any)["image"]
 	assert.Equal(t, "ghcr.io/dbkeeper/dbkeeper:0.1.0", image, "the tag defaults to the appVersion")
+	assert.EqualValues(t, 2, d.Object["spec"].(map[string]any)["replicas"])
+	spread, _, _ := unstructured.NestedSlice(pod, "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
+	require.Len(t, spread, 1, "the manager replicas prefer distinct nodes")
+	term := spread[0].(map[string]any)["podAffinityTerm"].(map[string]any)
+	assert.Equal(t, "kubernetes.io/hostname", term["topologyKey"])
 }
 
 func TestTemplateNamespaced(t *testing.T) {
@@ -434,4 +443,15 @@ func TestTemplateAgentImage(t *testing.T) {
 
 	// The replication controller can be switched off like the others.
 	assert.Contains(t, managerArgs(t, render(t, "--set", "controllers.replication.enabled=false")), "--controllers=*,-replication")
+}
+
+func TestTemplateOneReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs helm; skipped under -short")
+	}
+	objs := render(t, "--set=replicas=1", "--set=leaderElection.enabled=false")
+	for _, a := range managerArgs(t, objs) {
+		assert.False(t, strings.HasPrefix(a, "--leader-elect"), "one replica without leader election passes %s", a)
+	}
+	assert.Nil(t, objs["PodDisruptionBudget ops/rel-dbkeeper"], "a PDB for one replica blocks drains")
 }

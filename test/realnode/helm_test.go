@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,8 +65,21 @@ func TestHelmInstalledOperator(t *testing.T) {
 	require.NoError(t, k8s.List(ctx, deployments, client.InNamespace(system)))
 	require.Len(t, deployments.Items, 1)
 	d := deployments.Items[0]
-	assert.Equal(t, int32(1), d.Status.AvailableReplicas, "the manager pod passed its probes")
+	assert.Equal(t, int32(2), d.Status.AvailableReplicas, "both manager pods (the chart's default) passed their probes")
 	assert.Equal(t, local.Images["manager"], d.Spec.Template.Spec.Containers[0].Image)
+	// One of the two leads: it holds the leader-election Lease.
+	pods := &corev1.PodList{}
+	require.NoError(t, k8s.List(ctx, pods, client.InNamespace(system), client.MatchingLabels(d.Spec.Selector.MatchLabels)))
+	var names []string
+	for _, p := range pods.Items {
+		names = append(names, p.Name)
+	}
+	election := &coordinationv1.Lease{}
+	require.Eventually(t, func() bool {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: "dbkeeper"}, election) == nil && election.Spec.HolderIdentity != nil
+	}, timeout, time.Second, "the leader-election Lease %s/dbkeeper", system)
+	holder, _, _ := strings.Cut(*election.Spec.HolderIdentity, "_")
+	assert.Contains(t, names, holder, "a manager pod leads")
 
 	db := newDatabase(apps, "helm", "17")
 	create(t, db)
