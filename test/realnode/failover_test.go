@@ -3,6 +3,7 @@
 package realnode
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,6 +52,14 @@ const (
 	// convergeTimeout bounds a failover and the old primary's rejoin
 	// (pg_rewind, a container restart with the kubelet's back-off).
 	convergeTimeout = 4 * time.Minute
+	// cutFor is how long a primary stays cut off from the API server:
+	// twice the Lease's duration.
+	cutFor = 30 * time.Second
+	// survivedGap bounds the longest write gap of a fault the primary
+	// must serve through.
+	survivedGap = 2 * time.Second
+	// loadFor is how long a primary stays under heavy load.
+	loadFor = 30 * time.Second
 )
 
 // runsOf is how often the suites inject the fault kind: def times, or as
@@ -161,6 +171,11 @@ type injected struct {
 	// finally, when set, undoes the rest of the fault once writes were
 	// accepted again.
 	finally func()
+	// survives says the primary must serve through the fault: no
+	// failover, writes never stop for longer than maxGap (survivedGap
+	// when zero).
+	survives bool
+	maxGap   time.Duration
 }
 
 // faultKind is one way to lose the primary.
@@ -198,11 +213,20 @@ var faultKinds = []faultKind{
 			fenceBy: func() time.Time { return at.Add(freezeFor) }}
 	}},
 	{"cut-from-api-server", func(h *ha, primary string, at time.Time) injected {
+		// Its standbys still see it and confirm it (the failsafe peer
+		// check, issue 28): it serves on, nobody is promoted.
 		_, undo, err := h.inj.CutFromAPIServer(context.Background(), getPod(h.t, h.db, primary).Status.PodIP)
 		require.NoError(h.t, err)
 		h.t.Cleanup(func() { _ = undo() })
-		return injected{heal: func() { require.NoError(h.t, undo()) }, failover: true,
-			fenceBy: func() time.Time { return at.Add(agent.LeaseRenewDeadline + time.Second) }}
+		return injected{heal: func() { require.NoError(h.t, undo()) }, healAfter: cutFor, survives: true}
+	}},
+	{"heavy-load", func(h *ha, primary string, at time.Time) injected {
+		// A primary busy but healthy is not lost (issue 28): two
+		// sessions burn a core each and eight writers insert as fast as
+		// they can for loadFor; its probes and status calls may be slow,
+		// yet nobody is promoted and the writer of the suite goes on.
+		stop := heavyLoad(h, loadFor)
+		return injected{heal: stop, healAfter: loadFor, survives: true, maxGap: writeTimeout}
 	}},
 	{"standby-lagging", func(h *ha, primary string, at time.Time) injected {
 		// the first standby in name order stops receiving; the other
@@ -306,23 +330,32 @@ func (h *ha) run(kind faultKind, i int) {
 	if !f.lostAt.IsZero() {
 		at = f.lostAt
 	}
-	if f.failover {
+	if f.survives {
+		time.Sleep(time.Second)
+		gap := h.w.LongestGap(at)
+		h.measured[kind.name] = append(h.measured[kind.name], gap)
+		t.Logf("MEASURED failover %s run %d: longest write gap %s (the primary serves through it)", kind.name, i, gap.Round(time.Millisecond))
+		assert.Less(t, gap, cmp.Or(f.maxGap, survivedGap), "writes through <name> go on through %s", kind.name)
+	} else if f.failover {
 		require.Eventually(t, func() bool {
 			r := dbtest.Get(t, k8s, h.db).Status.Replication
 			return r.CurrentPrimary != "" && r.CurrentPrimary != old
 		}, convergeTimeout, 100*time.Millisecond, "a standby is promoted after %s of %s", kind.name, old)
 	}
-	// writes stop (at once, or once an isolated primary fenced itself),
-	// then resume: the longest gap since the fault is the outage
-	var stopped, resumed time.Time
-	require.Eventually(t, func() bool {
-		stopped, resumed = h.w.Outage(at)
-		return !resumed.IsZero() && resumed.Sub(stopped) >= 500*time.Millisecond && time.Since(resumed) > time.Second
-	}, convergeTimeout, 50*time.Millisecond, "writes through <name> stop after %s, then are accepted again", kind.name)
-	d := resumed.Sub(at)
-	h.measured[kind.name] = append(h.measured[kind.name], d)
-	t.Logf("MEASURED failover %s run %d: loss→write %s (writes unavailable %s, from %s after the fault)", kind.name, i,
-		d.Round(time.Millisecond), resumed.Sub(stopped).Round(time.Millisecond), stopped.Sub(at).Round(time.Millisecond))
+	if !f.survives {
+		// writes stop (at once, or once an isolated primary fenced
+		// itself), then resume: the longest gap since the fault is the
+		// outage
+		var stopped, resumed time.Time
+		require.Eventually(t, func() bool {
+			stopped, resumed = h.w.Outage(at)
+			return !resumed.IsZero() && resumed.Sub(stopped) >= 500*time.Millisecond && time.Since(resumed) > time.Second
+		}, convergeTimeout, 50*time.Millisecond, "writes through <name> stop after %s, then are accepted again", kind.name)
+		d := resumed.Sub(at)
+		h.measured[kind.name] = append(h.measured[kind.name], d)
+		t.Logf("MEASURED failover %s run %d: loss→write %s (writes unavailable %s, from %s after the fault)", kind.name, i,
+			d.Round(time.Millisecond), resumed.Sub(stopped).Round(time.Millisecond), stopped.Sub(at).Round(time.Millisecond))
+	}
 	if f.fenceBy != nil {
 		// past the bound, and past the writer's timeout of an INSERT sent
 		// just before it
@@ -351,6 +384,10 @@ func (h *ha) run(kind faultKind, i int) {
 	}
 	if f.to != "" {
 		assert.Equal(t, f.to, primary, "the most advanced standby was promoted")
+	}
+	if f.survives {
+		assert.Equal(t, old, primary, "no failover after %s", kind.name)
+		assert.False(t, failedOver, "no failover after %s: %+v", kind.name, lf)
 	}
 	if primary == old {
 		t.Logf("fault %s run %d: %s kept its role (restarted in place, no failover)", kind.name, i, old)
@@ -682,4 +719,42 @@ func (h *ha) summary() {
 			dbtest.Percentile(ds, 50).Round(time.Millisecond), slices.Max(ds).Round(time.Millisecond), len(ds))
 	}
 	h.t.Logf("writer: %d acknowledged, %d attempts failed", h.w.AckCount(), h.w.Failed())
+}
+
+// heavyLoad keeps the primary behind <name> busy for d: two sessions
+// each burning a core on a query and eight writers inserting without a
+// pause, each on its own connection. It returns a function that waits
+// until they stopped.
+func heavyLoad(h *ha, d time.Duration) func() {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_ = writeOnce(ctx, h.super, fmt.Sprintf("SELECT count(*) FROM generate_series(1, 2000000000) AS g%d", i))
+			}
+		}()
+	}
+	table := fmt.Sprintf("load_%d", h.runs)
+	require.NoError(h.t, writeOnce(context.Background(), h.super, "CREATE TABLE IF NOT EXISTS "+table+" (id bigserial PRIMARY KEY, pad text)"))
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := sqlconn.Connect(ctx, h.super)
+			if err != nil {
+				return
+			}
+			defer conn.Close(context.Background())
+			for ctx.Err() == nil {
+				_, _ = conn.Exec(ctx, "INSERT INTO "+table+" (pad) SELECT repeat('x', 1000) FROM generate_series(1, 100)")
+			}
+		}()
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+	}
 }

@@ -2,12 +2,15 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -114,4 +117,37 @@ func nft(stdin string, args ...string) (string, error) {
 	}
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+// PauseAPIServer stops (SIGSTOP) the cluster's kube-apiserver, a child of
+// this test process (envtest starts it), until the returned Undo continues
+// it (SIGCONT): every client, the kubelet, the operator and the agents
+// alike, sees an API server that accepts connections and never answers,
+// as during a control-plane upgrade or an etcd stall. Nothing else
+// changes. A test killed meanwhile leaves it stopped only until the
+// cluster's teardown, which kills it.
+func (i *Injector) PauseAPIServer() (Undo, error) {
+	var pids []int
+	for _, pid := range Descendants(os.Getpid()) {
+		if comm(pid) == "kube-apiserver" {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		return nil, fmt.Errorf("found %d kube-apiserver processes under this test process (pid %d), want 1: %v", len(pids), os.Getpid(), pids)
+	}
+	pid := pids[0]
+	if err := kill(pid, syscall.SIGSTOP); err != nil {
+		return nil, err
+	}
+	resume := once(func() error {
+		if err := kill(pid, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+		return nil
+	})
+	if err := waitStopped([]int{pid}); err != nil {
+		return nil, errors.Join(err, resume())
+	}
+	return resume, nil
 }
