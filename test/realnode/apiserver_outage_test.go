@@ -37,6 +37,9 @@ const apiServerOutage = 30 * time.Second
 // It does not run in parallel: everything in the cluster loses the API
 // server meanwhile, and the parallel suites measure failovers.
 func TestAPIServerOutage(t *testing.T) {
+	if runsOf("api-server-outage", 1) == 0 {
+		t.Skip("DBKEEPER_FAILOVER_FAULTS does not list api-server-outage")
+	}
 	ctx := context.Background()
 	ns := newNamespace(t)
 	startOperator(t, ns)
