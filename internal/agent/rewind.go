@@ -42,12 +42,32 @@ func (a *Agent) lastRewind() *RewindReport {
 	return &r
 }
 
+// maxRewindFailures is how many rejoins in a row may fail in pg_rewind
+// (rejoin retries with backoff in between: 2, 4 s) before the agent stops
+// rewinding and has the instance cloned again instead (rewindFailed). A
+// pg_rewind that failed three times fails for good as a rule: the WAL it
+// reads back to the last common checkpoint is gone from this instance
+// (recycled by checkpoints after the divergence), or the histories do not
+// meet; each retry repeated the same failure for ever.
+const maxRewindFailures = 3
+
+// pgRewindError is a run of pg_rewind that failed, with what it printed.
+type pgRewindError struct {
+	out string
+	err error
+}
+
+func (e *pgRewindError) Error() string { return e.err.Error() }
+func (e *pgRewindError) Unwrap() error { return e.err }
+
 // rewindAndStart makes the stopped former primary a standby of
 // PrimaryHost: it completes crash recovery (single-user mode, with the
 // server's own settings), finds where the histories diverged, counts the
 // transactions its own WAL committed after that, rewinds the data
 // directory to the source's history, and starts the server as a standby.
-// "no rewind required" skips the rewind.
+// "no rewind required" skips the rewind. A pg_rewind that fails
+// maxRewindFailures times in a row gives way to a new clone
+// (rewindFailed).
 func (a *Agent) rewindAndStart() error {
 	ctx, cancel := context.WithTimeout(a.ctx, rewindTimeout)
 	defer cancel()
@@ -66,7 +86,7 @@ func (a *Agent) rewindAndStart() error {
 	}
 	out, err := a.pgRewind(ctx, true)
 	if err != nil {
-		return err
+		return a.rewindFailed(ctx, nil, err)
 	}
 	var report *RewindReport
 	if !strings.Contains(out, "no rewind required") {
@@ -83,17 +103,17 @@ func (a *Agent) rewindAndStart() error {
 		a.log.Info("Rewinding", "divergedLSN", lsn, "divergedTimeline", tli, "endLSN", end, "discardedTransactions", n)
 		missing, err := a.rewindKeepingWAL(ctx, lsn, tli)
 		if err != nil {
-			return err
+			return a.rewindFailed(ctx, report, err)
 		}
-		report.At = metav1.Now()
-		b, _ := json.Marshal(report)
-		if err := os.WriteFile(a.rewindReportPath(), b, 0o600); err != nil {
-			return fmt.Errorf("writing the rewind report: %w", err)
+		a.rewindFailures = 0
+		if err := a.writeRewindReport(report); err != nil {
+			return err
 		}
 		if missing != "" {
 			return a.reclone(fmt.Sprintf("after pg_rewind, recovery needs WAL segment %s, which neither this instance nor %s has any more", missing, a.cfg.PrimaryHost))
 		}
 	} else {
+		a.rewindFailures = 0
 		a.log.Info("No rewind required: starting as a standby")
 	}
 	if err := writeStandbySignal(a.cfg.PGData); err != nil {
@@ -112,6 +132,74 @@ func (a *Agent) rewindAndStart() error {
 		a.mu.Unlock()
 	}
 	return nil
+}
+
+// writeRewindReport keeps report, as of now, beside the data directory.
+func (a *Agent) writeRewindReport(report *RewindReport) error {
+	report.At = metav1.Now()
+	b, _ := json.Marshal(report)
+	if err := os.WriteFile(a.rewindReportPath(), b, 0o600); err != nil {
+		return fmt.Errorf("writing the rewind report: %w", err)
+	}
+	return nil
+}
+
+// rewindFailed counts a rejoin whose pg_rewind failed (err, a
+// pgRewindError; any other error is returned as it is, uncounted) while
+// another instance certainly ran as the primary (otherPrimary, which says
+// why that makes this data directory no only copy; a failure without one,
+// such as a source out of reach, restarts the count). At the
+// maxRewindFailures-th such failure in a row it gives up rewinding: it
+// keeps the rewind report (report, the one rewindAndStart made, else one
+// made from what pg_rewind printed of the divergence and this instance's
+// own WAL) and empties the data directory to be cloned again (reclone).
+// Otherwise it returns err, saying why, and rejoin tries again.
+func (a *Agent) rewindFailed(ctx context.Context, report *RewindReport, err error) error {
+	var rerr *pgRewindError
+	if !errors.As(err, &rerr) {
+		return err
+	}
+	primary, why := a.otherPrimary(ctx)
+	if primary == "" {
+		a.rewindFailures = 0
+		return fmt.Errorf("%w (the data directory is kept: %s)", err, why)
+	}
+	a.rewindFailures++
+	n := a.rewindFailures
+	if n < maxRewindFailures {
+		return fmt.Errorf("%w (pg_rewind failed %d times in a row from the primary %s; at %d this instance is cloned again)", err, n, primary, maxRewindFailures)
+	}
+	if report == nil {
+		report = a.reportFromOutput(ctx, rerr.out)
+	}
+	if report != nil {
+		if werr := a.writeRewindReport(report); werr != nil {
+			return fmt.Errorf("%w; %w", err, werr)
+		}
+		a.log.Info("Giving up pg_rewind: the transactions after the divergence are discarded", "divergedLSN", report.DivergedLSN,
+			"divergedTimeline", report.DivergedTimeline, "discardedTransactions", report.DiscardedTransactions)
+	} else {
+		a.log.Info("Giving up pg_rewind: pg_rewind did not say where the servers diverged, so the transactions discarded are not counted")
+	}
+	a.rewindFailures = 0
+	return a.reclone(fmt.Sprintf("pg_rewind failed %d times in a row (%s) and %s runs as the primary", n, errorLine(rerr.out), primary))
+}
+
+// reportFromOutput is the report of a rewind that did not run: where
+// pg_rewind's output (its dry run's, or a failed run's) says the servers
+// diverged, and the transactions this instance's WAL committed after
+// that; nil when the output does not say.
+func (a *Agent) reportFromOutput(ctx context.Context, out string) *RewindReport {
+	lsn, tli, ok := parseDivergence(out)
+	if !ok {
+		return nil
+	}
+	n, end, err := a.countCommits(ctx, lsn, tli)
+	if err != nil {
+		a.log.Error(err, "Cannot count the transactions after the divergence")
+		return nil
+	}
+	return &RewindReport{DivergedLSN: lsn, DivergedTimeline: tli, DiscardedTransactions: n, EndLSN: end}
 }
 
 // rewindKeepingWAL runs pg_rewind for a divergence at lsn on timeline tli,
@@ -160,11 +248,13 @@ func (a *Agent) rewindKeepingWAL(ctx context.Context, lsn string, tli uint32) (s
 	return missingRecoveryWAL(a.cfg.PGData, until, uint32(untilTLI), segSize)
 }
 
-// reclone empties the data directory of an instance that cannot rejoin
-// by itself (why) and leaves it Waiting, empty, for the operator to clone
-// the primary into, as it does for a new instance. It runs only after a
-// rewind (whose report, beside the data directory, keeps what it
-// discarded): the directory then holds no history the primary lacks. A
+// reclone empties the data directory of a stopped instance that cannot
+// rejoin by itself (why) and leaves it Waiting, empty, for the operator to
+// clone the primary into, as it does for a new instance. It runs only
+// after a rewind (whose report, beside the data directory, keeps what it
+// discarded): the directory then holds no history the primary lacks; or
+// once otherPrimary named the instance that has all of it (a pg_rewind
+// that keeps failing, a standby whose WAL is gone from the primary). A
 // crash between the two steps leaves the fence marker on an empty
 // directory, which rewindAndStart finishes.
 func (a *Agent) reclone(why string) error {
@@ -221,13 +311,18 @@ func (a *Agent) sourceServer() string {
 	return a.replicationConninfo(a.cfg.Pod+"-rewind", "postgres")
 }
 
-// pgRewind runs pg_rewind (a dry run when dry) and returns its output.
+// pgRewind runs pg_rewind (a dry run when dry) and returns its output; a
+// failure is a pgRewindError.
 func (a *Agent) pgRewind(ctx context.Context, dry bool) (string, error) {
 	args := []string{"--target-pgdata=" + a.cfg.PGData, "--source-server=" + a.sourceServer(), "--no-ensure-shutdown"}
 	if dry {
 		args = append(args, "--dry-run")
 	}
-	return a.run(ctx, "pg_rewind", args, nil)
+	out, err := a.run(ctx, "pg_rewind", args, nil)
+	if err != nil {
+		return out, &pgRewindError{out: out, err: err}
+	}
+	return out, nil
 }
 
 // run runs a program of the server's and returns its output; a failure

@@ -55,6 +55,9 @@ type Agent struct {
 	// recoveryExits counts the exits of the server during a restore's
 	// recovery (recoveryExited): each one waits longer to start again.
 	recoveryExits int
+	// rewindFailures (under op) counts the rejoins in a row whose
+	// pg_rewind failed (rewindFailed).
+	rewindFailures int
 }
 
 // server is one run of the image's command.
