@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,10 +27,13 @@ import (
 // TestFrozenAgentFencesAndLeaseOnRestart: a primary's agent stopped
 // (SIGSTOP) longer than the renew deadline fences its server as soon as it
 // runs again (its watchdog is a timer on the monotonic clock, not the
-// renew loop); restarted, it takes the lease that still names it (nobody
-// was promoted) and runs as the primary again. A server that crashes does
-// not release the lease (the agent restarts in place as the same holder);
-// a SIGTERM (pod deletion) releases it after the server stopped.
+// renew loop); the lease still names it (nobody was promoted), so it
+// takes it back and runs as the primary again in place (issue 28; before,
+// it stayed fenced for ever). A server that crashes does not release the
+// lease (the agent restarts in place as the same holder), and an agent
+// restarted with the fence marker and the lease still naming it starts
+// as the primary; a SIGTERM (pod deletion) releases it after the server
+// stopped.
 func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and a kube-apiserver; skipped under -short")
@@ -47,6 +51,7 @@ func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 	require.Equal(t, "db-0", holder())
 	mustExec(t, sql(t, a), "CREATE TABLE t (id bigint PRIMARY KEY)")
 	require.NoError(t, probeWrite(ctx, a.port))
+	marker := filepath.Join(filepath.Dir(a.pgdata), "dbkeeper-fenced")
 
 	// Frozen longer than the renew deadline.
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
@@ -64,24 +69,19 @@ func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 	}, 5*time.Second, "writes refused after the agent resumed")
 	t.Logf("MEASURED writes refused %s after the frozen agent resumed", refused.Round(time.Millisecond))
 	assert.Less(t, refused, time.Second+500*time.Millisecond, "the watchdog fences right after the agent resumes")
-	s := c.waitStatus(a, 5*time.Second, "fenced", func(s agent.Status) bool { return s.State == agent.StateFenced })
-	t.Logf("db-0: %s", s.Message)
-	assert.Contains(t, s.Message, "renew deadline")
-	assert.False(t, s.Lease.Held)
 
-	// Nobody took the lease; the fenced agent does not release it on
-	// SIGTERM (it does not hold it), and a new agent takes it back and
-	// starts the primary.
-	time.Sleep(agent.LeaseRetryPeriod)
-	assert.Equal(t, agent.StateFenced, c.status(a).State, "a fenced server must not start as a primary again in place")
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
-	<-a.exited
-	assert.Equal(t, 0, a.cmd.ProcessState.ExitCode())
+	// Nobody took the lease: the fenced agent takes it back and serves
+	// again in place.
+	s := c.waitStatus(a, 30*time.Second, "the primary again, in place", runningAs(agent.RolePrimary))
+	t.Logf("MEASURED serving again %s after the frozen agent resumed", time.Since(resumed).Round(time.Millisecond))
+	assert.True(t, s.Lease.Held)
 	assert.Equal(t, "db-0", holder())
-	a = c.start("db-0", aEnv...)
-	c.waitStatus(a, 60*time.Second, "the primary again", runningAs(agent.RolePrimary))
 	require.NoError(t, probeWrite(ctx, a.port))
-	assert.True(t, c.status(a).Lease.Held)
+	log, err := os.ReadFile(a.logPath)
+	require.NoError(t, err)
+	assert.Regexp(t, `Fencing: the primary lease is lost.*renew deadline`, string(log))
+	_, err = os.Stat(marker)
+	assert.True(t, os.IsNotExist(err), "the fence marker stays once it serves again: %v", err)
 
 	// A crash keeps the lease.
 	pid := postmasterPID(a.pgdata)
@@ -94,10 +94,17 @@ func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 	}
 	assert.NotEqual(t, 0, a.cmd.ProcessState.ExitCode())
 	assert.Equal(t, "db-0", holder(), "a crash released the lease")
+
+	// Restarted with the fence marker (fenced, then its pod deleted) and
+	// the lease still naming it: it starts as the primary.
+	require.NoError(t, os.WriteFile(marker, []byte("fenced by the test\n"), 0o600))
 	a = c.start("db-0", aEnv...)
 	restarted := time.Now()
-	c.waitStatus(a, 60*time.Second, "the primary again after the crash", runningAs(agent.RolePrimary))
-	t.Logf("restarted as the primary after a crash in %s", time.Since(restarted).Round(time.Millisecond))
+	c.waitStatus(a, 60*time.Second, "the primary again after the crash, fence marker and all", runningAs(agent.RolePrimary))
+	t.Logf("restarted as the primary after a crash (fence marker present) in %s", time.Since(restarted).Round(time.Millisecond))
+	require.NoError(t, probeWrite(ctx, a.port))
+	_, err = os.Stat(marker)
+	assert.True(t, os.IsNotExist(err), "the fence marker stays once it starts as the primary: %v", err)
 
 	// SIGTERM releases it, after the server stopped.
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))

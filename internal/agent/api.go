@@ -40,6 +40,12 @@ const (
 	// history does not have (its timeline forked before) stop, pg_rewind
 	// from EnvPrimaryHost, and stream again; 202, done in the background.
 	RejoinPath = "/rejoin"
+	// FailsafePath asks a member to confirm that the primary named in the
+	// body (a FailsafeRequest), which cannot renew the primary lease
+	// because the API server does not answer, may go on serving: 200 and
+	// a FailsafeAnswer when it confirms (it then takes no lease and
+	// refuses promotes for LeaseDuration), 409 with the reason when not.
+	FailsafePath = "/failsafe"
 )
 
 // BinDir is the emptyDir the init container copies the manager binary
@@ -277,6 +283,37 @@ type LeaseStatus struct {
 	UnchangedFor metav1.Duration `json:"unchangedFor,omitempty"`
 	// Error is the last error reading or renewing it.
 	Error string `json:"error,omitempty"`
+	// Failsafe says this agent serves as the primary although its renew
+	// deadline passed: the API server does not answer and every other
+	// member (AnnotationMembers) confirmed it within the renew deadline.
+	Failsafe bool `json:"failsafe,omitempty"`
+	// FailsafeSince is when it began to (its renew deadline passed).
+	FailsafeSince *metav1.Time `json:"failsafeSince,omitempty"`
+	// ConfirmedFailsafeOf names the primary this member confirmed within
+	// the last LeaseDuration: until then it takes no lease and refuses
+	// promotes.
+	ConfirmedFailsafeOf string `json:"confirmedFailsafeOf,omitempty"`
+}
+
+// FailsafeRequest is the body of POST FailsafePath: the primary that asks.
+type FailsafeRequest struct {
+	// Pod is the primary's pod name, the lease's holder.
+	Pod string `json:"pod"`
+	// HolderUID is its pod's UID (AnnotationHolderUID), empty when unknown.
+	HolderUID string `json:"holderUID,omitempty"`
+	// ResourceVersion is the lease's resourceVersion it last read or wrote.
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	// Members are the lease's members (AnnotationMembers) as it last read
+	// them: the instances it asks.
+	Members []string `json:"members,omitempty"`
+}
+
+// FailsafeAnswer is a member's confirmation (200) of a FailsafeRequest.
+type FailsafeAnswer struct {
+	// Pod is the member that confirms.
+	Pod string `json:"pod"`
+	// Reason says what the member's last read of the lease said.
+	Reason string `json:"reason,omitempty"`
 }
 
 // RewindReport is what a former primary's rejoin did.

@@ -74,6 +74,14 @@ func (c Client) Backup(ctx context.Context, baseURL string, req BackupRequest) (
 	return r, c.do(ctx, http.MethodPost, baseURL+BackupPath, req, &r)
 }
 
+// Failsafe asks a member's agent to confirm that the primary of req may
+// serve without the API server; a refusal is an *Error (409) that says
+// why.
+func (c Client) Failsafe(ctx context.Context, baseURL string, req FailsafeRequest) (FailsafeAnswer, error) {
+	var r FailsafeAnswer
+	return r, c.do(ctx, http.MethodPost, baseURL+FailsafePath, req, &r)
+}
+
 func (c Client) do(ctx context.Context, method, url string, in, out any) error {
 	var body io.Reader
 	if in != nil {

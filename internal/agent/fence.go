@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -38,7 +39,8 @@ func (a *Agent) clearFenced() error {
 // (reason): SIGQUIT to the postmaster (an immediate shutdown: no session
 // commits anything more), SIGKILL of its process group when it still
 // runs fenceKillAfter later. The instance then waits, Fenced, for another
-// holder of the lease and rejoins it as a standby.
+// holder of the lease and rejoins it as a standby, or serves again when
+// the lease still names it (rejoin).
 func (a *Agent) fence(reason string) {
 	at := time.Now()
 	a.mu.Lock()
@@ -83,7 +85,8 @@ func (a *Agent) fence(reason string) {
 }
 
 // rejoinWhenLost waits until the lease names another holder, then rejoins
-// it as a standby (pg_rewind first), retrying with backoff.
+// it as a standby (pg_rewind first), retrying with backoff; or, when the
+// lease still names this instance, serves again (rejoin).
 func (a *Agent) rejoinWhenLost() {
 	a.op.Lock()
 	defer a.op.Unlock()
@@ -92,6 +95,10 @@ func (a *Agent) rejoinWhenLost() {
 
 // rejoin (under a.op) waits for another holder of the lease and rejoins it
 // as a standby, retrying with backoff until it streams or the agent stops.
+// A fenced primary whose lease, once read again, still names it (nobody
+// took it: the API server was away, or the agent frozen) or that released
+// it itself (mayServeAgain) takes it back and starts its data directory
+// as the primary again (serveAgain).
 func (a *Agent) rejoin() {
 	backoff := LeaseRetryPeriod
 	for {
@@ -102,9 +109,17 @@ func (a *Agent) rejoin() {
 		if stopping || a.ctx.Err() != nil {
 			return
 		}
-		holder := ""
+		holder, read := "", false
 		if a.keeper != nil {
 			if _, err := a.keeper.read(a.ctx); err == nil {
+				holder, read = a.keeper.observation().Record.Holder, true
+			}
+		}
+		if read && !isStandby(a.cfg.PGData) && hasCluster(a.cfg.PGData) {
+			if ok, _ := mayServeAgain(a.cfg.Pod, a.keeper.observation().Record); ok {
+				if a.serveAgain() {
+					return
+				}
 				holder = a.keeper.observation().Record.Holder
 			}
 		}
@@ -116,7 +131,7 @@ func (a *Agent) rejoin() {
 			a.log.Error(err, "Cannot rejoin as a standby: retrying", "in", backoff)
 			a.setState(StateFenced, fmt.Sprintf("rejoining %s as a standby: %v", holder, err))
 		} else {
-			a.setState(StateFenced, withoutSuffix(base)+"; waiting for another instance to hold the primary lease")
+			a.setState(StateFenced, withoutSuffix(base)+rejoinSuffix)
 			backoff = LeaseRetryPeriod
 		}
 		select {
@@ -128,11 +143,34 @@ func (a *Agent) rejoin() {
 	}
 }
 
+// serveAgain (under a.op) takes back the lease of a fenced primary that
+// may serve again (keeper.retake), clears the fence marker and starts the
+// server as the primary; false when it did not take the lease.
+func (a *Agent) serveAgain() bool {
+	v, err := a.keeper.retake(a.ctx)
+	if err != nil || !v.May {
+		why := v.Reason
+		if err != nil {
+			why = err.Error()
+		}
+		a.log.Info("Cannot take the primary lease back yet", "reason", why)
+		return false
+	}
+	if err := a.clearFenced(); err != nil {
+		a.fail(err)
+		return true
+	}
+	a.log.Info("Holding the primary lease again: starting as the primary", "why", v.Reason)
+	if err := a.startServer(StateStarting); err != nil {
+		a.fail(err)
+	}
+	return true
+}
+
+// rejoinSuffix is what rejoin appends to a Fenced message while it waits.
+const rejoinSuffix = "; waiting for the primary lease: another holder to rejoin, or this instance again to serve"
+
 // withoutSuffix drops what rejoin appended to a Fenced message.
 func withoutSuffix(msg string) string {
-	const s = "; waiting for another instance to hold the primary lease"
-	if len(msg) >= len(s) && msg[len(msg)-len(s):] == s {
-		return msg[:len(msg)-len(s)]
-	}
-	return msg
+	return strings.TrimSuffix(msg, rejoinSuffix)
 }

@@ -25,6 +25,7 @@ func (a *Agent) listen() (*http.Server, error) {
 	mux.Handle("POST "+PromotePath, a.authenticated(a.handlePromote))
 	mux.Handle("POST "+DetachPath, a.authenticated(a.handleDetach))
 	mux.Handle("POST "+RejoinPath, a.authenticated(a.handleRejoin))
+	mux.Handle("POST "+FailsafePath, a.authenticated(a.handleFailsafe))
 	mux.Handle("POST "+BackupPath, a.authenticated(a.notDuringExpiry(a.handleBackup)))
 	hs := &http.Server{Addr: a.cfg.Listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if a.cfg.TLSDir != "" {
@@ -110,6 +111,14 @@ func (a *Agent) handlePromote(w http.ResponseWriter, r *http.Request) {
 	var req PromoteRequest
 	if !readJSON(w, r, &req) {
 		return
+	}
+	// a member that confirmed a primary's failsafe promotes nothing until
+	// the confirmation ran out (that primary may still serve).
+	if a.keeper != nil {
+		if why := a.keeper.failsafeHold(); why != "" {
+			writeError(w, conflict("not promoting: %s", why))
+			return
+		}
 	}
 	ctx, cancel := a.requestContext(r)
 	defer cancel()

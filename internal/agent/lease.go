@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +52,23 @@ type leaseKeeper struct {
 	// when its last successful renew (or take) began.
 	holding   bool
 	lastRenew time.Time
+	// taking says a take's write is in flight: the agent confirms no
+	// primary's failsafe meanwhile.
+	taking bool
+
+	// The failsafe (failsafe.go). outage says the holder's last renew
+	// failed because the API server did not answer: the rounds run.
+	// lastConfirmed is when the last round in which every other member
+	// confirmed it began; failsafeSince when the watchdog saw it begin to
+	// serve on the members' confirmations alone (zero before), for the
+	// log.
+	outage        bool
+	lastConfirmed time.Time
+	failsafeSince time.Time
+	// ask asks a member (by pod name) to confirm req; nil: no failsafe.
+	ask func(ctx context.Context, pod string, req FailsafeRequest) error
+	// grant is the last failsafe this agent confirmed as a member.
+	grant failsafeGrant
 }
 
 // newLeaseKeeper returns a keeper of the lease cfg names, nil when it
@@ -74,6 +93,7 @@ func newLeaseKeeper(cfg Config, log logr.Logger) (*leaseKeeper, error) {
 	return &leaseKeeper{
 		client: cs.CoordinationV1().Leases(cfg.Namespace), ns: cfg.Namespace, name: cfg.LeaseName,
 		self: cfg.Pod, uid: cfg.PodUID, log: log.WithValues("lease", cfg.LeaseName), now: time.Now,
+		ask: newPeerAsker(cfg).ask,
 	}, nil
 }
 
@@ -82,6 +102,9 @@ func (k *leaseKeeper) record(l *coordinationv1.Lease) leaseRecord {
 	r := leaseRecord{Holder: ptr.Deref(l.Spec.HolderIdentity, ""), ResourceVersion: l.ResourceVersion,
 		ReleasedBy: l.Annotations[AnnotationReleasedBy], HolderUID: l.Annotations[AnnotationHolderUID]}
 	r.PrevSelf = r.Holder == k.self && r.HolderUID != "" && k.uid != "" && r.HolderUID != k.uid
+	if v, ok := l.Annotations[AnnotationMembers]; ok {
+		r.Members, r.HasMembers = parseMembers(v), true
+	}
 	if l.Spec.RenewTime != nil {
 		r.RenewTime = l.Spec.RenewTime.Time
 	}
@@ -165,26 +188,50 @@ func (k *leaseKeeper) write(ctx context.Context, l *coordinationv1.Lease, holder
 // tryTake reads the lease and takes it when this agent may (mayTake); it
 // then holds it and renews it. It answers the verdict it acted on.
 func (k *leaseKeeper) tryTake(ctx context.Context) (takeVerdict, error) {
+	return k.take(ctx, nil)
+}
+
+// retake is tryTake for a primary that fenced itself: it takes only a
+// lease that it may serve again with (mayServeAgain), never another's.
+func (k *leaseKeeper) retake(ctx context.Context) (takeVerdict, error) {
+	return k.take(ctx, func(r leaseRecord) (bool, string) { return mayServeAgain(k.self, r) })
+}
+
+// take is tryTake, when allow (nil: always) accepts the record read too.
+// The verdict and the start of the write are one step under the lock, so
+// that no failsafe confirmation (confirm) comes between them.
+func (k *leaseKeeper) take(ctx context.Context, allow func(leaseRecord) (bool, string)) (takeVerdict, error) {
 	l, err := k.read(ctx)
 	if err != nil {
 		return takeVerdict{}, err
 	}
 	k.mu.Lock()
-	v := mayTake(k.self, k.obs, k.now())
+	v := mayTake(k.self, k.obs, k.grant, k.now())
+	if v.May && allow != nil {
+		if ok, why := allow(k.obs.Record); !ok {
+			v = takeVerdict{Reason: why}
+		}
+	}
+	k.taking = v.May
 	k.mu.Unlock()
 	if !v.May {
 		return v, nil
 	}
 	start := k.now()
-	if err := k.write(ctx, l, k.self); err != nil {
+	err = k.write(ctx, l, k.self)
+	k.mu.Lock()
+	k.taking = false
+	if err == nil {
+		if !k.holding {
+			k.log.Info("Took the primary lease", "why", v.Reason)
+		}
+		k.holding, k.lastRenew = true, start
+		k.outage, k.lastConfirmed, k.failsafeSince = false, time.Time{}, time.Time{}
+	}
+	k.mu.Unlock()
+	if err != nil {
 		return takeVerdict{}, err
 	}
-	k.mu.Lock()
-	if !k.holding {
-		k.log.Info("Took the primary lease", "why", v.Reason)
-	}
-	k.holding, k.lastRenew = true, start
-	k.mu.Unlock()
 	return v, nil
 }
 
@@ -226,11 +273,13 @@ func (k *leaseKeeper) acquire(ctx context.Context, progress func(string)) error 
 
 // renew renews a held lease: a read first (another holder fences at
 // once), then a conditional update. It fences instead when the last
-// renew is already too old.
+// renew (or failsafe round, shouldFenceAt) is already too old. A renew
+// that fails because the API server does not answer starts the failsafe
+// rounds; one the API server refuses (a 409, a missing Lease) stops them.
 func (k *leaseKeeper) renew(ctx context.Context) {
 	start := k.now()
 	k.mu.Lock()
-	v := shouldFence(k.self, k.lastRenew, nil, start)
+	v := shouldFenceAt(k.lastRenew, k.lastConfirmed, start)
 	k.mu.Unlock()
 	if v.Fence {
 		k.fence(v.Reason)
@@ -238,7 +287,7 @@ func (k *leaseKeeper) renew(ctx context.Context) {
 	}
 	l, err := k.read(ctx)
 	if err != nil {
-		k.log.Error(err, "Cannot renew the primary lease")
+		k.renewFailed(err)
 		return
 	}
 	rec := k.record(l)
@@ -247,14 +296,45 @@ func (k *leaseKeeper) renew(ctx context.Context) {
 		return
 	}
 	if err := k.write(ctx, l, k.self); err != nil {
-		k.log.Error(err, "Cannot renew the primary lease")
+		k.renewFailed(err)
 		return
 	}
 	k.mu.Lock()
 	if k.holding && start.After(k.lastRenew) {
 		k.lastRenew = start
 	}
+	k.outage = false
+	since := k.failsafeSince
+	k.failsafeSince = time.Time{}
 	k.mu.Unlock()
+	if !since.IsZero() {
+		k.log.Info("No longer serving without the API server: renewed the primary lease", "after", k.now().Sub(since).Round(time.Millisecond))
+	}
+}
+
+// renewFailed notes why a renew failed: the API server did not answer
+// (apiUnreachable), or it refused.
+func (k *leaseKeeper) renewFailed(err error) {
+	outage := apiUnreachable(err)
+	k.mu.Lock()
+	k.outage = outage
+	k.mu.Unlock()
+	k.log.Error(err, "Cannot renew the primary lease", "apiServerUnreachable", outage)
+}
+
+// apiUnreachable says err is the API server's silence or distress (no
+// answer, a timeout, a 5xx or 429), not an answer about the lease (a
+// 409, a missing Lease, a refused permission).
+func apiUnreachable(err error) bool {
+	if errors.Is(err, errLeaseTaken) {
+		return false
+	}
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		code := st.Status().Code
+		return code >= http.StatusInternalServerError || code == http.StatusTooManyRequests || code == 0
+	}
+	return true
 }
 
 // fence stops holding and calls onFence, once per holding.
@@ -262,9 +342,14 @@ func (k *leaseKeeper) fence(reason string) {
 	k.mu.Lock()
 	was := k.holding
 	k.holding = false
+	since := k.failsafeSince
+	k.outage, k.lastConfirmed, k.failsafeSince = false, time.Time{}, time.Time{}
 	k.mu.Unlock()
 	if !was {
 		return
+	}
+	if !since.IsZero() {
+		k.log.Info("No longer serving without the API server: fencing", "after", k.now().Sub(since).Round(time.Millisecond))
 	}
 	k.log.Info("Fencing: the primary lease is lost", "reason", reason)
 	if k.onFence != nil {
@@ -273,8 +358,9 @@ func (k *leaseKeeper) fence(reason string) {
 }
 
 // run reads (or, while holding, renews) the lease every LeaseRetryPeriod
-// until ctx ends.
+// until ctx ends, and runs the failsafe rounds (failsafe.go) beside.
 func (k *leaseKeeper) run(ctx context.Context) {
+	go k.failsafe(ctx)
 	for {
 		k.mu.Lock()
 		holding := k.holding
@@ -297,22 +383,38 @@ func (k *leaseKeeper) run(ctx context.Context) {
 // and continued (the monotonic clock runs on while it is stopped).
 const watchdogTick = 100 * time.Millisecond
 
-// watchdog fences a holder whose last successful renew began more than
-// LeaseRenewDeadline ago, independently of the renew loop (which may be
-// stuck in a request).
+// watchdog fences a holder whose last successful renew (or failsafe
+// round, shouldFenceAt) began more than LeaseRenewDeadline ago,
+// independently of the renew loop (which may be stuck in a request). It
+// notes when the holder begins to serve on the failsafe alone.
 func (k *leaseKeeper) watchdog(ctx context.Context) {
 	for {
 		k.mu.Lock()
 		wait := watchdogTick
 		var v fenceVerdict
+		var entered bool
+		var members []string
+		var lastRenew time.Duration
 		if k.holding {
 			now := k.now()
-			v = shouldFence(k.self, k.lastRenew, nil, now)
-			if left := k.lastRenew.Add(LeaseRenewDeadline).Sub(now); left > 0 && left < wait {
+			v = shouldFenceAt(k.lastRenew, k.lastConfirmed, now)
+			if !v.Fence && k.failsafeSince.IsZero() && servingInFailsafe(k.lastRenew, k.lastConfirmed, now) {
+				k.failsafeSince = k.lastRenew.Add(LeaseRenewDeadline)
+				entered, members, lastRenew = true, k.obs.Record.Members, now.Sub(k.lastRenew)
+			}
+			base := k.lastRenew
+			if k.lastConfirmed.After(base) {
+				base = k.lastConfirmed
+			}
+			if left := base.Add(LeaseRenewDeadline).Sub(now); left > 0 && left < wait {
 				wait = left + time.Millisecond
 			}
 		}
 		k.mu.Unlock()
+		if entered {
+			k.log.Info("Serving without the API server: every member confirmed", "members", strings.Join(members, ","),
+				"lastRenew", lastRenew.Round(time.Millisecond))
+		}
 		if v.Fence {
 			k.fence(v.Reason)
 		}
@@ -345,11 +447,12 @@ func (k *leaseKeeper) release(ctx context.Context) error {
 	return nil
 }
 
-// holds says the agent holds the lease and renewed it in time.
+// holds says the agent holds the lease and renewed it in time (or every
+// member confirmed it in time, shouldFenceAt).
 func (k *leaseKeeper) holds() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.holding && !shouldFence(k.self, k.lastRenew, nil, k.now()).Fence
+	return k.holding && !shouldFenceAt(k.lastRenew, k.lastConfirmed, k.now()).Fence
 }
 
 // observation is the lease as last read.
@@ -364,10 +467,18 @@ func (k *leaseKeeper) status() *LeaseStatus {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := k.now()
-	return &LeaseStatus{
+	held := k.holding && !shouldFenceAt(k.lastRenew, k.lastConfirmed, now).Fence
+	s := &LeaseStatus{
 		Holder:       k.obs.Record.Holder,
-		Held:         k.holding && !shouldFence(k.self, k.lastRenew, nil, now).Fence,
+		Held:         held,
 		UnchangedFor: metav1.Duration{Duration: k.obs.unchangedFor(now).Round(time.Millisecond)},
 		Error:        k.err,
 	}
+	if held && servingInFailsafe(k.lastRenew, k.lastConfirmed, now) {
+		s.Failsafe, s.FailsafeSince = true, ptr.To(metav1.NewTime(k.lastRenew.Add(LeaseRenewDeadline)))
+	}
+	if k.grant.active(now) {
+		s.ConfirmedFailsafeOf = k.grant.Caller
+	}
+	return s
 }

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -26,6 +28,27 @@ type leaseRecord struct {
 	// treated as another holder until it released the lease or left it
 	// unchanged for LeaseDuration.
 	PrevSelf bool
+	// Members are the instances AnnotationMembers names; HasMembers says
+	// the Lease carries the annotation (a Lease made before it has none).
+	Members    []string
+	HasMembers bool
+}
+
+// names says whether pod may take the lease from another holder: the
+// Lease names no members (made before AnnotationMembers) or names pod.
+func (r leaseRecord) names(pod string) bool {
+	return !r.HasMembers || slices.Contains(r.Members, pod)
+}
+
+// parseMembers is the list of AnnotationMembers' value.
+func parseMembers(v string) []string {
+	var members []string
+	for _, m := range strings.Split(v, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			members = append(members, m)
+		}
+	}
+	return members
 }
 
 // AnnotationHolderUID, on the primary Lease, is the UID of the holder's
@@ -35,6 +58,16 @@ const AnnotationHolderUID = "database.dbkeeper.io/holder-uid"
 // AnnotationReleasedBy, on the primary Lease, names the instance that
 // released it: the last primary, whose data is the newest.
 const AnnotationReleasedBy = "database.dbkeeper.io/released-by"
+
+// AnnotationMembers, on the primary Lease, lists the instances (pod
+// names, comma-separated) that may hold it, as the operator writes it:
+// the Database's pods and the holder. An agent takes a Lease that names
+// another holder, or none, only when it is a member; a primary that
+// cannot renew the Lease because the API server does not answer keeps
+// serving past its renew deadline only while every other member confirms
+// it (the failsafe, failsafe.go). A Lease without it has neither the rule
+// nor the failsafe.
+const AnnotationMembers = "database.dbkeeper.io/members"
 
 // leaseObservation is the last record read and when, on this agent's
 // clock, it was first seen as it is.
@@ -57,6 +90,8 @@ func observe(prev leaseObservation, rec leaseRecord, now time.Time) leaseObserva
 	if prev.Record.Holder != rec.Holder || !prev.Record.RenewTime.Equal(rec.RenewTime) || prev.Record.ResourceVersion != rec.ResourceVersion {
 		return leaseObservation{Record: rec, Since: now, First: prev.First}
 	}
+	// what does not restart the clock is still the latest (members).
+	prev.Record = rec
 	return prev
 }
 
@@ -82,12 +117,20 @@ type takeVerdict struct {
 // unchanged for LeaseDuration on self's clock (its holder cannot have
 // renewed it since, and fenced itself LeaseDuration - LeaseRenewDeadline
 // ago). The write itself is conditional on the observed resourceVersion.
-func mayTake(self string, o leaseObservation, now time.Time) takeVerdict {
+// Two more rules: an instance that confirmed a primary's failsafe (g)
+// takes nothing for LeaseDuration after it confirmed, and only a member
+// (AnnotationMembers) takes a lease another holds or nobody holds.
+func mayTake(self string, o leaseObservation, g failsafeGrant, now time.Time) takeVerdict {
 	switch {
 	case o.Since.IsZero():
 		return takeVerdict{Wait: LeaseDuration, Reason: "the lease was not read yet"}
+	case g.active(now):
+		return takeVerdict{Wait: g.until().Sub(now), Reason: fmt.Sprintf("%s is serving in failsafe: it checked in %s ago",
+			g.Caller, now.Sub(g.At).Round(time.Second))}
 	case o.Record.Holder == self && !o.Record.PrevSelf:
 		return takeVerdict{May: true, Reason: "this instance holds it"}
+	case !o.Record.names(self):
+		return takeVerdict{Reason: fmt.Sprintf("the lease's members (%s) do not include this instance", strings.Join(o.Record.Members, ", "))}
 	case o.Record.Holder == "":
 		return takeVerdict{May: true, Reason: "it is released"}
 	}
@@ -97,6 +140,25 @@ func mayTake(self string, o leaseObservation, now time.Time) takeVerdict {
 	}
 	return takeVerdict{Wait: LeaseDuration - d, Reason: fmt.Sprintf("held by %s, unchanged for %s of %s",
 		o.Record.Holder, d.Round(time.Second), LeaseDuration)}
+}
+
+// mayServeAgain says whether a primary that fenced itself may take the
+// lease back and serve again on its data directory: the lease still
+// names it (this pod, not another of its name), or it released the lease
+// itself and nobody held it since. Nobody was promoted in between, so
+// its data is the newest.
+func mayServeAgain(self string, r leaseRecord) (bool, string) {
+	switch {
+	case r.Holder == self && !r.PrevSelf:
+		return true, "the lease still names this instance: nobody was promoted since it fenced itself"
+	case r.Holder == "" && r.ReleasedBy == self:
+		return true, "this instance released the lease and nobody held it since"
+	case r.Holder == "":
+		return false, fmt.Sprintf("the lease was released by %s", orNone(r.ReleasedBy))
+	case r.Holder == self:
+		return false, fmt.Sprintf("the lease names another pod of this name (pod %s)", orNone(r.HolderUID))
+	}
+	return false, fmt.Sprintf("the lease names %s", r.Holder)
 }
 
 // fenceVerdict says whether a holder must fence itself, and why.
@@ -125,6 +187,97 @@ func shouldFence(self string, lastRenew time.Time, read *leaseRecord, now time.T
 	return fenceVerdict{}
 }
 
+// shouldFenceAt is shouldFence by time for a holder whose renews may
+// fail while the API server does not answer: it fences when neither its
+// last successful renew nor the last failsafe round in which every other
+// member confirmed it (lastConfirmed, zero when none) began within
+// LeaseRenewDeadline. A member that confirmed takes nothing for
+// LeaseDuration after it answered, which was after the round began
+// (failsafeGrant): the Lease's timing rule, with the round in place of
+// the renew.
+func shouldFenceAt(lastRenew, lastConfirmed, now time.Time) fenceVerdict {
+	if lastConfirmed.After(lastRenew) && now.Sub(lastConfirmed) <= LeaseRenewDeadline {
+		return fenceVerdict{}
+	}
+	v := shouldFence("", lastRenew, nil, now)
+	if v.Fence && !lastConfirmed.IsZero() {
+		v.Reason += fmt.Sprintf("; every member last confirmed it %s ago", now.Sub(lastConfirmed).Round(time.Millisecond))
+	}
+	return v
+}
+
+// servingInFailsafe says whether a holder that does not fence at now
+// (shouldFenceAt) serves on the members' confirmations alone: its renew
+// deadline passed.
+func servingInFailsafe(lastRenew, lastConfirmed, now time.Time) bool {
+	return now.Sub(lastRenew) > LeaseRenewDeadline && !shouldFenceAt(lastRenew, lastConfirmed, now).Fence
+}
+
+// failsafeGrant is this instance's last confirmation that a primary
+// (Caller) may serve without the API server, at At on its own clock: it
+// takes no lease until At + LeaseDuration.
+type failsafeGrant struct {
+	Caller string
+	At     time.Time
+}
+
+func (g failsafeGrant) until() time.Time { return g.At.Add(LeaseDuration) }
+
+// active says the grant still forbids taking the lease at now.
+func (g failsafeGrant) active(now time.Time) bool {
+	return !g.At.IsZero() && now.Before(g.until())
+}
+
+// memberState is what a member knows of itself when a primary asks it to
+// confirm its failsafe.
+type memberState struct {
+	// Holding: it holds the lease; Taking: a take's write is in flight.
+	Holding, Taking bool
+	// Promoting: a promote runs; Primary: its server runs as a primary.
+	Promoting, Primary bool
+	// Obs is its last read of the lease (Since zero: it never read it).
+	Obs leaseObservation
+}
+
+// answerFailsafe says whether member self confirms that the primary of
+// req may go on serving without the API server, and why (not): only a
+// member that is not, and is not becoming, a primary, whose last read of
+// the lease (if any) names that very pod as the holder and no member the
+// primary did not ask (AnnotationMembers written since its last read).
+func answerFailsafe(self string, req FailsafeRequest, m memberState) (bool, string) {
+	rec := m.Obs.Record
+	switch {
+	case req.Pod == "" || req.Pod == self:
+		return false, fmt.Sprintf("the request names %q, not another instance", req.Pod)
+	case m.Holding:
+		return false, "this instance holds the primary lease"
+	case m.Taking:
+		return false, "this instance is taking the primary lease"
+	case m.Promoting:
+		return false, "this instance is promoting"
+	case m.Primary:
+		return false, "this instance runs as a primary"
+	case m.Obs.Since.IsZero():
+		return true, fmt.Sprintf("this instance never read the lease; %s may serve", req.Pod)
+	case rec.Holder == "":
+		return false, fmt.Sprintf("the lease was released by %s", orNone(rec.ReleasedBy))
+	case rec.Holder != req.Pod:
+		return false, fmt.Sprintf("the lease names %s", rec.Holder)
+	case rec.HolderUID != "" && req.HolderUID != "" && rec.HolderUID != req.HolderUID:
+		return false, fmt.Sprintf("the lease names another pod of the name %s (pod %s, not %s)", rec.Holder, rec.HolderUID, req.HolderUID)
+	}
+	var unasked []string
+	for _, m := range rec.Members {
+		if m != req.Pod && !slices.Contains(req.Members, m) {
+			unasked = append(unasked, m)
+		}
+	}
+	if len(unasked) > 0 {
+		return false, fmt.Sprintf("the lease names members %s did not ask: %s", req.Pod, strings.Join(unasked, ", "))
+	}
+	return true, fmt.Sprintf("the lease names %s", req.Pod)
+}
+
 // startVerdict is what an agent whose data directory would start as a
 // primary does about the lease.
 type startVerdict int
@@ -142,9 +295,9 @@ const (
 // decideStart decides, from the observed lease, what a data directory
 // that would start as a primary does. fenced says the instance fenced
 // itself before (its data directory may be behind the lease's holder's):
-// it then takes only a lease that still names it, never a released one
-// (another instance held it since, and released it), and rejoins any
-// other holder. An instance that was not fenced takes its own, or a
+// it then takes only a lease that still names it or that it released
+// itself (mayServeAgain), never one another instance released (that one
+// held it since), and rejoins any other holder. An instance that was not fenced takes its own, or a
 // released one that it released itself or nobody held; it rejoins a
 // holder that renews, and waits for one that does not, or for the
 // instance that released the lease: that one was the primary after it,
@@ -165,14 +318,13 @@ func decideStart(self string, fenced bool, o leaseObservation, now time.Time) (s
 		return startWait, fmt.Sprintf("the previous pod named %s holds the lease: waiting for it to release it, or for %s without a renewal", h, LeaseDuration)
 	}
 	if fenced {
-		switch h {
-		case self:
-			return startTake, "the lease still names this instance: nobody was promoted since it fenced itself"
-		case "":
-			return startWait, "the lease is released but this instance fenced itself: waiting for another holder to rejoin"
-		default:
-			return startRejoin, fmt.Sprintf("the lease names %s", h)
+		if ok, why := mayServeAgain(self, o.Record); ok {
+			return startTake, why
 		}
+		if h == "" {
+			return startWait, fmt.Sprintf("the lease was released by %s but this instance fenced itself: waiting for another holder to rejoin", orNone(o.Record.ReleasedBy))
+		}
+		return startRejoin, fmt.Sprintf("the lease names %s", h)
 	}
 	switch {
 	case h == self:

@@ -63,7 +63,7 @@ func TestMayTake(t *testing.T) {
 		{"another's with a renewTime in the future, unchanged 15s", seen("db-0", 0, t0.Add(time.Hour)), LeaseDuration, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := mayTake("db-1", tc.obs, at(tc.now))
+			v := mayTake("db-1", tc.obs, failsafeGrant{}, at(tc.now))
 			assert.Equal(t, tc.may, v.May, v.Reason)
 			assert.Equal(t, tc.wait, v.Wait)
 			assert.NotEmpty(t, v.Reason)
@@ -116,7 +116,7 @@ func TestFenceComesBeforeTakeover(t *testing.T) {
 		if fenced < 0 && shouldFence("db-0", r, nil, at(d)).Fence {
 			fenced = d
 		}
-		if taken < 0 && mayTake("db-1", taker, at(d)).May {
+		if taken < 0 && mayTake("db-1", taker, failsafeGrant{}, at(d)).May {
 			taken = d
 		}
 	}
@@ -161,12 +161,213 @@ func TestDecideStart(t *testing.T) {
 		{"another's, unchanged for LeaseDuration: a failover is the operator's", false, seen("db-1", 0, 0), LeaseDuration, startWait},
 		{"fenced, own lease: nobody promoted since", true, seen("db-0", 0, 0), 0, startTake},
 		{"fenced, released: someone held it since", true, seen("", 0, 0), time.Minute, startWait},
+		{"fenced, released by another: that one held it since", true, released("db-1"), time.Minute, startWait},
+		{"fenced, released by itself: nobody held it since", true, released("db-0"), 0, startTake},
 		{"fenced, another's", true, seen("db-1", 0, 0), 0, startRejoin},
 		{"fenced, another's unchanged for long", true, seen("db-1", 0, 0), time.Hour, startRejoin},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, why := decideStart("db-0", tc.fenced, tc.obs, at(tc.now))
 			assert.Equal(t, tc.want, v, why)
+			assert.NotEmpty(t, why)
+		})
+	}
+}
+
+// Only a member (AnnotationMembers) takes a lease another holds or
+// nobody holds; a Lease without the annotation (made before it) lets
+// anyone, and a holder's own lease is always its own.
+func TestMayTakeOnlyAsAMember(t *testing.T) {
+	seen := func(holder string, members ...string) leaseObservation {
+		o := leaseObservation{Record: leaseRecord{Holder: holder, ResourceVersion: "7"}, Since: at(0), First: at(0)}
+		if members != nil {
+			o.Record.Members, o.Record.HasMembers = members, true
+		}
+		return o
+	}
+	for _, tc := range []struct {
+		name string
+		obs  leaseObservation
+		may  bool
+	}{
+		{"released, no members annotation", seen(""), true},
+		{"released, names it", seen("", "db-0", "db-1"), true},
+		{"released, does not name it", seen("", "db-0", "db-2"), false},
+		{"released, names nobody", seen("", []string{}...), false},
+		{"another's silent for LeaseDuration, no members annotation", seen("db-0"), true},
+		{"another's silent for LeaseDuration, names it", seen("db-0", "db-0", "db-1"), true},
+		{"another's silent for LeaseDuration, does not name it", seen("db-0", "db-0", "db-2"), false},
+		{"its own, does not name it", seen("db-1", "db-0"), true},
+		{"its name's, held by the previous pod of that name, not named", func() leaseObservation {
+			o := seen("db-1", "db-0")
+			o.Record.HolderUID, o.Record.PrevSelf = "uid-old", true
+			return o
+		}(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := mayTake("db-1", tc.obs, failsafeGrant{}, at(LeaseDuration))
+			assert.Equal(t, tc.may, v.May, v.Reason)
+			if !tc.may {
+				assert.Contains(t, v.Reason, "do not include this instance")
+			}
+		})
+	}
+	assert.Equal(t, []string{"db-0", "db-1"}, parseMembers(" db-0, ,db-1,"))
+	assert.Empty(t, parseMembers(""))
+}
+
+// A member that confirmed a primary's failsafe at g.At takes no lease,
+// not even a released one or its own, until g.At + LeaseDuration on its
+// clock, and says why.
+func TestMayTakeRefusesDuringAFailsafeConfirmation(t *testing.T) {
+	g := failsafeGrant{Caller: "db-0", At: at(time.Hour)}
+	for _, tc := range []struct {
+		name   string
+		holder string
+		now    time.Duration
+		may    bool
+	}{
+		{"another's, silent for an hour, just confirmed", "db-0", time.Hour, false},
+		{"another's, silent for an hour, confirmed 3 s ago", "db-0", time.Hour + 3*time.Second, false},
+		{"another's, silent for an hour, confirmed LeaseDuration-1ms ago", "db-0", time.Hour + LeaseDuration - time.Millisecond, false},
+		{"another's, silent for an hour, confirmed LeaseDuration ago", "db-0", time.Hour + LeaseDuration, true},
+		{"released, confirmed 3 s ago", "", time.Hour + 3*time.Second, false},
+		{"released, confirmed LeaseDuration ago", "", time.Hour + LeaseDuration, true},
+		{"its own, confirmed 3 s ago", "db-1", time.Hour + 3*time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := leaseObservation{Record: leaseRecord{Holder: tc.holder, ResourceVersion: "7"}, Since: at(0), First: at(0)}
+			v := mayTake("db-1", o, g, at(tc.now))
+			assert.Equal(t, tc.may, v.May, v.Reason)
+			if !tc.may {
+				assert.Contains(t, v.Reason, "db-0 is serving in failsafe: it checked in ")
+				assert.Equal(t, g.At.Add(LeaseDuration).Sub(at(tc.now)), v.Wait)
+			}
+		})
+	}
+	v := mayTake("db-1", leaseObservation{Record: leaseRecord{Holder: "db-0"}, Since: at(0), First: at(0)}, g, at(time.Hour+3*time.Second))
+	assert.Equal(t, "db-0 is serving in failsafe: it checked in 3s ago", v.Reason)
+}
+
+// A holder fences when neither its last renew nor the last round in
+// which every other member confirmed it began within the renew deadline.
+func TestShouldFenceAt(t *testing.T) {
+	for _, tc := range []struct {
+		name                     string
+		lastRenew, lastConfirmed time.Duration
+		none                     bool // no round confirmed
+		now                      time.Duration
+		fence, failsafe          bool
+	}{
+		{"renewed 10s ago, never confirmed", 0, 0, true, LeaseRenewDeadline, false, false},
+		{"renewed 10.001s ago, never confirmed", 0, 0, true, LeaseRenewDeadline + time.Millisecond, true, false},
+		{"renewed 30s ago, confirmed 10s ago", 0, 20 * time.Second, false, 30 * time.Second, false, true},
+		{"renewed 30s ago, confirmed 10.001s ago", 0, 20 * time.Second, false, 30*time.Second + time.Millisecond, true, false},
+		{"renewed 5s ago, confirmed 1s ago", 0, 4 * time.Second, false, 5 * time.Second, false, false},
+		{"renewed 11s ago, confirmed before that renew", 2 * time.Second, time.Second, false, 13 * time.Second, true, false},
+		{"renewed 11s ago, confirmed 9s ago", 0, 2 * time.Second, false, 11 * time.Second, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			confirmed := at(tc.lastConfirmed)
+			if tc.none {
+				confirmed = time.Time{}
+			}
+			v := shouldFenceAt(at(tc.lastRenew), confirmed, at(tc.now))
+			assert.Equal(t, tc.fence, v.Fence, v.Reason)
+			if tc.fence {
+				assert.Contains(t, v.Reason, "renew deadline")
+			}
+			assert.Equal(t, tc.failsafe, servingInFailsafe(at(tc.lastRenew), confirmed, at(tc.now)))
+		})
+	}
+}
+
+// Timing of the failsafe: a round begins at r; a member answers at
+// a ∈ [r, r + failsafeRequestTimeout] and takes nothing before a +
+// LeaseDuration, even a record silent for an hour; the primary, unless a
+// later round or renew succeeds, fences by r + LeaseRenewDeadline. The
+// same 5 s margin as the Lease's timing rule.
+func TestFailsafeComesBeforeTakeover(t *testing.T) {
+	r := at(time.Hour)
+	silent := leaseObservation{Record: leaseRecord{Holder: "db-0", ResourceVersion: "3"}, Since: at(0), First: at(0)}
+	for _, delay := range []time.Duration{0, 300 * time.Millisecond, failsafeRequestTimeout} {
+		g := failsafeGrant{Caller: "db-0", At: r.Add(delay)}
+		var fenced, taken time.Duration = -1, -1
+		for d := time.Duration(0); d <= 30*time.Second; d += 10 * time.Millisecond {
+			if fenced < 0 && shouldFenceAt(at(0), r, r.Add(d)).Fence {
+				fenced = d
+			}
+			if taken < 0 && mayTake("db-1", silent, g, r.Add(d)).May {
+				taken = d
+			}
+		}
+		assert.Equal(t, LeaseRenewDeadline+10*time.Millisecond, fenced, "answer %s after the round began", delay)
+		assert.Equal(t, LeaseDuration+delay, taken)
+		assert.GreaterOrEqual(t, taken-fenced, LeaseDuration-LeaseRenewDeadline-10*time.Millisecond)
+	}
+}
+
+// A member confirms a primary's failsafe only when it is not and is not
+// becoming a primary and its last read of the lease names that pod and
+// no member the primary did not ask.
+func TestAnswerFailsafe(t *testing.T) {
+	req := FailsafeRequest{Pod: "db-0", HolderUID: "uid-0", ResourceVersion: "9", Members: []string{"db-0", "db-1", "db-2"}}
+	read := func(holder, uid string, members ...string) leaseObservation {
+		rec := leaseRecord{Holder: holder, HolderUID: uid, ResourceVersion: "9"}
+		if members != nil {
+			rec.Members, rec.HasMembers = members, true
+		}
+		return leaseObservation{Record: rec, Since: at(0), First: at(0)}
+	}
+	named := read("db-0", "uid-0", "db-0", "db-1", "db-2")
+	for _, tc := range []struct {
+		name string
+		req  FailsafeRequest
+		m    memberState
+		ok   bool
+		why  string
+	}{
+		{"a standby whose read names the primary", req, memberState{Obs: named}, true, "names db-0"},
+		{"a standby that never read the lease", req, memberState{}, true, "never read"},
+		{"a read without a holder UID", req, memberState{Obs: read("db-0", "", "db-0", "db-1")}, true, "names db-0"},
+		{"a read of a scale-down the primary has not seen", req, memberState{Obs: read("db-0", "uid-0", "db-0", "db-1")}, true, "names db-0"},
+		{"it holds the lease", req, memberState{Holding: true, Obs: named}, false, "holds the primary lease"},
+		{"a take's write is in flight", req, memberState{Taking: true, Obs: named}, false, "taking the primary lease"},
+		{"it promotes", req, memberState{Promoting: true, Obs: named}, false, "promoting"},
+		{"it runs as a primary", req, memberState{Primary: true, Obs: named}, false, "runs as a primary"},
+		{"its read names another holder", req, memberState{Obs: read("db-2", "uid-2", "db-0", "db-1", "db-2")}, false, "the lease names db-2"},
+		{"its read is released", req, memberState{Obs: read("", "", "db-0", "db-1", "db-2")}, false, "released"},
+		{"its read names another pod of the name", req, memberState{Obs: read("db-0", "uid-new", "db-0", "db-1", "db-2")}, false, "another pod of the name db-0"},
+		{"its read names a member the primary did not ask", req, memberState{Obs: read("db-0", "uid-0", "db-0", "db-1", "db-2", "db-3")}, false, "did not ask: db-3"},
+		{"the request names itself", FailsafeRequest{Pod: "db-1"}, memberState{Obs: named}, false, "not another instance"},
+		{"the request names nobody", FailsafeRequest{}, memberState{Obs: named}, false, "not another instance"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, why := answerFailsafe("db-1", tc.req, tc.m)
+			assert.Equal(t, tc.ok, ok, why)
+			assert.Contains(t, why, tc.why)
+		})
+	}
+}
+
+// A fenced primary takes its lease back only when nobody took it since.
+func TestMayServeAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rec  leaseRecord
+		ok   bool
+	}{
+		{"it still names it", leaseRecord{Holder: "db-0"}, true},
+		{"it still names it, with its UID", leaseRecord{Holder: "db-0", HolderUID: "uid-0"}, true},
+		{"it names another pod of its name", leaseRecord{Holder: "db-0", HolderUID: "uid-new", PrevSelf: true}, false},
+		{"it released it itself", leaseRecord{ReleasedBy: "db-0"}, true},
+		{"another released it", leaseRecord{ReleasedBy: "db-1"}, false},
+		{"released, never held", leaseRecord{}, false},
+		{"another holds it", leaseRecord{Holder: "db-1"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, why := mayServeAgain("db-0", tc.rec)
+			assert.Equal(t, tc.ok, ok, why)
 			assert.NotEmpty(t, why)
 		})
 	}
