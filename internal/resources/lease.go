@@ -1,11 +1,15 @@
 package resources
 
 import (
+	"slices"
+	"strings"
+
 	coordinationv1ac "k8s.io/client-go/applyconfigurations/coordination/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
 )
 
 // The primary Lease (issue 19) and what lets the agents use it: the engine
@@ -56,12 +60,32 @@ func InstanceRoleBinding(db *dbv1.Database) *rbacv1ac.RoleBindingApplyConfigurat
 }
 
 // LeaseObject is what the operator applies of the primary Lease: its
-// metadata only. An apply without spec creates the Lease empty (released)
-// when it is missing and never touches the holder, renew time or
-// transitions the agents write, so a holder's renewals survive every
-// reconcile.
-func LeaseObject(db *dbv1.Database) *coordinationv1ac.LeaseApplyConfiguration {
+// metadata only, with the instances that may hold it, members, in the
+// annotation agent.AnnotationMembers. An apply without spec creates the
+// Lease empty (released) when it is missing and never touches the holder,
+// renew time or transitions the agents write, so a holder's renewals
+// survive every reconcile. An agent takes the Lease from another holder
+// only when it is a member, and a primary cut off from the API server
+// serves on only while every other member confirms it (the failsafe,
+// docs/design/failover.md).
+func LeaseObject(db *dbv1.Database, members []string) *coordinationv1ac.LeaseApplyConfiguration {
 	return coordinationv1ac.Lease(LeaseName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
+		WithAnnotations(map[string]string{agent.AnnotationMembers: strings.Join(members, ",")}).
 		WithOwnerReferences(OwnerReference(db))
+}
+
+// LeaseMembers are the instances that may hold db's primary Lease: the
+// pods the StatefulSet runs (<db>-0 … <db>-(Instances-1)) and holder, the
+// Lease's holder ("" when none), when it is another.
+func LeaseMembers(db *dbv1.Database, holder string) []string {
+	n := int(Instances(db))
+	members := make([]string, 0, n+1)
+	for i := range n {
+		members = append(members, InstanceName(db, i))
+	}
+	if holder != "" && !slices.Contains(members, holder) {
+		members = append(members, holder)
+	}
+	return members
 }

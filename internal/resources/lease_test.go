@@ -33,7 +33,7 @@ func TestInstanceMayUseOnlyItsLease(t *testing.T) {
 	assert.Equal(t, *resources.InstanceServiceAccount(db).Name, *binding.Subjects[0].Name)
 	assert.Equal(t, "shop", *binding.Subjects[0].Namespace)
 
-	lease := resources.LeaseObject(db)
+	lease := resources.LeaseObject(db, resources.LeaseMembers(db, ""))
 	assert.Nil(t, lease.Spec, "applying the Lease would overwrite the holder's renewals")
 	for name, owners := range map[string]int{
 		"ServiceAccount": len(resources.InstanceServiceAccount(db).OwnerReferences),
@@ -71,4 +71,32 @@ func TestEnginePodHoldsTheLease(t *testing.T) {
 	worst := *probe.PeriodSeconds**probe.FailureThreshold + *probe.TimeoutSeconds
 	assert.LessOrEqual(t, worst, int32(5))
 	assert.Less(t, worst, int32(agent.LeaseDuration.Seconds()))
+}
+
+// The primary Lease names its members, the instances that may hold it:
+// the pods the StatefulSet runs and the holder when it is another (a
+// scale-down whose primary has yet to move).
+func TestLeaseNamesItsMembers(t *testing.T) {
+	db := sample("orders", nil)
+	lease := resources.LeaseObject(db, resources.LeaseMembers(db, ""))
+	assert.Equal(t, map[string]string{agent.AnnotationMembers: "orders-0"}, lease.Annotations, "one instance")
+
+	db.Spec.Replicas = ptr.To[int32](3)
+	for _, tc := range []struct {
+		holder, want string
+	}{
+		{"", "orders-0,orders-1,orders-2"},
+		{"orders-1", "orders-0,orders-1,orders-2"},
+		{"orders-4", "orders-0,orders-1,orders-2,orders-4"},
+	} {
+		assert.Equal(t, tc.want, resources.LeaseObject(db, resources.LeaseMembers(db, tc.holder)).Annotations[agent.AnnotationMembers], "holder %q", tc.holder)
+	}
+
+	// the primary's pod is kept through a scale-down (Instances)
+	db.Spec.Replicas = ptr.To[int32](1)
+	db.Status.Replication = &dbv1.ReplicationStatus{CurrentPrimary: "orders-2"}
+	assert.Equal(t, []string{"orders-0", "orders-1", "orders-2"}, resources.LeaseMembers(db, "orders-2"))
+	db.Spec.Replicas = ptr.To[int32](0)
+	db.Status.Replication = nil
+	assert.Empty(t, resources.LeaseMembers(db, ""), "no pod, no member")
 }

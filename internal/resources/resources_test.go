@@ -92,7 +92,7 @@ func TestGolden(t *testing.T) {
 			"instance-sa":        resources.InstanceServiceAccount(db),
 			"instance-role":      resources.InstanceRole(db),
 			"instance-rb":        resources.InstanceRoleBinding(db),
-			"lease":              resources.LeaseObject(db),
+			"lease":              resources.LeaseObject(db, resources.LeaseMembers(db, "")),
 		}
 		tlsSts, err := resources.StatefulSet(db, eng, resources.TLSOn, testAgentImage)
 		require.NoError(t, err)

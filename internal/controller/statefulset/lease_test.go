@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -64,4 +65,54 @@ func TestLeaseHolderSurvivesReconciles(t *testing.T) {
 	assert.Equal(t, ptr.To[int32](3), got.Spec.LeaseTransitions)
 	require.NotNil(t, got.Spec.RenewTime)
 	assert.True(t, got.Spec.RenewTime.Equal(renewed), "a reconcile changed the holder's renew time")
+}
+
+// The Lease names its members (agent.AnnotationMembers): the pods the
+// StatefulSet runs, then the holder when it is another; a converged
+// reconcile writes nothing, and the agents' writes keep it.
+func TestLeaseNamesItsMembers(t *testing.T) {
+	ctx := context.Background()
+	db := facettest.Database()
+	c := facettest.Client(t, db)
+	s := newSyncer(c, facet.WriterFor(c, events.NewFakeRecorder(10), Name))
+	key := client.ObjectKey{Namespace: "shop", Name: resources.LeaseName(db)}
+	members := func() string {
+		t.Helper()
+		l := &coordinationv1.Lease{}
+		require.NoError(t, c.Get(ctx, key, l))
+		return l.Annotations[agent.AnnotationMembers]
+	}
+	_, err := s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, "orders-0", members())
+
+	db.Spec.Replicas = ptr.To[int32](3)
+	db.Generation++
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, "orders-0,orders-1,orders-2", members())
+
+	// An agent's renewal (an update of the whole object) keeps them; a
+	// converged reconcile writes nothing.
+	lease := &coordinationv1.Lease{}
+	require.NoError(t, c.Get(ctx, key, lease))
+	now := metav1.NowMicro()
+	lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To("orders-1"), RenewTime: &now}
+	require.NoError(t, c.Update(ctx, lease))
+	require.NoError(t, c.Get(ctx, key, lease))
+	rv := lease.ResourceVersion
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	require.NoError(t, c.Get(ctx, key, lease))
+	assert.Equal(t, rv, lease.ResourceVersion, "a converged reconcile wrote the Lease")
+	assert.Equal(t, "orders-0,orders-1,orders-2", members())
+
+	// A holder beyond the pods (replicas lowered under it) stays a member.
+	lease.Spec.HolderIdentity = ptr.To("orders-4")
+	require.NoError(t, c.Update(ctx, lease))
+	_, err = s.Sync(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, "orders-0,orders-1,orders-2,orders-4", members())
+	require.NoError(t, c.Get(ctx, key, lease))
+	assert.Equal(t, ptr.To("orders-4"), lease.Spec.HolderIdentity, "a reconcile changed the holder")
 }
