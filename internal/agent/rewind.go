@@ -281,6 +281,18 @@ func (a *Agent) serverSettings() []string {
 	return out
 }
 
+// commandSets says whether the server's command sets the setting name
+// with -c.
+func (a *Agent) commandSets(name string) bool {
+	settings := a.serverSettings()
+	for i := 1; i < len(settings); i += 2 {
+		if k, _, _ := strings.Cut(settings[i], "="); strings.TrimSpace(k) == name {
+			return true
+		}
+	}
+	return false
+}
+
 // ensureCleanShutdown runs crash recovery of a data directory that was not
 // shut down cleanly (a fenced or crashed primary) in single-user mode, as
 // pg_rewind would, but with the server's settings.

@@ -94,7 +94,9 @@ func (a *Agent) fail(err error) {
 func (a *Agent) serverArgs() []string {
 	args := append([]string{}, a.cfg.Command...)
 	args = append(args, "-c", "port="+strconv.Itoa(a.cfg.Port), "-c", "unix_socket_directories="+a.cfg.SocketDir)
-	if size, err := volumeSize(filepath.Dir(a.cfg.PGData)); err == nil {
+	if a.commandSets("max_slot_wal_keep_size") {
+		// the command's own setting wins (tests make slots lose WAL)
+	} else if size, err := volumeSize(filepath.Dir(a.cfg.PGData)); err == nil {
 		args = append(args, "-c", "max_slot_wal_keep_size="+slotWALCap(size))
 	} else {
 		a.log.Error(err, "Cannot size the data volume: max_slot_wal_keep_size stays unlimited")
