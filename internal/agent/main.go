@@ -36,6 +36,7 @@ func Main(cfg Config, log logr.Logger) error {
 	}
 	go a.reaper.run(ctx)
 	go a.watchCerts(ctx)
+	go a.watchWALGone(ctx)
 
 	if a.pgpass, err = writePgpass(cfg.ReplicationPassword); err != nil {
 		return err
