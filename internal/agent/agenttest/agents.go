@@ -67,6 +67,9 @@ type member struct {
 	// diverged: a standby that received WAL the primary's timeline does
 	// not have, so it cannot follow until rewound (RejoinStandby).
 	diverged bool
+	// confirms names the primary whose failsafe this member confirmed
+	// (agent.LeaseStatus.ConfirmedFailsafeOf).
+	confirms string
 }
 
 // renews says the member, as the lease's holder, keeps renewing it.
@@ -116,7 +119,7 @@ func (c *cluster) status(pod string) agent.Status {
 	}
 	s := agent.Status{Pod: pod, State: agent.StateRunning, Role: m.role, SystemID: c.systemID, Timeline: m.timeline, Ready: true,
 		VolumeFull: m.volumeFull, LastRewind: m.lastRewind,
-		Lease: &agent.LeaseStatus{Holder: c.holder, Held: c.holder == pod && m.renews()}}
+		Lease: &agent.LeaseStatus{Holder: c.holder, Held: c.holder == pod && m.renews(), ConfirmedFailsafeOf: m.confirms}}
 	if m.volumeFull {
 		s.VolumeAvailableBytes = 1 << 20
 	}
@@ -405,6 +408,13 @@ func (a *Agents) Roles(db *dbv1.Database) map[string]agent.Role {
 // itself (its server stopped: it lost the lease), or not.
 func (a *Agents) SetFenced(db *dbv1.Database, pod string, fenced bool) {
 	a.with(db, pod, func(m *member) { m.fenced = fenced })
+}
+
+// SetConfirmsFailsafe makes the agent of the standby pod report that it
+// confirmed the failsafe of primary (a primary serving without the API
+// server, internal/agent), "" for none.
+func (a *Agents) SetConfirmsFailsafe(db *dbv1.Database, pod, primary string) {
+	a.with(db, pod, func(m *member) { m.confirms = primary })
 }
 
 // SetVolumeFull makes the agent of pod report a full data volume, or not.

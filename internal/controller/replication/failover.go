@@ -2,6 +2,7 @@ package replication
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,8 +19,12 @@ import (
 // primary lease, as this manager watched it (lease), has not changed for
 // LeaseDuration: its holder cannot have renewed it, so it fenced itself
 // or is frozen. An agent that answers as a running primary is never lost
-// for a stale lease (it may serve on while cut off from the API server).
-func lost(inst *Instance, lease *LeaseView) (bool, string) {
+// for a stale lease (it may serve on while cut off from the API server),
+// nor is one a standby reports serving in failsafe (confirmedBy: it
+// confirmed, moments ago, that the primary serves without the API server,
+// and it promotes nothing for LeaseDuration after: the primary is alive
+// and reachable from its peers, only not from this manager).
+func lost(inst *Instance, lease *LeaseView, confirmedBy string) (bool, string) {
 	switch {
 	case inst == nil || !inst.Exists:
 		return true, "its pod does not exist"
@@ -33,6 +38,9 @@ func lost(inst *Instance, lease *LeaseView) (bool, string) {
 		return true, msg
 	case inst.Agent != nil && inst.Agent.Lease != nil && inst.Agent.Lease.Holder != "" && inst.Agent.Lease.Holder != inst.Name:
 		return true, fmt.Sprintf("its agent sees the primary lease held by %s", inst.Agent.Lease.Holder)
+	case inst.Agent == nil && confirmedBy != "":
+		return false, fmt.Sprintf("its agent does not answer (%s) but %s confirmed it serves without the API server (failsafe): no failover",
+			conditions.Quote(orNone(inst.Err), 120), confirmedBy)
 	case inst.Agent == nil && lease != nil && lease.UnchangedFor >= agent.LeaseDuration:
 		holder := "nobody (released)"
 		if lease.Holder != "" {
@@ -52,6 +60,21 @@ func lost(inst *Instance, lease *LeaseView) (bool, string) {
 		return true, "its pod is not Ready and its agent reports " + describe(inst.Agent)
 	}
 	return false, "its pod is not Ready, its agent reports a running primary: waiting for it"
+}
+
+// failsafeConfirmer is the first instance (by name) whose agent reports
+// that it confirmed primary's failsafe, "" when none does.
+func failsafeConfirmer(byName map[string]*Instance, primary string) string {
+	var names []string
+	for name, inst := range byName {
+		if name != primary && inst.Agent != nil && inst.Agent.Lease != nil && inst.Agent.Lease.ConfirmedFailsafeOf == primary {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return slices.Min(names)
 }
 
 // describe is an agent's answer in a few words.
@@ -144,7 +167,7 @@ func decideLost(p *Plan, in Input, byName map[string]*Instance, prim *Instance, 
 		st = *db.Status.Replication
 	}
 	p.Changing = true
-	isLost, why := lost(prim, in.PrimaryLease)
+	isLost, why := lost(prim, in.PrimaryLease, failsafeConfirmer(byName, p.CurrentPrimary))
 	other := ""
 	if len(primaries) == 1 && primaries[0] != p.CurrentPrimary {
 		other = fmt.Sprintf("; %s reports being a primary and is not selected", primaries[0])

@@ -99,6 +99,22 @@ func TestStaleLeaseIsEvidenceOfLoss(t *testing.T) {
 		assert.Nil(t, f.get().Status.Replication.PrimaryLostSince)
 		assert.Contains(t, f.condition().Message, "status unreadable, pod Ready: no failover")
 	})
+	t.Run("agent silent, Lease stale, a standby confirms its failsafe: not lost", func(t *testing.T) {
+		// the primary is cut off from the API server and from this
+		// manager, not from its standbys: it serves on (issue 28)
+		f, s := converged(t, 3)
+		clock := clocked(s)
+		f.primaryLease("orders-0", clock.Add(-time.Minute))
+		f.agents.SetUnreachable(f.db, "orders-0", true)
+		f.agents.SetConfirmsFailsafe(f.db, "orders-2", "orders-0")
+		for range 8 {
+			f.step(s)
+			*clock = clock.Add(5 * time.Second)
+		}
+		assert.Nil(t, f.get().Status.Replication.PrimaryLostSince, f.condition().Message)
+		assert.Contains(t, f.condition().Message, "orders-2 confirmed it serves without the API server")
+		assert.Equal(t, "orders-0", f.get().Status.Replication.CurrentPrimary)
+	})
 	t.Run("agent answers as a running primary, Lease stale: not lost", func(t *testing.T) {
 		f, s := converged(t, 3)
 		clock := clocked(s)
