@@ -159,7 +159,8 @@ func (a *Agent) caughtUp(ctx context.Context, s Status, min string) error {
 // recovery or stopped (followPromotion): a promotion asked for completes
 // whether or not pg_promote waited long enough, and a server that
 // completes it must hold the lease, renewed, with the watchdog armed.
-// The lease goes back only when pg_promote certainly did not ask.
+// The lease goes back only when pg_promote certainly did not ask and the
+// server is still in recovery.
 func (a *Agent) doPromote(ctx context.Context, s Status) (Status, error) {
 	if a.keeper != nil {
 		err := a.keeper.acquire(ctx, func(msg string) { a.setState(StatePromoting, msg) })
@@ -174,9 +175,11 @@ func (a *Agent) doPromote(ctx context.Context, s Status) (Status, error) {
 	a.log.Info("Promoting", "replayedLSN", s.ReplayedLSN)
 	a.setState(StatePromoting, "promoting")
 	asked, err := a.pgPromote(ctx)
-	if !asked {
+	var recovery bool
+	if !asked && (a.queryRow(a.ctx, "SELECT pg_is_in_recovery()", &recovery) != nil || recovery) {
 		a.setState(StateRunning, err.Error())
-		// a standby that stays one gives the lease back.
+		// a standby that stays one gives the lease back (one already out
+		// of recovery, "recovery is not in progress", keeps it, below).
 		if a.keeper != nil {
 			rctx, cancel := context.WithTimeout(a.ctx, 2*leaseRequestTimeout)
 			if rerr := a.keeper.release(rctx); rerr != nil {
