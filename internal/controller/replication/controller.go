@@ -204,6 +204,10 @@ type syncer struct {
 	// ensured maps each Database to the fingerprint of the SQL state last
 	// ensured on its primary (primary, password, slots).
 	ensured sync.Map
+	// remade maps each Database to the standbys whose slot was made
+	// again because it was invalidated, while they do not stream
+	// (remadeNotes; lost on restart).
+	remade sync.Map
 	// started maps each Database to when its running switchover started,
 	// for the summary Event (lost on restart).
 	started sync.Map
@@ -334,12 +338,14 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	}
 
 	if plan.EnsureSQL {
-		if msg, err := s.ensureSQL(ctx, db, &plan); err != nil {
+		sql, err := s.ensureSQL(ctx, db, &plan, pods)
+		if err != nil {
 			out.Condition = conditions.False(t, dbv1.ReasonInstanceUnhealthy,
 				fmt.Sprintf("keeping the replication role and slots on the primary %s failed: %s", plan.CurrentPrimary, conditions.Quote(err.Error(), 300)))
 			out.RequeueAfter = pollChanging
 			return out, nil
-		} else if msg != "" {
+		}
+		if msg := sql.wait; msg != "" {
 			if plan.Action.Kind == ActBootstrapClone {
 				plan.Action = Action{}
 			}
@@ -349,6 +355,9 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 				out.Condition.Message += "; " + msg
 			}
 			out.RequeueAfter = pollChanging
+		}
+		for _, note := range append(s.remadeNotes(db, &plan, in.Instances), sql.notes...) {
+			out.Condition.Message += "; " + note
 		}
 	}
 
@@ -687,13 +696,18 @@ func (s *syncer) removeAnnotation(ctx context.Context, db *dbv1.Database, primar
 
 // ensureSQL keeps the replication role (with the replication Secret's
 // password, as a SCRAM verifier) and one physical slot per standby on the
-// primary, and drops dbkeeper's inactive slots of instances that no
-// longer exist. It returns what it waits for, "" when all is in place.
-func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan *Plan) (string, error) {
+// primary (ensureSlots: made again when invalidated), and drops dbkeeper's
+// inactive slots of instances that no longer exist. Its outcome says what
+// it waits for ("" when all is in place) and what the slots' states add to
+// ReplicationReady's message. Once all is in place for a fingerprint
+// (primary, password, slots, synchronous standbys) the next passes only
+// list the slots, a query on the primary: a slot is invalidated
+// (wal_status lost) without anything in the fingerprint changing.
+func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan *Plan, pods map[string]*corev1.Pod) (sqlOutcome, error) {
 	name := resources.ReplicationSecretName(db)
 	sec, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
 	if err != nil {
-		return "", fmt.Errorf("getting Secret %s: %w", name, err)
+		return sqlOutcome{}, fmt.Errorf("getting Secret %s: %w", name, err)
 	}
 	password := ""
 	if sec != nil {
@@ -701,34 +715,61 @@ func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan *Plan) (
 	}
 	if password == "" {
 		if len(plan.Slots) == 0 {
-			return "", nil // one instance: nothing streams
+			return sqlOutcome{}, nil // one instance: nothing streams
 		}
-		return fmt.Sprintf("waiting for Secret %s with key %s to create the standbys", name, resources.ReplicationPasswordKey), nil
+		return sqlOutcome{wait: fmt.Sprintf("waiting for Secret %s with key %s to create the standbys", name, resources.ReplicationPasswordKey)}, nil
 	}
 	if s.instances == nil {
-		return "", fmt.Errorf("no connector to the Databases' servers")
+		return sqlOutcome{}, fmt.Errorf("no connector to the Databases' servers")
 	}
 	sum := sha256.Sum256([]byte(password))
 	fingerprint := plan.CurrentPrimary + "|" + hex.EncodeToString(sum[:]) + "|" + strings.Join(plan.Slots, ",") + "|" + standbyNames(plan.WantSynchronous)
+	var conn instance.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(ctx)
+		}
+	}()
 	if v, ok := s.ensured.Load(db.UID); ok && v.(string) == fingerprint {
 		plan.Synchronous, plan.SynchronousSet = plan.SynchronousRecord, true
-		return "", nil
+		if len(plan.Slots) == 0 {
+			return sqlOutcome{}, nil // no standby: no slot to lose
+		}
+		// A check of what was in place: a failure leaves the condition
+		// as it is and is tried again on the next pass.
+		c, err := instance.ConnectAsSuperuser(ctx, s.instances, s.reader, db, "")
+		if err != nil {
+			log.FromContext(ctx).Info("Cannot check the replication slots on the primary", "primary", plan.CurrentPrimary, "error", err.Error())
+			return sqlOutcome{}, nil
+		}
+		conn = c
+		have, err := listSlots(ctx, conn)
+		if err != nil {
+			log.FromContext(ctx).Info("Cannot check the replication slots on the primary", "primary", plan.CurrentPrimary, "error", err.Error())
+			return sqlOutcome{}, nil
+		}
+		if !slotsToMend(plan.Slots, have) {
+			return sqlOutcome{notes: unreservedNotes(plan, pods, have)}, nil
+		}
+		s.ensured.Delete(db.UID) // all is ensured again, on this session
 	}
-	conn, err := instance.ConnectAsSuperuser(ctx, s.instances, s.reader, db, "")
-	if err != nil {
-		return "", err
+	if conn == nil {
+		c, err := instance.ConnectAsSuperuser(ctx, s.instances, s.reader, db, "")
+		if err != nil {
+			return sqlOutcome{}, err
+		}
+		conn = c
 	}
-	defer func() { _ = conn.Close(ctx) }()
 	// The controller's own statements never wait for a synchronous
 	// standby: after a failover the new primary may still name standbys
 	// that cannot confirm (its postgresql.auto.conf came from a clone or a
 	// rewind), and the statement that fixes that must not queue behind
 	// it, nor the slots the standbys need to stream.
 	if _, err := conn.Exec(ctx, "SET synchronous_commit TO local"); err != nil {
-		return "", fmt.Errorf("setting synchronous_commit for the controller's session: %w", err)
+		return sqlOutcome{}, fmt.Errorf("setting synchronous_commit for the controller's session: %w", err)
 	}
 	if err := ensureSynchronous(ctx, conn, standbyNames(plan.WantSynchronous)); err != nil {
-		return "", err
+		return sqlOutcome{}, err
 	}
 	if v, ok := s.synchronous.Load(db.UID); !ok || v.(SyncApplied).Primary != plan.CurrentPrimary || v.(SyncApplied).Names != standbyNames(plan.WantSynchronous) {
 		s.synchronous.Store(db.UID, SyncApplied{Primary: plan.CurrentPrimary, Names: standbyNames(plan.WantSynchronous)})
@@ -737,69 +778,49 @@ func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan *Plan) (
 	user := agent.ReplicationUser
 	stored, exists, err := conn.QueryValue(ctx, fmt.Sprintf("SELECT rolpassword FROM pg_catalog.pg_authid WHERE rolname = %s", quoteLiteral(user)))
 	if err != nil {
-		return "", fmt.Errorf("reading role %s: %w", user, err)
+		return sqlOutcome{}, fmt.Errorf("reading role %s: %w", user, err)
 	}
 	if !exists || stored == nil || !engine.ScramVerifierMatches(*stored, password) {
 		verifier, err := engine.ScramVerifier(password)
 		if err != nil {
-			return "", err
+			return sqlOutcome{}, err
 		}
 		stmt := fmt.Sprintf("ALTER ROLE %s PASSWORD %s", quoteIdent(user), quoteLiteral(verifier))
 		if !exists {
 			stmt = fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD %s", quoteIdent(user), quoteLiteral(verifier))
 		}
 		if _, err := conn.Exec(ctx, stmt); err != nil {
-			return "", fmt.Errorf("keeping role %s: %w", user, err)
+			return sqlOutcome{}, fmt.Errorf("keeping role %s: %w", user, err)
 		}
 		log.FromContext(ctx).Info("Set the replication role's password", "role", user, "created", !exists)
 	}
 
-	listed, _, err := conn.QueryValue(ctx, slotsQuery)
+	have, err := listSlots(ctx, conn)
 	if err != nil {
-		return "", fmt.Errorf("listing replication slots: %w", err)
+		return sqlOutcome{}, err
 	}
-	have := map[string]bool{} // name → active
-	if listed != nil && *listed != "" {
-		for _, kv := range strings.Split(*listed, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			have[k] = v == "true"
-		}
-	}
-	pending := ""
-	for _, slot := range plan.Slots {
-		if _, ok := have[slot]; ok {
-			continue
-		}
-		if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_catalog.pg_create_physical_replication_slot(%s, true)", quoteLiteral(slot))); err != nil {
-			return "", fmt.Errorf("creating replication slot %s: %w", slot, err)
-		}
-		log.FromContext(ctx).Info("Created replication slot", "slot", slot)
-	}
-	for slot, active := range have {
-		if containsString(plan.Slots, slot) {
-			continue
-		}
-		if active {
-			pending = fmt.Sprintf("replication slot %s of a removed instance is still in use", slot)
-			continue
-		}
-		if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_catalog.pg_drop_replication_slot(%s)", quoteLiteral(slot))); err != nil {
-			return "", fmt.Errorf("dropping replication slot %s: %w", slot, err)
-		}
-		log.FromContext(ctx).Info("Dropped the replication slot of a removed instance", "slot", slot)
+	pending, err := s.ensureSlots(ctx, conn, db, plan, pods, have)
+	if err != nil {
+		return sqlOutcome{}, err
 	}
 	if err := ensureRewindGrants(ctx, conn); err != nil {
-		return "", err
+		return sqlOutcome{}, err
 	}
 	plan.Synchronous, plan.SynchronousSet = plan.SynchronousRecord, true
 	if pending == "" {
 		s.ensured.Store(db.UID, fingerprint)
 	}
-	return "", nil
+	return sqlOutcome{notes: unreservedNotes(plan, pods, have)}, nil
 }
 
-// slotsQuery lists dbkeeper's slots as "name=active,…".
-const slotsQuery = `SELECT coalesce(string_agg(slot_name || '=' || active::text, ',' ORDER BY slot_name), '') FROM pg_catalog.pg_replication_slots WHERE slot_name LIKE 'dbkeeper\_%'`
+// sqlOutcome is what ensureSQL did not finish.
+type sqlOutcome struct {
+	// wait says what it waits for before the standbys can be cloned, ""
+	// when nothing.
+	wait string
+	// notes are what ReplicationReady's message says of the slots.
+	notes []string
+}
 
 func containsString(list []string, s string) bool {
 	for _, v := range list {
