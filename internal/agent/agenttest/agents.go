@@ -70,6 +70,10 @@ type member struct {
 	// confirms names the primary whose failsafe this member confirmed
 	// (agent.LeaseStatus.ConfirmedFailsafeOf).
 	confirms string
+	// slowPromote: a switchover's promote outlasts its call
+	// (SetSlowPromote); slowPromoting: such a promotion goes on until
+	// CompletePromotion.
+	slowPromote, slowPromoting bool
 }
 
 // renews says the member, as the lease's holder, keeps renewing it.
@@ -127,7 +131,7 @@ func (c *cluster) status(pod string) agent.Status {
 		s.State, s.Ready, s.Message = agent.StateFenced, false, "could not renew the primary lease in time: the server was stopped"
 		return s
 	}
-	if m.promoting {
+	if m.promoting || m.slowPromoting {
 		s.State, s.Ready = agent.StatePromoting, false
 		s.ReceivedLSN, s.ReplayedLSN = LSN(m.replayed), LSN(m.replayed)
 		return s
@@ -268,6 +272,9 @@ func (a *Agents) Promote(_ context.Context, db *dbv1.Database, pod *corev1.Pod, 
 		return agent.Status{}, err
 	}
 	m := c.instances[pod.Name]
+	if m != nil && m.slowPromoting {
+		return agent.Status{}, refused(http.StatusConflict, "another bootstrap, demote or promote is running")
+	}
 	if m == nil || m.role != agent.RoleReplica {
 		return agent.Status{}, refused(http.StatusConflict, "%s is not a standby", pod.Name)
 	}
@@ -292,6 +299,11 @@ func (a *Agents) Promote(_ context.Context, db *dbv1.Database, pod *corev1.Pod, 
 	}
 	a.calls = append(a.calls, "promote "+pod.Name)
 	c.holder = pod.Name
+	if m.slowPromote {
+		// the lease taken, pg_promote asked; the caller gave up first
+		m.slowPromoting = true
+		return agent.Status{}, fmt.Errorf("POST https://%s:%d%s: %w", pod.Status.PodIP, agent.Port, agent.PromotePath, context.DeadlineExceeded)
+	}
 	c.timeline++
 	c.wal += 0x60
 	m.role, m.timeline = agent.RolePrimary, c.timeline
@@ -461,4 +473,28 @@ func (a *Agents) Backup(_ context.Context, db *dbv1.Database, pod *corev1.Pod, r
 	a.calls = append(a.calls, fmt.Sprintf("backup %s %s", pod.Name, req.ID))
 	now := metav1.Now()
 	return agent.BackupRun{ID: req.ID, Type: cmp.Or(req.Type, "incr"), Instance: pod.Name, Started: now, Finished: &now}, nil
+}
+
+// SetSlowPromote makes a switchover's promote of the standby pod outlast
+// its call, as a pg_promote slower than the operator's HTTP call whose
+// agent follows it to its end: Promote takes the lease and fails with the
+// caller's deadline, and from then on the agent reports Promoting and
+// answers another Promote 409 (busy) until CompletePromotion.
+func (a *Agents) SetSlowPromote(db *dbv1.Database, pod string, slow bool) {
+	a.with(db, pod, func(m *member) { m.slowPromote = slow })
+}
+
+// CompletePromotion ends the promotion of pod that outlasted its call
+// (SetSlowPromote): it runs as the primary of a new timeline.
+func (a *Agents) CompletePromotion(db *dbv1.Database, pod string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.cluster(db)
+	m := c.instances[pod]
+	if m == nil || !m.slowPromoting {
+		return
+	}
+	c.timeline++
+	c.wal += 0x60
+	m.slowPromoting, m.role, m.timeline = false, agent.RolePrimary, c.timeline
 }

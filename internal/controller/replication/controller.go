@@ -17,6 +17,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -380,6 +381,12 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	}
 
 	err = s.act(ctx, db, &plan, pods)
+	var ip *inProgress
+	if errors.As(err, &ip) {
+		// work that goes on in the agent: no failure
+		out.Condition.Message += "; " + ip.msg
+		err = nil
+	}
 	if err != nil {
 		log.FromContext(ctx).Info("Replication step failed, retrying", "action", plan.Action.Kind, "pod", plan.Action.Pod, "error", err.Error())
 		out.Condition.Message += fmt.Sprintf("; %s of %s failed: %s", plan.Action.Kind, plan.Action.Pod, conditions.Quote(err.Error(), 300))
@@ -627,6 +634,12 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 		}
 		st, err := s.agents.Promote(ctx, db, pod, agent.PromoteRequest{MinReplayedLSN: a.LSN, Failover: a.Failover})
 		if err != nil {
+			if !a.Failover {
+				if goesOn := s.promotionGoesOn(ctx, db, pod); goesOn != "" {
+					log.FromContext(ctx).Info("The promotion goes on after its call ended", "pod", a.Pod, "call", err.Error(), "state", goesOn)
+					return &inProgress{msg: fmt.Sprintf("%s is %s: its agent follows the promotion to its end", a.Pod, goesOn)}
+				}
+			}
 			return err
 		}
 		if a.Failover {
@@ -678,6 +691,33 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 		s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonPodDeleted, "RollingUpdate", "Deleted pod %s: %s", a.Pod, a.Why)
 	}
 	return nil
+}
+
+// inProgress is act's answer when the step's call failed but the work it
+// asked for goes on (a switchover's promotion that outlasted the call):
+// Sync says so and looks again, reporting no failure.
+type inProgress struct{ msg string }
+
+func (e *inProgress) Error() string { return e.msg }
+
+// promotionGoesOn says, when a switchover's promote call to pod's agent
+// failed (a 409 because the agent is busy promoting, or a call that ended
+// before the promotion did, which the agent follows to its end), whether
+// the agent, asked again within statusTimeout, promotes still or is
+// promoted: "promoting" or "promoted", "" when neither.
+func (s *syncer) promotionGoesOn(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) string {
+	cctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	st, err := s.agents.Status(cctx, db, pod)
+	switch {
+	case err != nil:
+		return ""
+	case st.State == agent.StatePromoting:
+		return "promoting"
+	case st.Role == agent.RolePrimary && st.State == agent.StateRunning:
+		return "promoted"
+	}
+	return ""
 }
 
 // removeAnnotation removes the switchover annotation once it names the

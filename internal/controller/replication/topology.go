@@ -633,6 +633,12 @@ func decideSwitchover(p *Plan, in Input, byName map[string]*Instance) {
 			wait(fmt.Sprintf("%s to %s", p.TargetPrimary, why))
 			return
 		}
+		if target.Agent.State == agent.StatePromoting {
+			// A promotion that outlasted its call goes on in the
+			// agent, which would answer another promote 409 (busy).
+			wait(fmt.Sprintf("%s to finish its promotion", p.TargetPrimary))
+			return
+		}
 		want, _ := parseLSN(p.SwitchoverLSN)
 		have, ok := parseLSN(target.Agent.ReplayedLSN)
 		if !ok || have < want {
