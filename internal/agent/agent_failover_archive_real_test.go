@@ -142,6 +142,16 @@ func TestPointInTimeRecoveryAcrossAFailover(t *testing.T) {
 	// base backup replays it.
 	require.True(t, containsSuffix(keys, lost), "%s, which the lost primary completed but never archived, is not in the store "+
 		"(the standby had it): the archive has a hole there: %v", lost, keys)
+	// a base backup of the promoted primary, which still runs with the
+	// archive_mode=always it started with as a standby: pgBackRest's own
+	// check refused it (archive_mode=always not supported) until the
+	// agent told it why that is right (archive-mode-check=n).
+	c.waitStatus(b, 2*time.Minute, "the new primary's repository ready", func(s agent.Status) bool {
+		return s.Archive != nil && s.Archive.StanzaReady
+	})
+	_, err = c.client.Backup(ctx, b.url, agent.BackupRequest{ID: "b2", Type: "full"})
+	require.NoError(t, err)
+	c.waitBaseBackups(b, 2)
 
 	// what each restore must have, by the server's commit timestamps.
 	want := func(target time.Time) int {

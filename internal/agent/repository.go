@@ -192,12 +192,19 @@ func (r Repository) pgbackrestOptions(dir string) (map[string]string, error) {
 		"repo1-path":          r.Path,
 		"compress-type":       "zst",
 		"start-fast":          "y",
-		"log-path":            dir,
-		"lock-path":           filepath.Join(dir, "lock"),
-		"spool-path":          filepath.Join(dir, "spool"),
-		"log-level-console":   "off",
-		"log-level-stderr":    "error",
-		"log-level-file":      "warn",
+		// Standbys archive what they receive (archive_mode=always, see
+		// archiveSettings), and a promoted standby keeps that setting
+		// until it restarts: pgBackRest's backup refuses such a primary
+		// ("archive_mode=always not supported") unless told it is meant.
+		// Two pushes of one segment are the same file, which it accepts
+		// (TestPointInTimeRecoveryAcrossAFailover).
+		"archive-mode-check": "n",
+		"log-path":           dir,
+		"lock-path":          filepath.Join(dir, "lock"),
+		"spool-path":         filepath.Join(dir, "spool"),
+		"log-level-console":  "off",
+		"log-level-stderr":   "error",
+		"log-level-file":     "warn",
 		// pgBackRest retries a network error until 8 io-timeouts have
 		// passed (ERRORS.md of test/framework/objectstore): with 10 s, a
 		// store that does not answer fails an archive-push in 80 s instead
