@@ -65,13 +65,13 @@ test: tools ## Run every test: unit, integration on a real kube-apiserver, end-t
 	go vet -race -tags failover ./test/realnode
 	go test -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 	@# the failover fault injection after the rest: its timings are measured on a machine the other suites do not load
-	go test -tags failover -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) -run '^TestFailover' ./test/realnode
+	go test -tags failover -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) -run '^(TestFailover|TestAPIServerOutage)' ./test/realnode
 	go test -run '^$$' -fuzz FuzzBuilders -fuzztime 5000x ./internal/resources
 
 .PHONY: test-failover
-test-failover: tools ## The failover fault-injection suite on the real node (root; about 10 min): each fault of the primary twice, synchronous and asynchronous (FAULTS=agent-sigkill,operator-down RUNS=5 RUN=TestFailoverSynchronous repeat some). make test runs it too, after the other suites.
+test-failover: tools ## The failover fault-injection suite on the real node (root; about 12 min): the API server stopped 30 s, then each fault of the primary twice, synchronous and asynchronous (FAULTS=agent-sigkill,operator-down RUNS=5 RUN=TestFailoverSynchronous repeat some). make test runs it too, after the other suites.
 	DBKEEPER_REQUIRE_REAL_NODE=1 DBKEEPER_FAILOVER_FAULTS=$(FAULTS) DBKEEPER_FAILOVER_RUNS=$(RUNS) \
-		go test -tags failover -race -count=1 -v -timeout $(TEST_TIMEOUT) -run '$(or $(RUN),TestFailover)' ./test/realnode
+		go test -tags failover -race -count=1 -v -timeout $(TEST_TIMEOUT) -run '$(or $(RUN),^(TestFailover|TestAPIServerOutage))' ./test/realnode
 
 .PHONY: fuzz
 fuzz: ## Fuzz the builders for FUZZTIME (default 2m).
