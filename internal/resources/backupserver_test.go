@@ -13,9 +13,10 @@ import (
 
 // TestEnginePodDeclaresTheBackupServer: with TLS and a repository the
 // engine container declares the pgBackRest TLS server's port
-// ("pgbackrest", 8432/TCP) and gives the agent the domain of its peers'
-// names, which the Database's certificate covers; without TLS, or
-// without a repository, neither.
+// ("pgbackrest", 8432/TCP); without TLS, or without a repository, it
+// does not. The agent always gets the domain of its peers' names, which
+// the Database's certificate covers: the primary's failsafe peer check
+// asks every member (issue 28), whatever the backups.
 func TestEnginePodDeclaresTheBackupServer(t *testing.T) {
 	backupPort := func(c corev1.Container) *corev1.ContainerPort {
 		for i, p := range c.Ports {
@@ -44,6 +45,6 @@ func TestEnginePodDeclaresTheBackupServer(t *testing.T) {
 		"neither of them": enginePod(t, sample("orders", func(*dbv1.Database) {}), resources.TLSOff).Spec.Template.Spec.Containers[0],
 	} {
 		assert.Nil(t, backupPort(c), "%s: a pgbackrest port", name)
-		assert.NotContains(t, envOf(c), agent.EnvPeerDomain, "%s: the peer domain", name)
+		assert.Equal(t, "orders-headless.shop.svc", envOf(c)[agent.EnvPeerDomain].Value, "%s: the peer domain", name)
 	}
 }

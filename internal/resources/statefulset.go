@@ -154,7 +154,6 @@ func addBackupServer(db *dbv1.Database, tls ServerTLS, container *corev1ac.Conta
 		return
 	}
 	container.WithPorts(corev1ac.ContainerPort().WithName(agent.BackupServerPortName).WithContainerPort(agent.BackupServerPort).WithProtocol(corev1.ProtocolTCP))
-	container.WithEnv(corev1ac.EnvVar().WithName(agent.EnvPeerDomain).WithValue(PeerDomain(db)))
 }
 
 // PeerDomain is the domain of the instances' own DNS names under the
@@ -177,6 +176,9 @@ func agentEnv(db *dbv1.Database, tls ServerTLS) []corev1.EnvVar {
 		{Name: agent.EnvNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
 		{Name: agent.EnvPodUID, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.uid"}}},
 		{Name: agent.EnvLeaseName, Value: LeaseName(db)},
+		// how an instance names the others: the primary's failsafe peer
+		// check asks every member, a base backup is copied from a standby
+		{Name: agent.EnvPeerDomain, Value: PeerDomain(db)},
 	}
 	if tls {
 		// The TLS volume holds tls.crt, tls.key and ca.crt (addServerTLS).
