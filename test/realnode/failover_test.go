@@ -341,10 +341,17 @@ func (h *ha) run(kind faultKind, i int) {
 		t.Logf("MEASURED failover %s run %d: longest write gap %s (the primary serves through it)", kind.name, i, gap.Round(time.Millisecond))
 		assert.Less(t, gap, cmp.Or(f.maxGap, survivedGap), "writes through <name> go on through %s", kind.name)
 	} else if f.failover {
+		var seen []string
+		last := ""
 		require.Eventually(t, func() bool {
-			r := dbtest.Get(t, k8s, h.db).Status.Replication
+			live := dbtest.Get(t, k8s, h.db)
+			if c := findCondition(live, dbv1.ConditionReplicationReady); c != nil && c.Message != last {
+				last = c.Message
+				seen = append(seen, time.Since(at).Round(time.Second).String()+" "+c.Message)
+			}
+			r := live.Status.Replication
 			return r.CurrentPrimary != "" && r.CurrentPrimary != old
-		}, convergeTimeout, 100*time.Millisecond, "a standby is promoted after %s of %s", kind.name, old)
+		}, convergeTimeout, 100*time.Millisecond, "a standby is promoted after %s of %s; ReplicationReady said:\n%s", kind.name, old, strings.Join(seen, "\n"))
 	}
 	if !f.survives {
 		// writes stop (at once, or once an isolated primary fenced
@@ -429,6 +436,13 @@ func (h *ha) converged() string {
 			assert.Equal(ct, metav1.ConditionTrue, cond.Status, "ReplicationReady: %s %s", cond.Reason, cond.Message)
 		}
 		assert.Len(ct, r.Instances, haInstances, "instances")
+		if h.sync && assert.NotNil(ct, r.Synchronous, "status.replication.synchronous") {
+			// the next failover's quorum is counted over the recorded
+			// set: whole again means it names every standby
+			assert.Len(ct, r.Synchronous.Standbys, haInstances-1, "synchronous standbys recorded: %+v", r.Synchronous)
+			assert.NotContains(ct, r.Synchronous.Standbys, primary, "the primary among the synchronous standbys: %+v", r.Synchronous)
+			assert.False(ct, r.Synchronous.Degraded, "synchronous replication degraded")
+		}
 		timelines := map[int64][]string{}
 		for _, in := range r.Instances {
 			assert.True(ct, in.Ready, "%s ready", in.Name)
