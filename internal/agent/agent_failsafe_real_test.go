@@ -155,6 +155,28 @@ func startPair(t *testing.T, c *cluster, api *failsafeAPI) (a, b *instance) {
 	return a, b
 }
 
+// endOutage waits until outageTime after cut, checks that the primary a
+// served through it in failsafe without refusing one of w's writes nor
+// fencing, then lets the API server answer again and checks that a
+// renews the Lease and w's writes went on.
+func endOutage(t *testing.T, c *cluster, api *failsafeAPI, a *instance, w *writer, cut time.Time) {
+	t.Helper()
+	time.Sleep(time.Until(cut.Add(outageTime)))
+	s := c.status(a)
+	assert.True(t, runningAs(agent.RolePrimary)(s), "%+v", s)
+	assert.True(t, s.Lease.Failsafe)
+	refused, failures := w.refused()
+	assert.True(t, refused.IsZero(), "writes refused during the outage: %v", failures)
+	assert.False(t, fenced(t, a), "the primary fenced itself")
+
+	api.hole.blackhole(false)
+	back := time.Now()
+	waitRenewed(t, c, api, a, back)
+	w.halt()
+	refused, failures = w.refused()
+	assert.True(t, refused.IsZero(), "writes refused: %v", failures)
+}
+
 // waitRenewed waits until the primary renewed the Lease after since and
 // no longer says it serves in failsafe.
 func waitRenewed(t *testing.T, c *cluster, api *failsafeAPI, in *instance, since time.Time) {
@@ -196,20 +218,7 @@ func TestSinglePrimaryServesThroughAnAPIOutage(t *testing.T) {
 	})
 	t.Logf("MEASURED in failsafe %s after the cut: %+v", time.Since(cut).Round(time.Millisecond), *s.Lease)
 	assert.True(t, s.Lease.Held)
-	time.Sleep(time.Until(cut.Add(outageTime)))
-	s = c.status(a)
-	assert.True(t, runningAs(agent.RolePrimary)(s), "%+v", s)
-	assert.True(t, s.Lease.Failsafe)
-	refused, failures := w.refused()
-	assert.True(t, refused.IsZero(), "writes refused during the outage: %v", failures)
-	assert.False(t, fenced(t, a), "the primary fenced itself")
-
-	api.hole.blackhole(false)
-	back := time.Now()
-	waitRenewed(t, c, api, a, back)
-	w.halt()
-	refused, failures = w.refused()
-	assert.True(t, refused.IsZero(), "writes refused: %v", failures)
+	endOutage(t, c, api, a, w, cut)
 	log, err := os.ReadFile(a.logPath)
 	require.NoError(t, err)
 	assert.Equal(t, 1, strings.Count(string(log), "Serving without the API server: every member confirmed"), "logged once at entry")
@@ -249,20 +258,7 @@ func TestPrimaryAndStandbyServeThroughAnAPIOutage(t *testing.T) {
 	}
 	assert.Equal(t, agent.RoleReplica, c.status(b).Role)
 
-	time.Sleep(time.Until(cut.Add(outageTime)))
-	s = c.status(a)
-	assert.True(t, runningAs(agent.RolePrimary)(s), "%+v", s)
-	assert.True(t, s.Lease.Failsafe)
-	refused, failures := w.refused()
-	assert.True(t, refused.IsZero(), "writes refused during the outage: %v", failures)
-	assert.False(t, fenced(t, a), "the primary fenced itself")
-
-	api.hole.blackhole(false)
-	back := time.Now()
-	waitRenewed(t, c, api, a, back)
-	w.halt()
-	refused, failures = w.refused()
-	assert.True(t, refused.IsZero(), "writes refused: %v", failures)
+	endOutage(t, c, api, a, w, cut)
 	assert.Equal(t, "db-0", *api.lease(t).Spec.HolderIdentity)
 	assert.Equal(t, agent.RoleReplica, c.status(b).Role)
 }
