@@ -99,6 +99,14 @@ func pointInTimeRecovery(ctx context.Context, c *cluster.Cluster, kubectl func(.
 	if err := waitDatabase(kubectl, "ledger", "BackupReady"); err != nil {
 		return err
 	}
+	// BackupReady says archiving works; a point in time is recoverable
+	// only after the first base backup ended (firstRecoverabilityPoint):
+	// a mark before it has no backup to start from.
+	fmt.Println("demo: waiting for the first base backup (status.backup.firstRecoverabilityPoint)")
+	if err := kubectl("wait", "--namespace=default", "--for=jsonpath={.status.backup.baseBackups}=1", "database/ledger", "--timeout=3m"); err != nil {
+		_ = kubectl("describe", "database", "--namespace=default", "ledger")
+		return fmt.Errorf("no base backup of Database ledger: %w", err)
+	}
 	backupStatus := `{.status.conditions[?(@.type=="BackupReady")].message}{"\n"}{.status.backup}{"\n"}`
 	fmt.Printf("\n$ kubectl get database ledger -o jsonpath='%s'\n", backupStatus)
 	_ = kubectl("get", "database", "--namespace=default", "ledger", "-o", "jsonpath="+backupStatus)

@@ -343,15 +343,20 @@ func (h *ha) run(kind faultKind, i int) {
 	} else if f.failover {
 		var seen []string
 		last := ""
-		require.Eventually(t, func() bool {
+		// (the messages are joined after the wait: arguments of
+		// require.Eventually are evaluated before it starts)
+		promoted := assert.Eventually(t, func() bool {
 			live := dbtest.Get(t, k8s, h.db)
 			if c := findCondition(live, dbv1.ConditionReplicationReady); c != nil && c.Message != last {
 				last = c.Message
-				seen = append(seen, time.Since(at).Round(time.Second).String()+" "+c.Message)
+				seen = append(seen, time.Since(at).Round(time.Second).String()+" "+c.Reason+": "+c.Message)
 			}
 			r := live.Status.Replication
 			return r.CurrentPrimary != "" && r.CurrentPrimary != old
-		}, convergeTimeout, 100*time.Millisecond, "a standby is promoted after %s of %s; ReplicationReady said:\n%s", kind.name, old, strings.Join(seen, "\n"))
+		}, convergeTimeout, 100*time.Millisecond, "a standby is promoted after %s of %s", kind.name, old)
+		if !promoted {
+			require.FailNow(t, "no failover", "ReplicationReady said:\n%s", strings.Join(seen, "\n"))
+		}
 	}
 	if !f.survives {
 		// writes stop (at once, or once an isolated primary fenced
