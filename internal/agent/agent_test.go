@@ -72,7 +72,8 @@ func TestPgpass(t *testing.T) {
 }
 
 // A standby streams from the primary host through its slot, named by its
-// pod, verifying the primary's certificate when the Database has TLS.
+// pod, verifying the primary's certificate when the Database has TLS, and
+// starts its WAL receiver again after 1 s (not 5).
 func TestStandbyArgs(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, writeStandbySignal(dir))
@@ -84,7 +85,7 @@ func TestStandbyArgs(t *testing.T) {
 	assert.Equal(t, []string{"docker-entrypoint.sh", "postgres", "-c", "port=5432", "-c", "unix_socket_directories=/var/run/postgresql",
 		"-c", keep,
 		"-c", "primary_conninfo=host='db.ns.svc' port=5432 user=dbkeeper_replication passfile='/tmp/p' application_name='db-1' connect_timeout=5 tcp_user_timeout=5000 sslmode=verify-full sslrootcert='/tls/ca.crt'",
-		"-c", "primary_slot_name=dbkeeper_db_1"}, a.serverArgs())
+		"-c", "primary_slot_name=dbkeeper_db_1", "-c", "wal_retrieve_retry_interval=1s"}, a.serverArgs())
 	a.cfg.TLSDir = ""
 	assert.Contains(t, a.serverArgs()[9], "sslmode=prefer")
 	require.NoError(t, os.Remove(filepath.Join(dir, standbyFile)))

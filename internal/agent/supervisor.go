@@ -105,10 +105,19 @@ func (a *Agent) serverArgs() []string {
 		args = append(args,
 			"-c", "primary_conninfo="+a.primaryConninfo(),
 			"-c", "primary_slot_name="+SlotName(a.cfg.Pod))
+		if !a.commandSets("wal_retrieve_retry_interval") {
+			args = append(args, "-c", "wal_retrieve_retry_interval="+walRetrieveRetryInterval)
+		}
 	}
 	args = append(args, a.archiveSettings()...)
 	return append(args, a.recoveryArgs()...)
 }
+
+// walRetrieveRetryInterval is how long a standby's startup process waits
+// before it starts a WAL receiver again (PostgreSQL's default is 5 s):
+// after a failover a detached standby reaches the new primary on its next
+// attempt, and in synchronous mode every commit waits for it.
+const walRetrieveRetryInterval = "1s"
 
 // primaryConninfo is how a standby reaches the primary.
 func (a *Agent) primaryConninfo() string {

@@ -4,6 +4,7 @@
 package conditions
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 // fields in extra (which may be nil). cond keeps the lastTransitionTime the
 // Database holds when its status did not change, and takes now, to the
 // second, when it did; Status returns cond as stamped and whether it
-// transitioned.
+// transitioned. extra is not changed.
 func Status(db *dbv1.Database, cond metav1.Condition, extra *dbv1ac.DatabaseStatusApplyConfiguration, now time.Time) (*dbv1ac.DatabaseApplyConfiguration, metav1.Condition, bool) {
 	cond.ObservedGeneration = db.Generation
 	previous := meta.FindStatusCondition(db.Status.Conditions, cond.Type)
@@ -32,9 +33,13 @@ func Status(db *dbv1.Database, cond metav1.Condition, extra *dbv1ac.DatabaseStat
 		cond.LastTransitionTime = previous.LastTransitionTime
 	}
 
-	status := extra
-	if status == nil {
-		status = dbv1ac.DatabaseStatus()
+	// a copy: extra is the caller's, and may be written again with the
+	// condition (a second call must not carry it twice)
+	status := dbv1ac.DatabaseStatus()
+	if extra != nil {
+		c := *extra
+		c.Conditions = slices.Clone(extra.Conditions)
+		status = &c
 	}
 	status.WithConditions(metav1ac.Condition().
 		WithType(cond.Type).

@@ -103,6 +103,15 @@ const (
 	pollLost = time.Second
 )
 
+// pollAftermath is the pace for fastAftermath after a switchover or
+// failover finished, while the topology is not whole yet: in synchronous
+// mode commits wait until a standby streams from the new primary and the
+// synchronous set names it.
+const (
+	pollAftermath = 500 * time.Millisecond
+	fastAftermath = 30 * time.Second
+)
+
 // fastSwitchover is how long a switchover is polled at pollSwitchover.
 const fastSwitchover = time.Minute
 
@@ -112,6 +121,12 @@ const fastSwitchover = time.Minute
 // it (lost lists the evidence a failover needs), and keeps its label for
 // a while (slowPrimary).
 const statusTimeout = 2 * time.Second
+
+// lostStatusTimeout bounds the status call to a primary already found
+// lost, while its failover waits for failoverDelay or runs: it may still
+// answer (and stop the failover) when it came back, but a frozen one no
+// longer costs every step of the failover statusTimeout.
+const lostStatusTimeout = 500 * time.Millisecond
 
 // detachTimeout bounds each detach call of a failover.
 const detachTimeout = time.Second
@@ -392,6 +407,11 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		out.Condition.Message += fmt.Sprintf("; %s of %s failed: %s", plan.Action.Kind, plan.Action.Pod, conditions.Quote(err.Error(), 300))
 		out.RequeueAfter = pollChanging
 	}
+	if v, ok := s.settled.Load(db.UID); ok && err == nil && plan.Changing && s.now().Sub(v.(time.Time)) < fastAftermath {
+		// just after a switchover or failover: the standbys' labels and
+		// the synchronous set follow the new primary at once
+		out.RequeueAfter = min(out.RequeueAfter, pollAftermath)
+	}
 	if err == nil && switchingOver(plan) && s.switchoverYoung(db) {
 		// a failed step, or a switchover stuck for longer than
 		// fastSwitchover, waits pollChanging: no hot loop on an agent
@@ -428,6 +448,12 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[str
 		}
 	}
 	in.Instances = make([]Instance, count)
+	// a primary already found lost (or being failed over) is asked
+	// within lostStatusTimeout: each step of its failover waits for it
+	lostPrimary := ""
+	if r := db.Status.Replication; r != nil && (r.PrimaryLostSince != nil || failingOver(r)) {
+		lostPrimary = r.CurrentPrimary
+	}
 	var wg sync.WaitGroup
 	for ord := range count {
 		name := resources.InstanceName(db, ord)
@@ -446,9 +472,13 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[str
 			inst.Agent = legacyStatus(pod, inst.PodReady)
 		case pod.Status.PodIP != "" && !inst.Terminating:
 			wg.Add(1)
+			timeout := statusTimeout
+			if name == lostPrimary {
+				timeout = lostStatusTimeout
+			}
 			go func() {
 				defer wg.Done()
-				s.ask(ctx, db, pod, inst)
+				s.ask(ctx, db, pod, inst, timeout)
 			}()
 		}
 	}
@@ -474,9 +504,9 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[str
 	return in, pods, nil
 }
 
-// ask asks pod's agent for its status, within statusTimeout, into inst.
-func (s *syncer) ask(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, inst *Instance) {
-	cctx, cancel := context.WithTimeout(ctx, statusTimeout)
+// ask asks pod's agent for its status, within timeout, into inst.
+func (s *syncer) ask(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, inst *Instance, timeout time.Duration) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	st, err := s.agents.Status(cctx, db, pod)
 	key := string(db.UID) + "/" + inst.Name
@@ -665,6 +695,7 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 		}
 		s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonSwitchoverCompleted, "Switchover",
 			"Switched over from %s to %s at %s%s", a.From, a.Pod, a.LSN, took)
+		s.reconnect(ctx, db, pods, a.Pod)
 		return s.removeAnnotation(ctx, db, a.Pod)
 	case ActFinishFailover:
 		took := ""
@@ -675,6 +706,7 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 		s.writer.Eventf(db, nil, corev1.EventTypeWarning, ReasonFailoverCompleted, "Failover",
 			"Failed over from %s to %s%s: %s takes writes at %s; %s was last seen at %s, %d bytes of its WAL were not received",
 			a.From, a.Pod, took, a.Pod, a.LSN, a.From, orUnknown(f.FromLSN), f.LostBytes)
+		s.reconnect(ctx, db, pods, a.Pod)
 	case ActRemoveAnnotation:
 		return s.removeAnnotation(ctx, db, a.Pod)
 	case ActDeletePod:
@@ -906,6 +938,22 @@ func legacyStatus(pod *corev1.Pod, ready bool) *agent.Status {
 		st.State = agent.StateStarting
 	}
 	return st
+}
+
+// reconnect restarts the WAL receiver of every instance but the new
+// primary, once it is labelled (a detach: the receiver starts again after
+// wal_retrieve_retry_interval): a receiver that was waiting to connect to
+// the read-write Service while no pod had the primary label would wait
+// for its connect timeout first. The old primary and instances that are
+// not standbys refuse, and are left alone.
+func (s *syncer) reconnect(ctx context.Context, db *dbv1.Database, pods map[string]*corev1.Pod, primary string) {
+	var names []string
+	for name := range pods {
+		if name != primary {
+			names = append(names, name)
+		}
+	}
+	s.detach(ctx, db, pods, names)
 }
 
 // detach stops the WAL receivers of the standbys named (all at once,

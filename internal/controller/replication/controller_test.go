@@ -265,13 +265,17 @@ func TestUnreachableAgent(t *testing.T) {
 }
 
 // TestSwitchover: the annotation moves the primary: demote, wait, promote,
-// relabel, and the annotation goes.
+// relabel, restart the others' WAL receivers, and the annotation goes.
 func TestSwitchover(t *testing.T) {
 	f, s := converged(t, 3)
 	f.eventsText()
 	f.annotate("orders-2")
 	f.run(s, 8)
-	assert.Equal(t, []string{"demote orders-0", "promote orders-2"}, f.agents.Calls()[3:])
+	calls := f.agents.Calls()[3:]
+	require.Len(t, calls, 4)
+	assert.Equal(t, []string{"demote orders-0", "promote orders-2"}, calls[:2])
+	assert.ElementsMatch(t, []string{"detach orders-0", "detach orders-1"}, calls[2:],
+		"the other instances' WAL receivers start again once the new primary is labelled")
 	st := f.get().Status.Replication
 	assert.Equal(t, "orders-2", st.CurrentPrimary)
 	assert.Equal(t, "orders-2", st.TargetPrimary)

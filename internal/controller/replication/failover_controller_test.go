@@ -79,16 +79,20 @@ func TestFailover(t *testing.T) {
 	clock = clocked(restarted)
 	*clock = clock.Add(12 * time.Second)
 	f.run(restarted, 4)
-	var promotes, detachedFirst []string
+	var promotes, detachedFirst, detachedAfter []string
 	for _, c := range f.agents.Calls()[calls:] {
 		if strings.HasPrefix(c, "detach ") {
 			if len(promotes) == 0 {
 				detachedFirst = append(detachedFirst, c)
+			} else {
+				detachedAfter = append(detachedAfter, c)
 			}
 			continue
 		}
 		promotes = append(promotes, c)
 	}
+	assert.Contains(t, detachedAfter, "detach orders-2",
+		"the standby's WAL receiver starts again once the new primary is labelled (it may wait for its connect timeout otherwise)")
 	assert.Equal(t, []string{"promote orders-1 failover"}, promotes, "promoted other than once, with Failover")
 	assert.Subset(t, detachedFirst, []string{"detach orders-1", "detach orders-2"},
 		"the standbys were not cut off the lost primary before the promotion")

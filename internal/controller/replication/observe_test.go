@@ -127,3 +127,26 @@ func TestStaleLeaseIsEvidenceOfLoss(t *testing.T) {
 		assert.Equal(t, []string{"orders-0"}, f.labelled(dbv1.RolePrimary))
 	})
 }
+
+// TestLostPrimaryIsAskedBriefly (issue 28, item 6): once a frozen primary
+// (its agent's status call hangs) is found lost, the steps of its
+// failover no longer wait statusTimeout for it each: every step waited
+// 2 s for a frozen primary, which a frozen primary's loss→write paid
+// three times over.
+func TestLostPrimaryIsAskedBriefly(t *testing.T) {
+	f, s := converged(t, 3)
+	h := hooked(f.agents)
+	s.agents = h
+	clock := clocked(s)
+	f.primaryLease("orders-0", clock.Add(-time.Minute))
+	h.setDelay("orders-0", time.Minute)
+	f.step(s)
+	*clock = clock.Add(agent.LeaseDuration + time.Second)
+	f.step(s)
+	require.NotNil(t, f.get().Status.Replication.PrimaryLostSince, f.condition().Message)
+	start := time.Now()
+	f.step(s)
+	took := time.Since(start)
+	assert.Less(t, took, statusTimeout/2, "a step of the failover of a lost, frozen primary waited %s for it", took)
+	assert.GreaterOrEqual(t, took, lostStatusTimeout, "the lost primary is still asked (it may have come back)")
+}
