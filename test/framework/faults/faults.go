@@ -29,10 +29,22 @@ const EngineContainer = "engine"
 // Injector injects faults into the pods the client reads.
 type Injector struct {
 	client client.Client
+	// container is the name of the pods' container whose processes the
+	// signals and Freeze act on.
+	container string
 }
 
-// New returns an Injector that reads pods, claims and volumes through c.
-func New(c client.Client) *Injector { return &Injector{client: c} }
+// New returns an Injector that reads pods, claims and volumes through c
+// and acts on the pods' EngineContainer.
+func New(c client.Client) *Injector { return &Injector{client: c, container: EngineContainer} }
+
+// ForContainer returns an Injector like i that acts on the pods'
+// container named name instead of EngineContainer: another operator's
+// database pods, whose PID 1 and its postgres child run in a container
+// of another name (CloudNativePG's "postgres").
+func (i *Injector) ForContainer(name string) *Injector {
+	return &Injector{client: i.client, container: name}
+}
 
 // pod reads a pod as it is now.
 func (i *Injector) pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
@@ -43,18 +55,18 @@ func (i *Injector) pod(ctx context.Context, namespace, name string) (*corev1.Pod
 	return pod, nil
 }
 
-// engineContainerID is the running engine container's ID (without the
-// runtime's "containerd://" prefix).
-func engineContainerID(pod *corev1.Pod) (string, error) {
+// containerID is the ID of the pod's running container name (without
+// the runtime's "containerd://" prefix).
+func containerID(pod *corev1.Pod, name string) (string, error) {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != EngineContainer {
+		if cs.Name != name {
 			continue
 		}
 		if cs.State.Running == nil || cs.ContainerID == "" {
-			return "", fmt.Errorf("the %s container of pod %s/%s is not running", EngineContainer, pod.Namespace, pod.Name)
+			return "", fmt.Errorf("the %s container of pod %s/%s is not running", name, pod.Namespace, pod.Name)
 		}
 		_, id, _ := strings.Cut(cs.ContainerID, "://")
 		return id, nil
 	}
-	return "", fmt.Errorf("pod %s/%s has no %s container status", pod.Namespace, pod.Name, EngineContainer)
+	return "", fmt.Errorf("pod %s/%s has no %s container status", pod.Namespace, pod.Name, name)
 }

@@ -26,14 +26,15 @@ type Container struct {
 	WALReceiver int
 }
 
-// Processes finds the processes of a pod's running engine container: those
-// whose cgroup names both the pod's UID and the container's ID.
+// Processes finds the processes of a pod's running engine container (or
+// the container ForContainer names): those whose cgroup names both the
+// pod's UID and the container's ID.
 func (i *Injector) Processes(ctx context.Context, namespace, name string) (*Container, error) {
 	pod, err := i.pod(ctx, namespace, name)
 	if err != nil {
 		return nil, err
 	}
-	id, err := engineContainerID(pod)
+	id, err := containerID(pod, i.container)
 	if err != nil {
 		return nil, err
 	}
