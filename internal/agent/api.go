@@ -247,11 +247,14 @@ type PromoteRequest struct {
 // monotonic clock, and takes it with a resourceVersion-conditional update.
 // Every agent reads the lease every LeaseRetryPeriod, standbys too, so a
 // taker's clock starts long before it is asked to promote. Rule:
-// LeaseDuration > LeaseRenewDeadline > LeaseRetryPeriod (here 15 > 10 > 2).
+// LeaseDuration > LeaseRenewDeadline > LeaseRetryPeriod (here 6 > 4 > 1): a
+// frozen or partitioned primary is replaced about LeaseDuration after its
+// last renew (issue 28), and an API server that does not answer for
+// LeaseRenewDeadline does not stop a primary its peers confirm (failsafe).
 const (
-	LeaseDuration      = 15 * time.Second
-	LeaseRenewDeadline = 10 * time.Second
-	LeaseRetryPeriod   = 2 * time.Second
+	LeaseDuration      = 6 * time.Second
+	LeaseRenewDeadline = 4 * time.Second
+	LeaseRetryPeriod   = time.Second
 )
 
 // The agent's environment for the lease, set by the StatefulSet; the pod's

@@ -84,7 +84,7 @@ func TestKeeperTakesOverOnlyAfterLeaseDuration(t *testing.T) {
 	assert.True(t, v.May, v.Reason)
 	l := f.get(t)
 	assert.Equal(t, "db-1", *l.Spec.HolderIdentity)
-	assert.EqualValues(t, 15, *l.Spec.LeaseDurationSeconds)
+	assert.EqualValues(t, LeaseDuration/time.Second, *l.Spec.LeaseDurationSeconds)
 	assert.EqualValues(t, 4, *l.Spec.LeaseTransitions)
 	assert.NotNil(t, l.Spec.AcquireTime)
 	assert.True(t, f.holds())
@@ -102,7 +102,7 @@ func TestKeeperConflictIsAFailedRenew(t *testing.T) {
 	f.cs.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "db-primary", nil)
 	})
-	for i := 0; i < 5; i++ {
+	for range LeaseRenewDeadline / LeaseRetryPeriod {
 		f.advance(LeaseRetryPeriod)
 		f.renew(ctx)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -57,10 +58,10 @@ func TestMayTake(t *testing.T) {
 		}(), 0, false, LeaseDuration},
 		{"released", seen("", 0, at(0)), 0, true, 0},
 		{"another's, just seen", seen("db-0", 0, at(0)), 0, false, LeaseDuration},
-		{"another's, unchanged 14.9s", seen("db-0", 0, at(0)), 14900 * time.Millisecond, false, 100 * time.Millisecond},
-		{"another's, unchanged 15s", seen("db-0", 0, at(0)), LeaseDuration, true, 0},
-		{"another's with a renewTime long past, just seen", seen("db-0", 0, t0.Add(-time.Hour)), time.Second, false, 14 * time.Second},
-		{"another's with a renewTime in the future, unchanged 15s", seen("db-0", 0, t0.Add(time.Hour)), LeaseDuration, true, 0},
+		{"another's, unchanged LeaseDuration-100ms", seen("db-0", 0, at(0)), LeaseDuration - 100*time.Millisecond, false, 100 * time.Millisecond},
+		{"another's, unchanged LeaseDuration", seen("db-0", 0, at(0)), LeaseDuration, true, 0},
+		{"another's with a renewTime long past, just seen", seen("db-0", 0, t0.Add(-time.Hour)), time.Second, false, LeaseDuration - time.Second},
+		{"another's with a renewTime in the future, unchanged LeaseDuration", seen("db-0", 0, t0.Add(time.Hour)), LeaseDuration, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := mayTake("db-1", tc.obs, failsafeGrant{}, at(tc.now))
@@ -155,7 +156,7 @@ func TestDecideStart(t *testing.T) {
 		{"another's, renewed while watching", false, seen("db-1", 0, 2*time.Second), 3 * time.Second, startRejoin},
 		{"released by itself (its own pod deletion)", false, released("db-0"), 0, startTake},
 		{"held by the previous pod of its name (force-deleted): its server may still run", false, prevSelf(0, 0), 3 * time.Second, startWait},
-		{"held by the previous pod of its name, renewed while watching", false, prevSelf(0, 2*time.Second), 10 * time.Second, startWait},
+		{"held by the previous pod of its name, renewed while watching", false, prevSelf(0, 2*time.Second), 2*time.Second + LeaseDuration - time.Millisecond, startWait},
 		{"held by the previous pod of its name, silent for LeaseDuration: it is dead or fenced", false, prevSelf(0, 0), LeaseDuration, startTake},
 		{"released by the primary after it: that one's data is newer", false, released("db-1"), time.Hour, startWait},
 		{"another's, unchanged for LeaseDuration: a failover is the operator's", false, seen("db-1", 0, 0), LeaseDuration, startWait},
@@ -252,6 +253,8 @@ func TestMayTakeRefusesDuringAFailsafeConfirmation(t *testing.T) {
 // A holder fences when neither its last renew nor the last round in
 // which every other member confirmed it began within the renew deadline.
 func TestShouldFenceAt(t *testing.T) {
+	rd := LeaseRenewDeadline
+	require.GreaterOrEqual(t, rd, 3*time.Second, "the rows below need a deadline of 3 s at least")
 	for _, tc := range []struct {
 		name                     string
 		lastRenew, lastConfirmed time.Duration
@@ -259,13 +262,13 @@ func TestShouldFenceAt(t *testing.T) {
 		now                      time.Duration
 		fence, failsafe          bool
 	}{
-		{"renewed 10s ago, never confirmed", 0, 0, true, LeaseRenewDeadline, false, false},
-		{"renewed 10.001s ago, never confirmed", 0, 0, true, LeaseRenewDeadline + time.Millisecond, true, false},
-		{"renewed 30s ago, confirmed 10s ago", 0, 20 * time.Second, false, 30 * time.Second, false, true},
-		{"renewed 30s ago, confirmed 10.001s ago", 0, 20 * time.Second, false, 30*time.Second + time.Millisecond, true, false},
-		{"renewed 5s ago, confirmed 1s ago", 0, 4 * time.Second, false, 5 * time.Second, false, false},
-		{"renewed 11s ago, confirmed before that renew", 2 * time.Second, time.Second, false, 13 * time.Second, true, false},
-		{"renewed 11s ago, confirmed 9s ago", 0, 2 * time.Second, false, 11 * time.Second, false, true},
+		{"renewed the deadline ago, never confirmed", 0, 0, true, rd, false, false},
+		{"renewed the deadline+1ms ago, never confirmed", 0, 0, true, rd + time.Millisecond, true, false},
+		{"renewed 30s ago, confirmed the deadline ago", 0, 30*time.Second - rd, false, 30 * time.Second, false, true},
+		{"renewed 30s ago, confirmed the deadline+1ms ago", 0, 30*time.Second - rd, false, 30*time.Second + time.Millisecond, true, false},
+		{"renewed just under the deadline ago, confirmed 1s ago", 0, rd - 2*time.Second, false, rd - time.Second, false, false},
+		{"renewed the deadline+1s ago, confirmed before that renew", 2 * time.Second, time.Second, false, rd + 3*time.Second, true, false},
+		{"renewed the deadline+1s ago, confirmed the deadline-1s ago", 0, 2 * time.Second, false, rd + time.Second, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			confirmed := at(tc.lastConfirmed)

@@ -190,7 +190,7 @@ func agentEnv(db *dbv1.Database, tls ServerTLS) []corev1.EnvVar {
 // The readiness probe's pace: a frozen agent (or one whose server stopped
 // taking connections) makes the pod NotReady within about
 // readinessPeriod*readinessFailures + readinessTimeout = 5 s, so the
-// Services and the replication controller see it long before the primary
+// Services and the replication controller see it by the time the primary
 // lease could be taken over (agent.LeaseDuration).
 const (
 	readinessPeriod   = 2

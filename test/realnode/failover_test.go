@@ -40,7 +40,7 @@ import (
 // replication (and, without it, as many lost as status reports).
 const (
 	// haFailoverDelay is spec.highAvailability.failoverDelay of the tests.
-	haFailoverDelay = 5 * time.Second
+	haFailoverDelay = 0
 	// haInstances is spec.replicas of the tests.
 	haInstances = 3
 	// freezeFor is how long a frozen primary stays frozen: longer than

@@ -19,9 +19,9 @@ import (
 // once the old primary was demoted (a healthy target replays the demoted
 // primary's last WAL within a second or two), and a failover's wait for a
 // target that is gone (its agent takes the lease within LeaseDuration +
-// 2 × LeaseRetryPeriod, 19 s, of the promote). Twice the lease's duration
-// is more than either takes when the target is there.
-const transitionTimeout = 2 * agent.LeaseDuration
+// 2 × LeaseRetryPeriod, 8 s, of the promote). 20 s is more than either
+// takes when the target is there, on a loaded node too.
+const transitionTimeout = 20 * time.Second
 
 // position is a standby's WAL position for ranking: the received one,
 // else (a standby that restarted has received nothing since, yet replayed

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
 )
 
 // demotedFor runs a switchover from orders-0 to target up to the demote:
@@ -39,7 +38,7 @@ func TestSwitchoverTargetNeverComesBack(t *testing.T) {
 		assert.Empty(t, f.labelled(dbv1.RolePrimary))
 		assert.Equal(t, dbv1.ReasonSwitchingOver, f.condition().Reason, f.condition().Message)
 
-		*clock = clock.Add(2*agent.LeaseDuration + time.Second)
+		*clock = clock.Add(transitionTimeout + time.Second)
 		f.run(s, 4)
 		st := f.get().Status.Replication
 		assert.Equal(t, "orders-0", st.CurrentPrimary)
@@ -56,7 +55,7 @@ func TestSwitchoverTargetNeverComesBack(t *testing.T) {
 		f.lose("orders-1")
 		f.lose("orders-0")
 		f.run(s, 2)
-		*clock = clock.Add(2*agent.LeaseDuration + time.Second)
+		*clock = clock.Add(transitionTimeout + time.Second)
 		f.run(s, 4)
 		st := f.get().Status.Replication
 		assert.Equal(t, "orders-2", st.CurrentPrimary)
@@ -84,7 +83,7 @@ func TestFailoverTargetReplaced(t *testing.T) {
 	assert.Contains(t, f.condition().Message, "waiting for orders-1")
 	f.eventsText()
 
-	*clock = clock.Add(2*agent.LeaseDuration + time.Second)
+	*clock = clock.Add(transitionTimeout + time.Second)
 	f.run(s, 4)
 	st = f.get().Status.Replication
 	assert.Equal(t, "orders-2", st.CurrentPrimary, "the failover still waits for its lost target: %s", f.condition().Message)
