@@ -163,10 +163,6 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding ready check: %w", err)
 	}
-	instances := o.Instances
-	if instances == nil {
-		instances = instance.Pods{Pods: mgr.GetClient(), Secrets: mgr.GetAPIReader()}
-	}
 	secrets, err := cache.New(cfg, SecretMetadataCacheOptions(mgr, o.WatchNamespaces))
 	if err != nil {
 		return nil, fmt.Errorf("creating the Secret metadata cache: %w", err)
@@ -174,8 +170,13 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.Add(secrets); err != nil {
 		return nil, fmt.Errorf("adding the Secret metadata cache: %w", err)
 	}
+	secretData := instance.NewSecretReader(mgr.GetAPIReader(), secrets)
+	instances := o.Instances
+	if instances == nil {
+		instances = instance.Pods{Pods: mgr.GetClient(), Secrets: secretData}
+	}
 	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines,
-		Instances: instances, Agents: o.Agents, SecretMetadata: secrets,
+		Instances: instances, Agents: o.Agents, SecretMetadata: secrets, Secrets: secretData,
 		TLSCertDuration: o.TLSCertDuration, SkipTLSServerProbe: o.SkipTLSServerProbe, AgentImage: o.AgentImage}); err != nil {
 		return nil, err
 	}

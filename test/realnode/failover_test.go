@@ -40,7 +40,7 @@ import (
 // replication (and, without it, as many lost as status reports).
 const (
 	// haFailoverDelay is spec.highAvailability.failoverDelay of the tests.
-	haFailoverDelay = 0
+	haFailoverDelay time.Duration = 0
 	// haInstances is spec.replicas of the tests.
 	haInstances = 3
 	// freezeFor is how long a frozen primary stays frozen: longer than
@@ -275,6 +275,9 @@ func TestFailoverSynchronous(t *testing.T) {
 			h.run(kind, i+1)
 		}
 	}
+	for i := range runsOf("switchover-target-dies", 1) {
+		h.switchoverTargetDies(i + 1)
+	}
 	for i := range runsOf("volume-full", 2) {
 		h.volumeFull(i + 1)
 	}
@@ -300,6 +303,9 @@ func TestFailoverAsynchronous(t *testing.T) {
 		for i := range runsOf(kind.name, 2) {
 			h.run(kind, i+1)
 		}
+	}
+	for i := range runsOf("failover-target-disappears", 1) {
+		h.failoverTargetDisappears(i + 1)
 	}
 	h.operatorKilledMidFailover(runsOf("operator-killed", 3))
 	h.summary()

@@ -70,6 +70,9 @@ type member struct {
 	// confirms names the primary whose failsafe this member confirmed
 	// (agent.LeaseStatus.ConfirmedFailsafeOf).
 	confirms string
+	// leaseUnchanged is how long the member reports the lease unchanged
+	// (SetLeaseUnchanged).
+	leaseUnchanged time.Duration
 	// slowPromote: a switchover's promote outlasts its call
 	// (SetSlowPromote); slowPromoting: such a promotion goes on until
 	// CompletePromotion.
@@ -123,7 +126,8 @@ func (c *cluster) status(pod string) agent.Status {
 	}
 	s := agent.Status{Pod: pod, State: agent.StateRunning, Role: m.role, SystemID: c.systemID, Timeline: m.timeline, Ready: true,
 		VolumeFull: m.volumeFull, LastRewind: m.lastRewind,
-		Lease: &agent.LeaseStatus{Holder: c.holder, Held: c.holder == pod && m.renews(), ConfirmedFailsafeOf: m.confirms}}
+		Lease: &agent.LeaseStatus{Holder: c.holder, Held: c.holder == pod && m.renews(), ConfirmedFailsafeOf: m.confirms,
+			UnchangedFor: metav1.Duration{Duration: m.leaseUnchanged}}}
 	if m.volumeFull {
 		s.VolumeAvailableBytes = 1 << 20
 	}
@@ -420,6 +424,12 @@ func (a *Agents) Roles(db *dbv1.Database) map[string]agent.Role {
 // itself (its server stopped: it lost the lease), or not.
 func (a *Agents) SetFenced(db *dbv1.Database, pod string, fenced bool) {
 	a.with(db, pod, func(m *member) { m.fenced = fenced })
+}
+
+// SetLeaseUnchanged makes pod's agent report the lease unchanged for d
+// on its clock.
+func (a *Agents) SetLeaseUnchanged(db *dbv1.Database, pod string, d time.Duration) {
+	a.with(db, pod, func(m *member) { m.leaseUnchanged = d })
 }
 
 // SetConfirmsFailsafe makes the agent of the standby pod report that it

@@ -68,7 +68,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	s.agentImage = o.AgentImage
 	s.reader = mgr.GetAPIReader()
 	if s.agents == nil {
-		s.agents = instance.PodAgents{Secrets: mgr.GetAPIReader()}
+		s.agents = instance.PodAgents{Secrets: o.SecretReader(mgr)}
 	}
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).

@@ -57,6 +57,10 @@ type Options struct {
 	// watched namespaces, labelled or not (manager.SecretMetadataCacheOptions),
 	// for the watch of the users' Secrets; nil where no such watch runs.
 	SecretMetadata cache.Cache
+	// Secrets reads Secret data for the agents' token, the CA and the
+	// superuser's password (instance.SecretReader: from the API server,
+	// again only once a Secret changed); nil: the manager's API reader.
+	Secrets client.Reader
 	// TLSCertDuration is the lifetime of the server certificates the tls
 	// controller issues (renewed at two thirds of it); zero is 90 days.
 	TLSCertDuration time.Duration
@@ -217,4 +221,12 @@ func ForDatabase() builder.ForOption { return builder.WithPredicates(DatabaseCha
 // ControllerOptions are the controller-runtime options of every controller.
 func ControllerOptions(o Options) controller.Options {
 	return controller.Options{MaxConcurrentReconciles: max(o.MaxConcurrentReconciles, 1)}
+}
+
+// SecretReader is o.Secrets, or mgr's API reader without it.
+func (o Options) SecretReader(mgr ctrl.Manager) client.Reader {
+	if o.Secrets != nil {
+		return o.Secrets
+	}
+	return mgr.GetAPIReader()
 }

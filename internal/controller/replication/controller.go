@@ -161,7 +161,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
 	agents := o.Agents
 	if agents == nil {
-		agents = instance.PodAgents{Secrets: mgr.GetAPIReader()}
+		agents = instance.PodAgents{Secrets: o.SecretReader(mgr)}
 	}
 	s := &syncer{client: mgr.GetClient(), reader: mgr.GetAPIReader(), writer: w, agents: agents, instances: o.Instances, now: time.Now}
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
@@ -231,6 +231,9 @@ type syncer struct {
 	// answer and when it came (lost on restart): what a primary that
 	// stopped answering last said (a full volume refuses a failover).
 	answers sync.Map
+	// silent holds the Database UID and pod name of each agent whose
+	// last status call failed.
+	silent sync.Map
 	// leases maps each Database to the primary Lease's record as last
 	// read, while its primary's agent does not answer, and since when.
 	leases sync.Map
@@ -260,6 +263,10 @@ type waitMark struct {
 
 // Sync implements facet.Syncer.
 func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
+	db, err := s.fresh(ctx, db)
+	if err != nil {
+		return facet.Outcome{}, err
+	}
 	in, pods, err := s.observe(ctx, db)
 	if err != nil {
 		return facet.Outcome{}, err
@@ -267,10 +274,11 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	plan := Decide(in)
 	if plan.Action.Kind == ActDetach {
 		// The target is chosen from what the standbys report once they
-		// no longer receive from the lost primary.
+		// no longer receive from the lost primary (found lost just now:
+		// asked briefly).
 		detached := s.detach(ctx, db, pods, plan.Action.Pods)
 		log.FromContext(ctx).Info("Detached the standbys before choosing the failover target", "pods", plan.Action.Pods, "detached", len(detached), "why", plan.Action.Why)
-		if in, pods, err = s.observe(ctx, db); err != nil {
+		if in, pods, err = s.observe(ctx, db, plan.CurrentPrimary); err != nil {
 			return facet.Outcome{}, err
 		}
 		in.Detached = detached
@@ -425,7 +433,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 // observe reads the pods and the StatefulSet and asks every pod's agent,
 // all at once, each within statusTimeout; while the current primary's
 // agent does not answer it also reads the primary Lease.
-func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[string]*corev1.Pod, error) {
+func (s *syncer) observe(ctx context.Context, db *dbv1.Database, lostNow ...string) (Input, map[string]*corev1.Pod, error) {
 	list := &corev1.PodList{}
 	if err := s.client.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingLabels(resources.PodSelectorLabels(db))); err != nil {
 		return Input{}, nil, fmt.Errorf("listing the pods: %w", err)
@@ -448,11 +456,21 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[str
 		}
 	}
 	in.Instances = make([]Instance, count)
-	// a primary already found lost (or being failed over) is asked
-	// within lostStatusTimeout: each step of its failover waits for it
-	lostPrimary := ""
-	if r := db.Status.Replication; r != nil && (r.PrimaryLostSince != nil || failingOver(r)) {
-		lostPrimary = r.CurrentPrimary
+	// a primary already found lost (or being failed over), and a former
+	// one whose agent did not answer last time, are asked within
+	// lostStatusTimeout: each step of a failover, and of what follows it,
+	// waits for them
+	brief := map[string]bool{}
+	for _, name := range lostNow {
+		brief[name] = true
+	}
+	if r := db.Status.Replication; r != nil {
+		if r.PrimaryLostSince != nil || failingOver(r) {
+			brief[r.CurrentPrimary] = true
+		}
+		if f := r.LastFailover; f != nil && f.From != r.CurrentPrimary && s.wasSilent(db, f.From) {
+			brief[f.From] = true
+		}
 	}
 	var wg sync.WaitGroup
 	for ord := range count {
@@ -473,7 +491,7 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database) (Input, map[str
 		case pod.Status.PodIP != "" && !inst.Terminating:
 			wg.Add(1)
 			timeout := statusTimeout
-			if name == lostPrimary {
+			if brief[name] {
 				timeout = lostStatusTimeout
 			}
 			go func() {
@@ -513,13 +531,42 @@ func (s *syncer) ask(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, in
 	if err != nil {
 		inst.Err = err.Error()
 		inst.TimedOut = cctx.Err() == context.DeadlineExceeded
+		s.silent.Store(key, true)
 		if v, ok := s.answers.Load(key); ok {
 			inst.LastAnswer, inst.LastAnswerAt = v.(answer).status, v.(answer).at
 		}
 		return
 	}
 	inst.Agent = &st
+	s.silent.Delete(key)
 	s.answers.Store(key, answer{status: &st, at: s.now()})
+}
+
+// wasSilent says the last status call to pod's agent failed.
+func (s *syncer) wasSilent(db *dbv1.Database, pod string) bool {
+	_, ok := s.silent.Load(string(db.UID) + "/" + pod)
+	return ok
+}
+
+// fresh is db as the API server has it while a switchover or failover
+// runs or has just ended here (the manager's cache may not have this
+// controller's last status write yet: a failover was started twice,
+// seconds apart, from a Database read 200 ms after the first start), and
+// db itself otherwise.
+func (s *syncer) fresh(ctx context.Context, db *dbv1.Database) (*dbv1.Database, error) {
+	_, running := s.started.Load(db.UID)
+	settled, ok := s.settled.Load(db.UID)
+	if !running && (!ok || s.now().Sub(settled.(time.Time)) >= fastAftermath) {
+		return db, nil
+	}
+	live := &dbv1.Database{}
+	if err := s.reader.Get(ctx, client.ObjectKeyFromObject(db), live); err != nil {
+		return nil, fmt.Errorf("reading Database %s: %w", db.Name, err)
+	}
+	if live.UID != db.UID {
+		return db, nil
+	}
+	return live, nil
 }
 
 // switchoverWait is when this manager first saw db's running switchover

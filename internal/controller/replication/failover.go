@@ -46,8 +46,12 @@ func lost(inst *Instance, lease *LeaseView, confirmedBy string) (bool, string) {
 		if lease.Holder != "" {
 			holder = lease.Holder
 		}
-		return true, fmt.Sprintf("its agent does not answer (%s) and the primary lease, held by %s, has not changed for %s (its duration is %s)",
-			conditions.Quote(orNone(inst.Err), 120), holder, lease.UnchangedFor.Round(time.Second), agent.LeaseDuration)
+		seen := ""
+		if lease.SeenBy != "" {
+			seen = " as " + lease.SeenBy + " sees it"
+		}
+		return true, fmt.Sprintf("its agent does not answer (%s) and the primary lease, held by %s, has not changed for %s%s (its duration is %s)",
+			conditions.Quote(orNone(inst.Err), 120), holder, lease.UnchangedFor.Round(time.Second), seen, agent.LeaseDuration)
 	case inst.PodReady && inst.Agent == nil:
 		return false, "status unreadable, pod Ready: no failover (" + conditions.Quote(inst.Err, 120) + ")"
 	case inst.PodReady:
@@ -167,7 +171,7 @@ func decideLost(p *Plan, in Input, byName map[string]*Instance, prim *Instance, 
 		st = *db.Status.Replication
 	}
 	p.Changing = true
-	isLost, why := lost(prim, in.PrimaryLease, failsafeConfirmer(byName, p.CurrentPrimary))
+	isLost, why := lost(prim, leaseEvidence(in.PrimaryLease, byName, p.CurrentPrimary), failsafeConfirmer(byName, p.CurrentPrimary))
 	other := ""
 	if len(primaries) == 1 && primaries[0] != p.CurrentPrimary {
 		other = fmt.Sprintf("; %s reports being a primary and is not selected", primaries[0])

@@ -186,3 +186,26 @@ func TestNoFailover(t *testing.T) {
 		assert.Equal(t, map[string]agent.Role{"orders-0": agent.RolePrimary, "orders-1": agent.RoleReplica}, f.agents.Roles(f.db))
 	})
 }
+
+// TestFailoverNotStartedTwiceFromAStaleRead (issue 28): the reconcile
+// after a failover's start may read the Database from a cache that lacks
+// that start; the controller reads it from the API server while a
+// transition runs, so the failover is not started again (it was, seconds
+// later, on the real node: a second detach, a second start, a second
+// status write of lastFailover).
+func TestFailoverNotStartedTwiceFromAStaleRead(t *testing.T) {
+	f, s := converged(t, 3)
+	clock := clocked(s)
+	f.lose("orders-0")
+	f.step(s)
+	stale := f.get() // the primary lost, no failover yet
+	*clock = clock.Add(11 * time.Second)
+	f.step(s) // StartFailover
+	started := f.get().Status.Replication.LastFailover
+	require.NotNil(t, started)
+	f.eventsText()
+	_, err := s.Sync(context.Background(), stale)
+	require.NoError(t, err)
+	assert.NotContains(t, f.eventsText(), ReasonFailoverStarted, "the failover was started again from a stale read")
+	assert.Equal(t, started.StartedAt, f.get().Status.Replication.LastFailover.StartedAt)
+}

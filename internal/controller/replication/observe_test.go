@@ -87,6 +87,23 @@ func TestStaleLeaseIsEvidenceOfLoss(t *testing.T) {
 		f.run(s, 4)
 		assert.NotEqual(t, "orders-0", f.get().Status.Replication.CurrentPrimary, f.condition().Message)
 	})
+	t.Run("agent silent, a standby saw the Lease unchanged for LeaseDuration: lost at once", func(t *testing.T) {
+		// every agent reads the Lease each second: a standby's clock
+		// started at the last renew, this manager's only at its first
+		// poll without an answer (a frozen primary was lost seconds
+		// later than it had to be)
+		f, s := converged(t, 3)
+		clocked(s)
+		f.primaryLease("orders-0", time.Now())
+		f.agents.SetUnreachable(f.db, "orders-0", true)
+		f.agents.SetLeaseUnchanged(f.db, "orders-2", agent.LeaseDuration-time.Second)
+		f.step(s)
+		assert.Nil(t, f.get().Status.Replication.PrimaryLostSince, "lost before a standby saw the Lease silent for LeaseDuration")
+		f.agents.SetLeaseUnchanged(f.db, "orders-2", agent.LeaseDuration)
+		f.step(s)
+		require.NotNil(t, f.get().Status.Replication.PrimaryLostSince, "a standby saw the Lease silent for LeaseDuration: %s", f.condition().Message)
+		assert.Contains(t, f.condition().Message, "as orders-2 sees it")
+	})
 	t.Run("agent silent, Lease renewed: not lost", func(t *testing.T) {
 		f, s := converged(t, 3)
 		clock := clocked(s)

@@ -21,6 +21,34 @@ import (
 type LeaseView struct {
 	Holder       string
 	UnchangedFor time.Duration
+	// SeenBy names the standby whose agent saw it so, "" for this
+	// manager.
+	SeenBy string
+}
+
+// leaseEvidence is the longest silence of the primary Lease held by
+// primary, as this manager watched it (mine, nil when not read) or as a
+// standby's agent reports it on its own clock (every agent reads the
+// Lease every second, standbys too): the standbys' clocks started at the
+// last renew, this manager's only at its first poll without an answer,
+// seconds later. Each is a duration on one clock, never a comparison of
+// two, so the Lease rule holds for each.
+func leaseEvidence(mine *LeaseView, byName map[string]*Instance, primary string) *LeaseView {
+	best := mine
+	for name, inst := range byName {
+		if name == primary || inst.Agent == nil || inst.Agent.Lease == nil {
+			continue
+		}
+		l := inst.Agent.Lease
+		if l.Holder != primary || l.Held || l.Error != "" {
+			continue
+		}
+		if best == nil || l.UnchangedFor.Duration > best.UnchangedFor ||
+			(l.UnchangedFor.Duration == best.UnchangedFor && best.SeenBy != "" && name < best.SeenBy) {
+			best = &LeaseView{Holder: primary, UnchangedFor: l.UnchangedFor.Duration, SeenBy: name}
+		}
+	}
+	return best
 }
 
 // leaseMark is the record last seen and since when, on this manager's
