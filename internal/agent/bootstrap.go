@@ -13,7 +13,9 @@ import (
 )
 
 // bootstrap fills an empty data directory as req says; the work goes on
-// after the answer.
+// after the answer. After a failed one the next is refused (409) for
+// recoveryRetryDelay of the failures in a row: a restore that cannot
+// succeed (no backup before its target) is not run again every poll.
 func (a *Agent) bootstrap(req BootstrapRequest) error {
 	if req.Mode != BootstrapInitdb && req.Mode != BootstrapClone && req.Mode != BootstrapRestore {
 		return &opError{code: http.StatusBadRequest, msg: fmt.Sprintf("unknown bootstrap mode %q", req.Mode)}
@@ -22,6 +24,9 @@ func (a *Agent) bootstrap(req BootstrapRequest) error {
 		if err := checkRestore(req); err != nil {
 			return err
 		}
+	}
+	if wait, why := a.bootstrapBackoff(time.Now()); wait > 0 {
+		return conflict("%s; trying again in %s", why, wait.Round(time.Second))
 	}
 	if !a.op.TryLock() {
 		return errBusy
@@ -43,7 +48,7 @@ func (a *Agent) bootstrap(req BootstrapRequest) error {
 		// no lease to wait for: the answer says whether the server started
 		defer a.op.Unlock()
 		if err := a.startServer(StateBootstrapping); err != nil {
-			a.setState(StateWaiting, err.Error())
+			a.bootstrapFailed(err.Error())
 			return err
 		}
 		return nil
@@ -68,7 +73,7 @@ func (a *Agent) bootstrap(req BootstrapRequest) error {
 				err = a.startServer(StateBootstrapping)
 			}
 			if err != nil {
-				a.setState(StateWaiting, string(req.Mode)+": "+err.Error())
+				a.bootstrapFailed(string(req.Mode) + ": " + err.Error())
 			}
 		}()
 		return nil
@@ -139,4 +144,30 @@ func errorLine(out string) string {
 		}
 	}
 	return lines[len(lines)-1]
+}
+
+// bootstrapFailed records a failed bootstrap: the agent waits again, and
+// says why and when it takes the next.
+func (a *Agent) bootstrapFailed(msg string) {
+	a.mu.Lock()
+	a.bootstrapFailures++
+	a.bootstrapFailedAt = time.Now()
+	wait := recoveryRetryDelay(a.bootstrapFailures)
+	a.state, a.message = StateWaiting, fmt.Sprintf("%s (failure %d in a row; the next attempt in %s at the earliest)", msg, a.bootstrapFailures, wait)
+	a.mu.Unlock()
+}
+
+// bootstrapBackoff is how long a bootstrap asked for at now must still
+// wait after the last failed one, and why; 0 when it may run.
+func (a *Agent) bootstrapBackoff(now time.Time) (time.Duration, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.bootstrapFailures == 0 {
+		return 0, ""
+	}
+	wait := a.bootstrapFailedAt.Add(recoveryRetryDelay(a.bootstrapFailures)).Sub(now)
+	if wait <= 0 {
+		return 0, ""
+	}
+	return wait, fmt.Sprintf("the last bootstrap failed %s ago (%s)", now.Sub(a.bootstrapFailedAt).Round(time.Second), a.message)
 }

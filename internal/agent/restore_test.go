@@ -61,3 +61,26 @@ func TestOutputTail(t *testing.T) {
 	assert.True(t, strings.HasPrefix(stdout.String(), "LOG:  line 0\nLOG:  line 1\n"))
 	assert.Equal(t, "FATAL:  the end\n", stderr.String())
 }
+
+// TestFailedBootstrapBacksOff: a bootstrap that failed (a restore with no
+// backup before its target) is not taken again at the operator's next
+// poll, every 2 s: the next is refused (409, saying why and when) for
+// recoveryRetryDelay of the failures in a row (in make demo's first run, a
+// restore was run again every 2 s against the object store).
+func TestFailedBootstrapBacksOff(t *testing.T) {
+	a := &Agent{cfg: Config{PGData: t.TempDir()}}
+	a.bootstrapFailed("restore: pgbackrest restore: ERROR: [075]: unable to find backup set with stop time less than '2026-12-06 10:35:21+00'")
+	assert.Contains(t, a.message, "failure 1 in a row; the next attempt in 10s")
+	err := a.bootstrap(BootstrapRequest{Mode: BootstrapInitdb})
+	var oe *opError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, 409, oe.code)
+	assert.Contains(t, oe.msg, "unable to find backup set")
+	assert.Contains(t, oe.msg, "trying again in 10s")
+
+	wait, _ := a.bootstrapBackoff(time.Now().Add(recoveryRetryDelay(1)))
+	assert.Zero(t, wait, "refused after its delay")
+	a.bootstrapFailed("restore: again")
+	wait, _ = a.bootstrapBackoff(time.Now())
+	assert.InDelta(t, float64(recoveryRetryDelay(2)), float64(wait), float64(time.Second), "the delay doubles")
+}

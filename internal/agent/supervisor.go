@@ -58,6 +58,11 @@ type Agent struct {
 	// rewindFailures (under op) counts the rejoins in a row whose
 	// pg_rewind failed (rewindFailed).
 	rewindFailures int
+	// bootstrapFailures (under mu) counts the bootstraps in a row that
+	// failed, the last at bootstrapFailedAt: the next waits
+	// recoveryRetryDelay(bootstrapFailures) after it (bootstrapBackoff).
+	bootstrapFailures int
+	bootstrapFailedAt time.Time
 }
 
 // server is one run of the image's command.
