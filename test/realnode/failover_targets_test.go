@@ -4,7 +4,6 @@ package realnode
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -98,13 +97,8 @@ func (h *ha) failoverTargetDisappears(i int) {
 	ctx := context.Background()
 	old := h.converged()
 	lastBefore := dbtest.Get(t, k8s, h.db).Status.Replication.LastFailover
-	h.runs++
-	fence, err := dbtest.StartWriterWithTimeout(ctx, podTarget(t, h.db, old), fmt.Sprintf("fence_%d", h.runs), writeTimeout)
-	require.NoError(t, err)
+	fence := h.startFence(old)
 	defer fence.Stop()
-	acks, fenceAcks := h.w.AckCount(), fence.AckCount()
-	require.Eventually(t, func() bool { return h.w.AckCount() > acks+20 && fence.AckCount() > fenceAcks+20 },
-		timeout, 20*time.Millisecond, "both writers write before the fault")
 	uncut := map[string]func() error{}
 	for _, s := range h.standbysOf(old) {
 		_, undo, err := h.inj.CutFromAPIServer(ctx, getPod(t, h.db, s).Status.PodIP)

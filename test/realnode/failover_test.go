@@ -315,18 +315,10 @@ func TestFailoverAsynchronous(t *testing.T) {
 func (h *ha) run(kind faultKind, i int) {
 	t := h.t
 	t.Helper()
-	h.runs++
 	old := h.converged()
 	lastBefore := dbtest.Get(t, k8s, h.db).Status.Replication.LastFailover
-	// a second writer straight to the primary's pod, past the Service:
-	// what the old primary itself still takes
-	fence, err := dbtest.StartWriterWithTimeout(context.Background(), podTarget(t, h.db, old),
-		fmt.Sprintf("fence_%d", h.runs), writeTimeout)
-	require.NoError(t, err)
+	fence := h.startFence(old)
 	defer fence.Stop()
-	acks, fenceAcks := h.w.AckCount(), fence.AckCount()
-	require.Eventually(t, func() bool { return h.w.AckCount() > acks+20 && fence.AckCount() > fenceAcks+20 },
-		timeout, 20*time.Millisecond, "both writers write before the fault")
 
 	at := time.Now()
 	h.faultAt = at
@@ -424,6 +416,22 @@ func (h *ha) run(kind faultKind, i int) {
 	}
 	h.assertOnlyPrimaryWrites(primary)
 	h.assertAcknowledged(fence, failedOver && primary != old)
+}
+
+// startFence starts a second writer straight to the primary's pod, past
+// the Service (what the old primary itself still takes), and returns once
+// both writers wrote.
+func (h *ha) startFence(primary string) *dbtest.Writer {
+	t := h.t
+	t.Helper()
+	h.runs++
+	fence, err := dbtest.StartWriterWithTimeout(context.Background(), podTarget(t, h.db, primary),
+		fmt.Sprintf("fence_%d", h.runs), writeTimeout)
+	require.NoError(t, err)
+	acks, fenceAcks := h.w.AckCount(), fence.AckCount()
+	require.Eventually(t, func() bool { return h.w.AckCount() > acks+20 && fence.AckCount() > fenceAcks+20 },
+		timeout, 20*time.Millisecond, "both writers write before the fault")
+	return fence
 }
 
 // converged waits until the Database has one primary, labelled and behind
