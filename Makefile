@@ -63,7 +63,7 @@ test: tools ## Run every test: unit, integration on a real kube-apiserver, end-t
 	@# vet with -race: it compiles the dependencies as the tests below do, so a cold build compiles them once
 	go vet -race ./...
 	go vet -race -tags failover ./test/realnode
-	go vet -tags 'failover peer' ./test/realnode
+	go vet -race -tags 'failover peer' ./test/realnode
 	go test -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 	@# the failover fault injection after the rest: its timings are measured on a machine the other suites do not load
 	go test -tags failover -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) -run '^(TestFailover|TestAPIServerOutage)' ./test/realnode
