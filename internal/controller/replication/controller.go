@@ -414,6 +414,12 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		log.FromContext(ctx).Info("Replication step failed, retrying", "action", plan.Action.Kind, "pod", plan.Action.Pod, "error", err.Error())
 		out.Condition.Message += fmt.Sprintf("; %s of %s failed: %s", plan.Action.Kind, plan.Action.Pod, conditions.Quote(err.Error(), 300))
 		out.RequeueAfter = pollChanging
+		if switchingOver(plan) && s.switchoverYoung(db) {
+			// a step of a young switchover or failover refused (its
+			// target promoted meanwhile: "not a running standby"):
+			// looked at again soon, not in a hot loop
+			out.RequeueAfter = pollAftermath
+		}
 	}
 	if v, ok := s.settled.Load(db.UID); ok && err == nil && plan.Changing && s.now().Sub(v.(time.Time)) < fastAftermath {
 		// just after a switchover or failover: the standbys' labels and
@@ -464,12 +470,17 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database, lostNow ...stri
 	for _, name := range lostNow {
 		brief[name] = true
 	}
-	if r := db.Status.Replication; r != nil {
+	if r := db.Status.Replication; r != nil && (r.PrimaryLostSince != nil || failingOver(r) || s.inTransition(db)) {
 		if r.PrimaryLostSince != nil || failingOver(r) {
 			brief[r.CurrentPrimary] = true
 		}
-		if f := r.LastFailover; f != nil && f.From != r.CurrentPrimary && s.wasSilent(db, f.From) {
-			brief[f.From] = true
+		// while a failover or switchover runs or has just ended, an
+		// instance that did not answer last time (a frozen target, the
+		// frozen old primary) would cost every step statusTimeout
+		for ord := range count {
+			if name := resources.InstanceName(db, ord); name != r.CurrentPrimary && s.wasSilent(db, name) {
+				brief[name] = true
+			}
 		}
 	}
 	var wg sync.WaitGroup
@@ -548,15 +559,23 @@ func (s *syncer) wasSilent(db *dbv1.Database, pod string) bool {
 	return ok
 }
 
+// inTransition says a switchover or failover started by this manager
+// runs, or ended less than fastAftermath ago.
+func (s *syncer) inTransition(db *dbv1.Database) bool {
+	if _, running := s.started.Load(db.UID); running {
+		return true
+	}
+	settled, ok := s.settled.Load(db.UID)
+	return ok && s.now().Sub(settled.(time.Time)) < fastAftermath
+}
+
 // fresh is db as the API server has it while a switchover or failover
 // runs or has just ended here (the manager's cache may not have this
 // controller's last status write yet: a failover was started twice,
 // seconds apart, from a Database read 200 ms after the first start), and
 // db itself otherwise.
 func (s *syncer) fresh(ctx context.Context, db *dbv1.Database) (*dbv1.Database, error) {
-	_, running := s.started.Load(db.UID)
-	settled, ok := s.settled.Load(db.UID)
-	if !running && (!ok || s.now().Sub(settled.(time.Time)) >= fastAftermath) {
+	if !s.inTransition(db) {
 		return db, nil
 	}
 	live := &dbv1.Database{}
@@ -992,11 +1011,12 @@ func legacyStatus(pod *corev1.Pod, ready bool) *agent.Status {
 // wal_retrieve_retry_interval): a receiver that was waiting to connect to
 // the read-write Service while no pod had the primary label would wait
 // for its connect timeout first. The old primary and instances that are
-// not standbys refuse, and are left alone.
+// not standbys refuse, and are left alone; one that did not answer its
+// last status call is not asked.
 func (s *syncer) reconnect(ctx context.Context, db *dbv1.Database, pods map[string]*corev1.Pod, primary string) {
 	var names []string
 	for name := range pods {
-		if name != primary {
+		if name != primary && !s.wasSilent(db, name) {
 			names = append(names, name)
 		}
 	}

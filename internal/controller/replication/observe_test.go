@@ -167,3 +167,27 @@ func TestLostPrimaryIsAskedBriefly(t *testing.T) {
 	assert.Less(t, took, statusTimeout/2, "a step of the failover of a lost, frozen primary waited %s for it", took)
 	assert.GreaterOrEqual(t, took, lostStatusTimeout, "the lost primary is still asked (it may have come back)")
 }
+
+// TestSilentTargetIsAskedBriefly (issue 28): a failover's target that
+// stops answering (frozen) is asked within lostStatusTimeout once it was
+// silent: each step of the failover, until another target replaces it,
+// waited statusTimeout for it (the failover of the real-node fault "a
+// failover target disappears" took 34 s instead of about 25).
+func TestSilentTargetIsAskedBriefly(t *testing.T) {
+	f, s := converged(t, 3)
+	h := hooked(f.agents)
+	s.agents = h
+	clock := clocked(s)
+	f.lose("orders-0")
+	f.step(s)
+	*clock = clock.Add(11 * time.Second)
+	f.step(s)
+	target := f.get().Status.Replication.TargetPrimary
+	require.NotEqual(t, "orders-0", target, f.condition().Message)
+	h.setDelay(target, time.Minute)
+	f.step(s) // target silent: statusTimeout
+	start := time.Now()
+	f.step(s)
+	took := time.Since(start)
+	assert.Less(t, took, statusTimeout/2, "a step of the failover waited %s for its silent target", took)
+}
