@@ -326,6 +326,14 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		s.writer.Eventf(db, nil, corev1.EventTypeWarning, reason, "Failover",
 			"Failing over from %s to %s: %s; %s received %s, %s was last seen at %s (%d bytes lacked)",
 			f.From, f.To, f.Reason, f.To, f.PromotedLSN, f.From, orUnknown(f.FromLSN), f.LostBytes)
+		if reason == ReasonSwitchoverFellBack {
+			// the switchover ended, unfinished: its annotation goes with
+			// it, or the target's return would start it again, an
+			// outage nobody asked for then (set it again to retry)
+			if err := s.removeAnnotation(ctx, db, f.From); err != nil {
+				log.FromContext(ctx).Error(err, "Cannot remove the switchover annotation after the fallback")
+			}
+		}
 		out.RequeueAfter = pollSwitchover
 		return out, nil
 	case ActAbortFailover:

@@ -47,6 +47,8 @@ func TestSwitchoverTargetNeverComesBack(t *testing.T) {
 		require.NotNil(t, st.LastFailover)
 		assert.Contains(t, st.LastFailover.Reason, "did not finish")
 		assert.Contains(t, f.eventsText(), ReasonSwitchoverFellBack)
+		assert.NotContains(t, f.get().Annotations, dbv1.AnnotationSwitchoverTo,
+			"the annotation of the switchover that fell back stays: its target's return would start it again")
 	})
 	t.Run("the former primary gone too: the standby left", func(t *testing.T) {
 		f, s := converged(t, 3)
