@@ -68,11 +68,9 @@ func (h *ha) switchoverTargetDies(i int) {
 	require.Eventually(t, func() bool { _, ok := h.w.FirstAckAfter(at); return ok }, targetBound, 50*time.Millisecond,
 		"writes accepted again within %s after the switchover's target %s died", targetBound, target)
 	first, _ := h.w.FirstAckAfter(at)
-	time.Sleep(time.Until(first.Add(time.Second)))
-	stopped, resumed := h.w.Outage(asked)
 	h.measured["switchover-target-dies"] = append(h.measured["switchover-target-dies"], first.Sub(at))
-	t.Logf("MEASURED failover switchover-target-dies run %d: died→write %s (writes unavailable %s from %s after the switchover was asked)", i,
-		first.Sub(at).Round(time.Millisecond), resumed.Sub(stopped).Round(time.Millisecond), stopped.Sub(asked).Round(time.Millisecond))
+	t.Logf("MEASURED failover switchover-target-dies run %d: died→write %s (%s after the switchover was asked)", i,
+		first.Sub(at).Round(time.Millisecond), first.Sub(asked).Round(time.Millisecond))
 	live := dbtest.Get(t, k8s, h.db)
 	assert.Equal(t, old, live.Status.Replication.CurrentPrimary, "the demoted primary, which has every commit, serves again")
 	assert.True(t, h.hasEvent(replication.ReasonSwitchoverFellBack, at.Add(-time.Minute)), "a %s Event", replication.ReasonSwitchoverFellBack)
