@@ -43,6 +43,21 @@ spec:
             cpu: 100m
             memory: 100Mi
 ---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: clusters.postgresql.cnpg.io
+spec:
+  versions:
+  - name: v1
+    schema:
+      openAPIV3Schema:
+        properties:
+          spec:
+            properties:
+              imagePullPolicy:
+                type: string
+---
 `
 
 // TestObjects: the upstream image is replaced wherever named, nothing is
@@ -50,7 +65,12 @@ spec:
 func TestObjects(t *testing.T) {
 	objs, err := Objects([]byte(manifest), "localhost/dbkeeper/cloudnative-pg:x", false)
 	require.NoError(t, err)
-	require.Len(t, objs, 2, "the empty last document is no object")
+	require.Len(t, objs, 3, "the empty last document is no object")
+	versions, _, _ := unstructured.NestedSlice(objs[2].Object, "spec", "versions")
+	schemaProp, _, _ := unstructured.NestedMap(versions[0].(map[string]any),
+		"schema", "openAPIV3Schema", "properties", "spec", "properties", "imagePullPolicy")
+	assert.Equal(t, map[string]any{"type": "string"}, schemaProp,
+		"a CRD's schema property named imagePullPolicy is no container field (the API server refused the CRD)")
 	assert.Equal(t, "Namespace", objs[0].GetKind())
 	containers, _, err := unstructured.NestedSlice(objs[1].Object, "spec", "template", "spec", "containers")
 	require.NoError(t, err)

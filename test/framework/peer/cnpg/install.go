@@ -167,13 +167,15 @@ func Objects(manifest []byte, ref string, keepLimits bool) ([]*unstructured.Unst
 }
 
 // rewrite returns v with every string equal to upstreamImage replaced by
-// ref and every imagePullPolicy set to IfNotPresent, counting the images
-// replaced.
+// ref and every imagePullPolicy value (a string: not the schema property
+// of that name in a CRD) set to IfNotPresent, counting the images replaced.
 func rewrite(v any, ref string, replaced *int) any {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, e := range v {
-			if k == "imagePullPolicy" {
+			if _, isString := e.(string); k == "imagePullPolicy" && isString {
+				// a container's field; a CRD's schema has a property of
+				// that name too (a map), left alone
 				v[k] = string(corev1.PullIfNotPresent)
 				continue
 			}
