@@ -81,10 +81,7 @@ func (h *ha) switchoverTargetDies(i int) {
 	require.NoError(t, resume())
 	primary := h.converged()
 	h.assertOnlyPrimaryWrites(primary)
-	missing, err := h.w.Missing(ctx, h.rw)
-	require.NoError(t, err)
-	explainMissing(t, h.db, h.w, h.rw.Database, "acks", missing)
-	assert.Empty(t, missing, "acknowledged ids lost")
+	h.assertNoneLost("")
 }
 
 // failoverTargetDisappears cuts both standbys off from the API server

@@ -645,9 +645,7 @@ func (h *ha) volumeFull(i int) {
 	t.Logf("MEASURED volume-full run %d: freed→write %s", i, first.Sub(freed).Round(time.Millisecond))
 	assert.Equal(t, old, h.converged(), "the primary kept its role")
 	h.assertOnlyPrimaryWrites(old)
-	missing, err := h.w.Missing(ctx, h.rw)
-	require.NoError(t, err)
-	assert.Empty(t, missing, "acknowledged ids lost on a full volume")
+	h.assertNoneLost(" on a full volume")
 }
 
 // operatorDown stops the operator: the primary keeps serving (its agent
@@ -698,11 +696,19 @@ func (h *ha) operatorDown(i int) {
 		back.Sub(at).Round(time.Millisecond), old, primary)
 	h.assertOnlyPrimaryWrites(primary)
 	if h.sync {
-		missing, err := h.w.Missing(context.Background(), h.rw)
-		require.NoError(t, err)
-		explainMissing(t, h.db, h.w, h.rw.Database, "acks", missing)
-		assert.Empty(t, missing, "acknowledged ids lost")
+		h.assertNoneLost("")
 	}
+}
+
+// assertNoneLost checks that every id the writer saw acknowledged is in
+// its table, and explains those that are not.
+func (h *ha) assertNoneLost(when string) {
+	t := h.t
+	t.Helper()
+	missing, err := h.w.Missing(context.Background(), h.rw)
+	require.NoError(t, err)
+	explainMissing(t, h.db, h.w, h.rw.Database, "acks", missing)
+	assert.Empty(t, missing, "acknowledged ids lost%s", when)
 }
 
 // operatorKilledMidFailover freezes the primary and stops the operator at
