@@ -27,7 +27,11 @@ func (a *Agent) listen() (*http.Server, error) {
 	mux.Handle("POST "+RejoinPath, a.authenticated(a.handleRejoin))
 	mux.Handle("POST "+FailsafePath, a.authenticated(a.handleFailsafe))
 	mux.Handle("POST "+BackupPath, a.authenticated(a.notDuringExpiry(a.handleBackup)))
-	hs := &http.Server{Addr: a.cfg.Listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// every request's whole life is bounded: a client that sends slowly
+	// or never reads holds no goroutine for ever (the longest handler,
+	// a demote or promote, runs within requestContext's 3 minutes)
+	hs := &http.Server{Addr: a.cfg.Listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 4 * time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 16}
 	if a.cfg.TLSDir != "" {
 		certs := &certFiles{cert: filepath.Join(a.cfg.TLSDir, "tls.crt"), key: filepath.Join(a.cfg.TLSDir, "tls.key")}
 		if _, err := certs.get(nil); err != nil {
@@ -73,7 +77,7 @@ func (a *Agent) handleReady(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	running := a.state == StateRunning
 	a.mu.Unlock()
-	if !running || a.ping(r.Context()) != nil {
+	if !running || a.ready.Do(r.Context()) != nil {
 		http.Error(w, "the server does not accept connections", http.StatusServiceUnavailable)
 		return
 	}

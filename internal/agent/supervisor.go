@@ -22,6 +22,8 @@ type Agent struct {
 	cfg    Config
 	log    logr.Logger
 	reaper *reaper
+	// ready is the readiness check of /readyz, shared by the probes.
+	ready *sharedCheck
 	// pgpass is ReplicationUser's password file, for streaming and cloning.
 	pgpass string
 	// ctx ends when the agent shuts down; bootstraps run under it.
@@ -77,7 +79,9 @@ type server struct {
 
 // newAgent returns an agent for cfg.
 func newAgent(ctx context.Context, cfg Config, log logr.Logger) *Agent {
-	return &Agent{cfg: cfg, log: log, reaper: newReaper(), ctx: ctx, fatal: make(chan error, 1)}
+	a := &Agent{cfg: cfg, log: log, reaper: newReaper(), ctx: ctx, fatal: make(chan error, 1)}
+	a.ready = &sharedCheck{fresh: readyFresh, check: a.ping}
+	return a
 }
 
 func (a *Agent) setState(s State, msg string) {
