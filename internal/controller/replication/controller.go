@@ -126,7 +126,7 @@ const statusTimeout = 2 * time.Second
 // lost, while its failover waits for failoverDelay or runs: it may still
 // answer (and stop the failover) when it came back, but a frozen one no
 // longer costs every step of the failover statusTimeout.
-const lostStatusTimeout = 500 * time.Millisecond
+const lostStatusTimeout = 250 * time.Millisecond
 
 // detachTimeout bounds each detach call of a failover.
 const detachTimeout = time.Second
