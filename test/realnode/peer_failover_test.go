@@ -99,6 +99,10 @@ func TestFailoverPeerCloudNativePG(t *testing.T) {
 	require.NoError(t, cnpg.Install(ctx, local, img, cnpg.InstallOptions{Say: func(s string) { t.Log("cnpg: " + s) }}))
 
 	res := cnpg.NewResults([]string{peerDBKeeper, peerCNPG}, names)
+	// gaps: the longest time without an acknowledged write since the
+	// fault (a CloudNativePG primary deleted with clients connected serves
+	// on for up to 180 s first: loss→write alone would hide that)
+	gaps := cnpg.NewResults([]string{peerDBKeeper, peerCNPG}, names)
 	var dbNamespace string
 	t.Run(peerDBKeeper, func(t *testing.T) {
 		h := startHA(t, "peer", true)
@@ -115,6 +119,7 @@ func TestFailoverPeerCloudNativePG(t *testing.T) {
 				if len(h.measured[fault]) > before {
 					d := h.measured[fault][len(h.measured[fault])-1]
 					res.Add(peerDBKeeper, fault, d)
+					gaps.Add(peerDBKeeper, fault, h.w.LongestGap(h.faultAt))
 					t.Logf("MEASURED peer %s %s run %d: loss→write %s%s", peerDBKeeper, fault, i, d.Round(time.Millisecond), peerMetricNote(fault))
 				}
 			}()
@@ -128,11 +133,11 @@ func TestFailoverPeerCloudNativePG(t *testing.T) {
 		p := startPeerCNPG(t, pgImage)
 		peerRunAll(t, res, peerCNPG, names, runs, func(t *testing.T, fault string, i int) {
 			p.t = t
-			p.run(res, fault, i)
+			p.run(res, gaps, fault, i)
 		})
 	})
 
-	table := peerTable(res, runs)
+	table := peerTable(res, gaps, runs)
 	t.Log("\n" + table)
 	if path := os.Getenv(peerTableEnv); path != "" {
 		require.NoError(t, os.WriteFile(path, []byte(table), 0o644), "writing the table")
@@ -215,15 +220,18 @@ func peerWaitNamespaceGone(t *testing.T, namespace string) {
 
 // peerTable is the comparison as markdown: what each side ran with, the
 // table, how to read it.
-func peerTable(res *cnpg.Results, runs int) string {
+func peerTable(res, gaps *cnpg.Results, runs int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Failover side by side on one real node, %s, %d runs per fault and side (make bench-failover).\n\n", time.Now().UTC().Format("2006-01-02"), runs)
+	b.WriteString("Fault → first acknowledged write after the outage (loss→write):\n\n")
 	b.WriteString(res.Markdown(func(fault string) string {
 		if fault == peerCutFault {
 			return fault + " (longest write gap)"
 		}
 		return ""
 	}))
+	b.WriteString("\nLongest time without an acknowledged write since the fault (writes unavailable):\n\n")
+	b.WriteString(gaps.Markdown(func(string) string { return "" }))
 	fmt.Fprintf(&b, `
 Both sides: %d instances of the project's PostgreSQL 17 image, volumes of storage class %q of %s, synchronous
 replication ANY 1 with required durability, one writer (test/framework/dbtest, %s client timeout per connection
@@ -318,7 +326,7 @@ func (p *peerCluster) pod(name string) *corev1.Pod {
 // run injects one fault into the current primary and measures, as ha.run
 // does, when writes through <name>-rw are accepted again; then it waits
 // for the Cluster to be whole, and counts the acknowledged ids lost.
-func (p *peerCluster) run(res *cnpg.Results, fault string, i int) {
+func (p *peerCluster) run(res, gaps *cnpg.Results, fault string, i int) {
 	t := p.t
 	t.Helper()
 	ctx := context.Background()
@@ -387,6 +395,7 @@ func (p *peerCluster) run(res *cnpg.Results, fault string, i int) {
 		detail = fmt.Sprintf(" (writes unavailable %s, from %s after the fault)", resumed.Sub(stopped).Round(time.Millisecond), stopped.Sub(at).Round(time.Millisecond))
 	}
 	res.Add(peerCNPG, fault, d)
+	gaps.Add(peerCNPG, fault, gap)
 	t.Logf("MEASURED peer %s %s run %d: loss→write %s%s%s", peerCNPG, fault, i, d.Round(time.Millisecond), detail, peerMetricNote(fault))
 
 	// what the old primary took after the fault, straight to its pod
