@@ -75,8 +75,8 @@ test-failover: tools ## The failover fault-injection suite on the real node (roo
 		go test -tags failover -race -count=1 -v -timeout $(TEST_TIMEOUT) -run '$(or $(RUN),^(TestFailover|TestAPIServerOutage))' ./test/realnode
 
 .PHONY: bench-failover
-bench-failover: tools ## Failover side by side with CloudNativePG v1.30.0 on the real node (root; builds its operator once, ~2 min): each fault of the primary RUNS times (default 5) on each side; TABLE=file writes the markdown table (FAULTS=frozen,agent-sigkill runs some). Not part of make test.
-	DBKEEPER_REQUIRE_REAL_NODE=1 DBKEEPER_PEER_RUNS=$(RUNS) DBKEEPER_PEER_FAULTS=$(FAULTS) DBKEEPER_PEER_TABLE=$(if $(TABLE),$(abspath $(TABLE))) \
+bench-failover: tools ## Failover side by side with CloudNativePG v1.30.0 on the real node (root; builds its operator once, ~2 min): each fault of the primary RUNS times (default 5) on each side; TABLE=file writes the markdown table (FAULTS=frozen,agent-sigkill runs some, SIDE=CloudNativePG or dbkeeper one side). Not part of make test.
+	DBKEEPER_REQUIRE_REAL_NODE=1 DBKEEPER_PEER_RUNS=$(RUNS) DBKEEPER_PEER_FAULTS=$(FAULTS) DBKEEPER_PEER_SIDES=$(SIDE) DBKEEPER_PEER_TABLE=$(if $(TABLE),$(abspath $(TABLE))) \
 		go test -tags 'failover peer' -count=1 -v -timeout 90m -run '^TestFailoverPeer' ./test/realnode
 
 .PHONY: fuzz

@@ -44,6 +44,10 @@ const (
 	// peerTableEnv, when set, names the file the markdown table is
 	// written to.
 	peerTableEnv = "DBKEEPER_PEER_TABLE"
+	// peerSidesEnv, when set, names the one side to run (dbkeeper or
+	// CloudNativePG), to repeat it alone; the table then has the other
+	// side's cells empty.
+	peerSidesEnv = "DBKEEPER_PEER_SIDES"
 
 	// The operators, as the log lines and the table name them.
 	peerDBKeeper = "dbkeeper"
@@ -103,8 +107,13 @@ func TestFailoverPeerCloudNativePG(t *testing.T) {
 	// fault (a CloudNativePG primary deleted with clients connected serves
 	// on for up to 180 s first: loss→write alone would hide that)
 	gaps := cnpg.NewResults([]string{peerDBKeeper, peerCNPG}, names)
+	side := os.Getenv(peerSidesEnv)
+	require.Contains(t, []string{"", peerDBKeeper, peerCNPG}, side, "%s names a side: %s or %s", peerSidesEnv, peerDBKeeper, peerCNPG)
 	var dbNamespace string
 	t.Run(peerDBKeeper, func(t *testing.T) {
+		if side == peerCNPG {
+			t.Skipf("%s=%s: CloudNativePG's side only", peerSidesEnv, side)
+		}
 		h := startHA(t, "peer", true)
 		dbNamespace = h.db.Namespace
 		outer := h.t
@@ -130,6 +139,9 @@ func TestFailoverPeerCloudNativePG(t *testing.T) {
 		peerWaitNamespaceGone(t, dbNamespace)
 	}
 	t.Run(peerCNPG, func(t *testing.T) {
+		if side == peerDBKeeper {
+			t.Skipf("%s=%s: dbkeeper's side only", peerSidesEnv, side)
+		}
 		p := startPeerCNPG(t, pgImage)
 		peerRunAll(t, res, peerCNPG, names, runs, func(t *testing.T, fault string, i int) {
 			p.t = t
