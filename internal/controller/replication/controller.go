@@ -418,23 +418,24 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		out.Condition.Message += "; " + ip.msg
 		err = nil
 	}
+	young := switchingOver(plan) && s.switchoverYoung(db)
 	if err != nil {
 		log.FromContext(ctx).Info("Replication step failed, retrying", "action", plan.Action.Kind, "pod", plan.Action.Pod, "error", err.Error())
 		out.Condition.Message += fmt.Sprintf("; %s of %s failed: %s", plan.Action.Kind, plan.Action.Pod, conditions.Quote(err.Error(), 300))
 		out.RequeueAfter = pollChanging
-		if switchingOver(plan) && s.switchoverYoung(db) {
+		if young {
 			// a step of a young switchover or failover refused (its
 			// target promoted meanwhile: "not a running standby"):
 			// looked at again soon, not in a hot loop
 			out.RequeueAfter = pollAftermath
 		}
 	}
-	if v, ok := s.settled.Load(db.UID); ok && err == nil && plan.Changing && s.now().Sub(v.(time.Time)) < fastAftermath {
+	if err == nil && plan.Changing && s.justSettled(db) {
 		// just after a switchover or failover: the standbys' labels and
 		// the synchronous set follow the new primary at once
 		out.RequeueAfter = min(out.RequeueAfter, pollAftermath)
 	}
-	if err == nil && switchingOver(plan) && s.switchoverYoung(db) {
+	if err == nil && young {
 		// a failed step, or a switchover stuck for longer than
 		// fastSwitchover, waits pollChanging: no hot loop on an agent
 		// that does not answer or a target that does not catch up
@@ -470,24 +471,25 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database, lostNow ...stri
 		}
 	}
 	in.Instances = make([]Instance, count)
-	// a primary already found lost (or being failed over), and a former
-	// one whose agent did not answer last time, are asked within
-	// lostStatusTimeout: each step of a failover, and of what follows it,
-	// waits for them
+	// a primary already found lost (or being failed over), and, while a
+	// failover or switchover runs or has just ended, any other instance
+	// that did not answer last time (a frozen target, the frozen old
+	// primary), are asked within lostStatusTimeout: each step would wait
+	// statusTimeout for them
 	brief := map[string]bool{}
 	for _, name := range lostNow {
 		brief[name] = true
 	}
-	if r := db.Status.Replication; r != nil && (r.PrimaryLostSince != nil || failingOver(r) || s.inTransition(db)) {
-		if r.PrimaryLostSince != nil || failingOver(r) {
+	if r := db.Status.Replication; r != nil {
+		lostPrimary := r.PrimaryLostSince != nil || failingOver(r)
+		if lostPrimary {
 			brief[r.CurrentPrimary] = true
 		}
-		// while a failover or switchover runs or has just ended, an
-		// instance that did not answer last time (a frozen target, the
-		// frozen old primary) would cost every step statusTimeout
-		for ord := range count {
-			if name := resources.InstanceName(db, ord); name != r.CurrentPrimary && s.wasSilent(db, name) {
-				brief[name] = true
+		if lostPrimary || s.inTransition(db) {
+			for ord := range count {
+				if name := resources.InstanceName(db, ord); name != r.CurrentPrimary && s.wasSilent(db, name) {
+					brief[name] = true
+				}
 			}
 		}
 	}
@@ -570,9 +572,13 @@ func (s *syncer) wasSilent(db *dbv1.Database, pod string) bool {
 // inTransition says a switchover or failover started by this manager
 // runs, or ended less than fastAftermath ago.
 func (s *syncer) inTransition(db *dbv1.Database) bool {
-	if _, running := s.started.Load(db.UID); running {
-		return true
-	}
+	_, running := s.started.Load(db.UID)
+	return running || s.justSettled(db)
+}
+
+// justSettled says a switchover or failover ended here less than
+// fastAftermath ago.
+func (s *syncer) justSettled(db *dbv1.Database) bool {
 	settled, ok := s.settled.Load(db.UID)
 	return ok && s.now().Sub(settled.(time.Time)) < fastAftermath
 }
