@@ -146,6 +146,27 @@ func (c *Cluster) ctr(args ...string) (string, error) {
 	return host("", "ctr", append([]string{"--address", c.containerdSocket(), "--namespace", "k8s.io"}, args...)...)
 }
 
+// ImportImage imports a docker-archive tarball into the real node's
+// containerd, in the namespace the kubelet uses, unless it holds ref
+// already (for a reference whose tag names its content, such as a cache
+// key); it reports whether it imported.
+func (c *Cluster) ImportImage(ref, tarball string) (bool, error) {
+	if c.Node != RealNode {
+		return false, fmt.Errorf("importing %s: images are imported into a real node, not a %s one", ref, c.Node)
+	}
+	listed, err := c.ctr("images", "ls", "-q", "name=="+ref)
+	if err != nil {
+		return false, fmt.Errorf("listing images: %w", err)
+	}
+	if strings.TrimSpace(listed) != "" {
+		return false, nil
+	}
+	if _, err := c.ctr("images", "import", tarball); err != nil {
+		return false, fmt.Errorf("importing %s: %w", tarball, err)
+	}
+	return true, nil
+}
+
 // importImages imports each image tarball unless containerd's store already
 // holds that image from the same tarball (a stamp file per tarball in the
 // root: importing the PostgreSQL images again takes seconds), and pins the

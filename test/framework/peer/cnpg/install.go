@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -51,8 +49,7 @@ type InstallOptions struct {
 // Install imports img into the real node's containerd (unless it already
 // holds img.Ref) and applies the release manifest with server-side apply,
 // rewritten by Objects, then waits until the operator's Deployment is
-// Available. The node's own containerd client (ctr) talks to the socket the
-// cluster's containerd listens on.
+// Available.
 func Install(ctx context.Context, c *cluster.Cluster, img Image, o InstallOptions) error {
 	say := o.Say
 	if say == nil {
@@ -62,9 +59,9 @@ func Install(ctx context.Context, c *cluster.Cluster, img Image, o InstallOption
 		return fmt.Errorf("CloudNativePG runs on a real node, not a %s one", c.Node)
 	}
 	start := time.Now()
-	imported, err := importImage(ctx, c, img)
+	imported, err := c.ImportImage(img.Ref, img.Tarball)
 	if err != nil {
-		return err
+		return fmt.Errorf("importing CloudNativePG's image: %w", err)
 	}
 	if imported {
 		say(fmt.Sprintf("imported %s in %s", img.Ref, time.Since(start).Round(time.Millisecond)))
@@ -92,36 +89,6 @@ func Install(ctx context.Context, c *cluster.Cluster, img Image, o InstallOption
 	}
 	say(fmt.Sprintf("CloudNativePG %s: operator Available %s after the manifest was applied", Version, time.Since(applied).Round(100*time.Millisecond)))
 	return nil
-}
-
-// importImage imports img's tarball into the node's containerd, in the
-// namespace the kubelet uses, unless it holds img.Ref already (the
-// reference carries the cache key); it reports whether it imported.
-func importImage(ctx context.Context, c *cluster.Cluster, img Image) (bool, error) {
-	// where test/framework/cluster's containerd listens
-	socket := filepath.Join(c.Dir, "containerd", "containerd.sock")
-	if _, err := os.Stat(socket); err != nil {
-		return false, fmt.Errorf("the real node's containerd socket: %w", err)
-	}
-	ctr := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, "ctr", append([]string{"--address", socket, "--namespace", "k8s.io"}, args...)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return "", fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-		}
-		return string(out), nil
-	}
-	listed, err := ctr("images", "ls", "-q", "name=="+img.Ref)
-	if err != nil {
-		return false, fmt.Errorf("listing the node's images: %w", err)
-	}
-	if strings.TrimSpace(listed) != "" {
-		return false, nil
-	}
-	if _, err := ctr("images", "import", img.Tarball); err != nil {
-		return false, fmt.Errorf("importing CloudNativePG's image: %w", err)
-	}
-	return true, nil
 }
 
 // Objects are the release manifest's objects as Install applies them: the
