@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,7 +175,9 @@ func compile(ctx context.Context, moduleDir, work, binary string) error {
 	if err := os.RemoveAll(src); err != nil {
 		return fmt.Errorf("clearing %s: %w", src, err)
 	}
-	if err := copyTree(moduleDir, src); err != nil {
+	// os.CopyFS writes files its owner may write (the module cache's are
+	// read-only)
+	if err := os.CopyFS(src, os.DirFS(moduleDir)); err != nil {
 		return fmt.Errorf("copying the module to %s: %w", src, err)
 	}
 	defer os.RemoveAll(src)
@@ -271,32 +272,6 @@ func writeLayer(manager, path string) (err error) {
 		return fmt.Errorf("writing the layer: %w", err)
 	}
 	return nil
-}
-
-// copyTree copies the regular files and directories under from to to,
-// writable by their owner (the module cache's are read-only).
-func copyTree(from, to string) error {
-	return filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(from, path)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(to, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		if !d.Type().IsRegular() {
-			return nil // a module zip holds no links or devices
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		return copyFile(path, target, info.Mode().Perm()|0o200)
-	})
 }
 
 // copyFile copies from to to with mode, replacing to atomically.
