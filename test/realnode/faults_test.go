@@ -97,13 +97,15 @@ func TestFaultHelpers(t *testing.T) {
 		name string
 		do   func(context.Context, string, string) (int, error)
 	}{{"postmaster", inj.KillPostmaster}, {"agent", inj.KillAgent}} {
-		t.Logf("SIGKILL of the primary's %s: the container restarts", kill.name)
-		restarts := restartCount(t, db, p0)
-		pid, err := kill.do(ctx, ns, p0)
+		// the first kill may make the Database fail over (see below)
+		victim := waitTopology(t, db, "", 2).Status.Replication.CurrentPrimary
+		t.Logf("SIGKILL of the primary's (%s) %s: the container restarts", victim, kill.name)
+		restarts := restartCount(t, db, victim)
+		pid, err := kill.do(ctx, ns, victim)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return !procAlive(pid) }, 10*time.Second, 20*time.Millisecond, "pid %d gone", pid)
-		require.Eventually(t, func() bool { return restartCount(t, db, p0) > restarts }, timeout, 200*time.Millisecond,
-			"the engine container of %s restarted after the SIGKILL of its %s", p0, kill.name)
+		require.Eventually(t, func() bool { return restartCount(t, db, victim) > restarts }, timeout, 200*time.Millisecond,
+			"the engine container of %s restarted after the SIGKILL of its %s", victim, kill.name)
 		waitReady(t, db)
 		acks := w.AckCount()
 		require.Eventually(t, func() bool { return w.AckCount() > acks+10 }, timeout, 50*time.Millisecond, "writes resume")
@@ -123,9 +125,14 @@ func TestFaultHelpers(t *testing.T) {
 	require.NoError(t, undo())
 	waitProbe(t, probe, "ok")
 
-	t.Log("CutFromAPIServer on the primary: its clients are untouched")
-	p0IP := getPod(t, db, p0).Status.PodIP
-	_, undoPrimary, err := inj.CutFromAPIServer(ctx, p0IP)
+	// the kills above may have made the Database fail over (the second
+	// restart waits out the kubelet's back-off, longer than the Lease and
+	// failoverDelay: CI saw the fill below hit the former primary's volume
+	// while the bulk insert ran on p1's): the faults below go to whichever
+	// instance is primary now
+	primaryNow := waitTopology(t, db, "", 2).Status.Replication.CurrentPrimary
+	t.Logf("CutFromAPIServer on the primary (%s): its clients are untouched", primaryNow)
+	_, undoPrimary, err := inj.CutFromAPIServer(ctx, getPod(t, db, primaryNow).Status.PodIP)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = undoPrimary() })
 	acks = w.AckCount()
@@ -145,14 +152,14 @@ func TestFaultHelpers(t *testing.T) {
 	// below, freeing more than the top-up takes back in time: CI saw the
 	// insert succeed on a full volume. CHECKPOINT ends it now, before
 	// the fill; the next one is checkpoint_timeout (5 min) away.
-	_, err = sqlWithin(podTarget(t, db, p0), "CHECKPOINT", time.Minute)
+	_, err = sqlWithin(podTarget(t, db, primaryNow), "CHECKPOINT", time.Minute)
 	require.NoError(t, err)
-	free, err := inj.Free(ctx, ns, p0)
+	free, err := inj.Free(ctx, ns, primaryNow)
 	require.NoError(t, err)
-	unfill, err := inj.FillVolume(ctx, ns, p0)
+	unfill, err := inj.FillVolume(ctx, ns, primaryNow)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = unfill() })
-	after, err := inj.Free(ctx, ns, p0)
+	after, err := inj.Free(ctx, ns, primaryNow)
 	require.NoError(t, err)
 	t.Logf("the primary's volume had %d bytes free, %d after FillVolume", free, after)
 	// the server may free a page between the fill and the look

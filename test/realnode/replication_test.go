@@ -86,8 +86,10 @@ func sqlOnce(target sqlconn.Target, sql string) (string, error) {
 // waitTopology waits until the Database reports primary as its current
 // (and target) primary, ReplicationReady True with every one of n
 // instances ready and every standby streaming, and exactly one pod
-// labelled primary — primary — and the others replica.
-func waitTopology(t *testing.T, db *dbv1.Database, primary string, n int) *dbv1.Database {
+// labelled primary — primary — and the others replica. An empty primary
+// accepts whichever instance the Database reports (a fault may have made
+// it fail over): the returned Database names it.
+func waitTopology(t *testing.T, db *dbv1.Database, want string, n int) *dbv1.Database {
 	t.Helper()
 	var live *dbv1.Database
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -95,6 +97,11 @@ func waitTopology(t *testing.T, db *dbv1.Database, primary string, n int) *dbv1.
 		r := live.Status.Replication
 		if !assert.NotNil(ct, r, "status.replication") {
 			return
+		}
+		primary := want
+		if primary == "" {
+			primary = r.CurrentPrimary
+			assert.NotEmpty(ct, primary, "currentPrimary")
 		}
 		assert.Equal(ct, primary, r.CurrentPrimary, "currentPrimary")
 		assert.Equal(ct, primary, r.TargetPrimary, "targetPrimary")
