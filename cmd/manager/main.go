@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -64,6 +65,14 @@ func run(args []string) error {
 		"The manager's own image: every engine pod's init container runs its /manager copy-self to bring the instance agent into the pod. Required.")
 	tlsServerProbe := fs.Bool("tls-server-probe", true,
 		"Connect to each engine pod to learn which certificate it serves, and reload it after a renewal; false for nodes whose pods cannot be reached (a renewed certificate is then loaded only when the server restarts).")
+	fs.BoolVar(&o.NetworkPolicies, "network-policies", true,
+		"Keep a NetworkPolicy for every Database (unless its spec.networkPolicy.enabled is false): PostgreSQL's port from its namespace "+
+			"(or spec.networkPolicy.allowFrom), its own pods and the manager, the agent's port from its own pods and the manager. "+
+			"False for clusters without a NetworkPolicy engine.")
+	fs.StringVar(&o.Manager.Namespace, "manager-namespace", os.Getenv("POD_NAMESPACE"),
+		"The manager's namespace, which the Databases' NetworkPolicies admit (with --manager-pod-labels); defaults to $POD_NAMESPACE.")
+	managerLabels := fs.String("manager-pod-labels", "app.kubernetes.io/name=dbkeeper,app.kubernetes.io/component=manager",
+		"Comma-separated key=value labels of the manager's pods, which the Databases' NetworkPolicies admit.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 2, "Databases each controller reconciles at once.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Address of the /metrics endpoint; 0 disables it.")
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", false,
@@ -99,6 +108,9 @@ func run(args []string) error {
 		return err
 	}
 	o.SkipTLSServerProbe = !*tlsServerProbe
+	if o.Manager.PodLabels, err = labels.ConvertSelectorToLabelsMap(*managerLabels); err != nil {
+		return fmt.Errorf("invalid --manager-pod-labels %q: %w", *managerLabels, err)
+	}
 	if o.AgentImage == "" {
 		return errors.New("--agent-image is required: the manager's own image, which the engine pods copy the instance agent from")
 	}

@@ -15,6 +15,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +61,11 @@ type Options struct {
 	// AgentImage is the image the engine pods copy the instance agent
 	// from (--agent-image): the manager's own. Required.
 	AgentImage string
+	// NetworkPolicies keeps a NetworkPolicy for every Database that does
+	// not turn it off (--network-policies); Manager is how those policies
+	// name the manager's pods (--manager-namespace, --manager-pod-labels).
+	NetworkPolicies bool
+	Manager         resources.ManagerPeer
 	// MetricsBindAddress serves /metrics; "0" disables it.
 	MetricsBindAddress string
 	// MetricsSecure serves /metrics over HTTPS to authenticated and
@@ -177,7 +183,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines,
 		Instances: instances, Agents: o.Agents, SecretMetadata: secrets, Secrets: secretData,
-		TLSCertDuration: o.TLSCertDuration, SkipTLSServerProbe: o.SkipTLSServerProbe, AgentImage: o.AgentImage}); err != nil {
+		TLSCertDuration: o.TLSCertDuration, SkipTLSServerProbe: o.SkipTLSServerProbe, AgentImage: o.AgentImage,
+		NetworkPolicies: o.NetworkPolicies, Manager: o.Manager}); err != nil {
 		return nil, err
 	}
 	return mgr, nil
@@ -233,6 +240,7 @@ func CacheOptions(namespaces []string, syncPeriod time.Duration) cache.Options {
 			&rbacv1.Role{}:                  byLabel,
 			&rbacv1.RoleBinding{}:           byLabel,
 			&coordinationv1.Lease{}:         byLabel,
+			&networkingv1.NetworkPolicy{}:   byLabel,
 			secretMeta:                      byLabel,
 		},
 	}

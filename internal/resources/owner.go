@@ -1,12 +1,14 @@
 package resources
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -63,22 +65,37 @@ func WithoutDatabaseReferences(db *dbv1.Database, refs []metav1.OwnerReference) 
 // controls it. An object of another Database incarnation, or one somebody
 // else controls, is not db's, whatever its labels.
 func Belongs(db *dbv1.Database, obj metav1.Object) bool {
-	l := obj.GetLabels()
-	if l[LabelInstance] != db.Name || l[LabelManagedBy] != ManagedBy {
-		return false
-	}
+	return NotBelonging(db.Name, db.UID, obj, false) == ""
+}
+
+// NotBelonging says why obj, found under a child name of the Database
+// named name with UID uid, is not that Database's ("" when it is): see
+// Belongs. An empty uid (the caller knows only the name) takes a
+// reference to a Database of that name as this one's. strict asks for more than the labels: a controller reference
+// to that Database, which an object made before the Database existed
+// cannot carry (for the Secrets that always carry it: labels alone are
+// what anybody who may create a Secret can write).
+func NotBelonging(name string, uid types.UID, obj metav1.Object, strict bool) string {
+	controlled := false
 	for _, ref := range obj.GetOwnerReferences() {
-		if IsDatabaseReference(ref, db.Name) {
-			if ref.UID != db.UID {
-				return false
-			}
-			continue
-		}
-		if ptr.Deref(ref.Controller, false) {
-			return false
+		switch {
+		case IsDatabaseReference(ref, name) && uid != "" && ref.UID != uid:
+			return fmt.Sprintf("it belongs to an earlier Database %s (UID %s)", name, ref.UID)
+		case IsDatabaseReference(ref, name):
+			controlled = controlled || ptr.Deref(ref.Controller, false)
+		case ptr.Deref(ref.Controller, false):
+			return fmt.Sprintf("%s %s controls it", ref.Kind, ref.Name)
 		}
 	}
-	return true
+	l := obj.GetLabels()
+	switch {
+	case l[LabelManagedBy] != ManagedBy || l[LabelInstance] != name:
+		return fmt.Sprintf("dbkeeper did not make it for this Database (it lacks the labels %s=%s and %s=%s)",
+			LabelManagedBy, ManagedBy, LabelInstance, name)
+	case strict && !controlled:
+		return "dbkeeper did not make it for this Database (it has no owner reference to it)"
+	}
+	return ""
 }
 
 // IsDataPVCName reports whether name is one of the data PVCs the

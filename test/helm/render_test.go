@@ -455,3 +455,30 @@ func TestTemplateOneReplica(t *testing.T) {
 	}
 	assert.Nil(t, objs["PodDisruptionBudget ops/rel-dbkeeper"], "a PDB for one replica blocks drains")
 }
+
+// TestTemplateDatabaseNetworkPolicies: the manager keeps a NetworkPolicy for
+// every Database unless databaseNetworkPolicies is false, and names itself
+// in them by its namespace and labels that its pods do carry (otherwise
+// the policies would shut the manager out of its own Databases).
+func TestTemplateDatabaseNetworkPolicies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs helm; skipped under -short")
+	}
+	objs := render(t)
+	args := managerArgs(t, objs)
+	assert.Contains(t, args, "--network-policies=true")
+	assert.Contains(t, args, "--manager-namespace=ops")
+	var selector string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--manager-pod-labels="); ok {
+			selector = v
+		}
+	}
+	require.NotEmpty(t, selector, "--manager-pod-labels in %v", args)
+	podLabels, _, _ := unstructured.NestedStringMap(objs["Deployment ops/rel-dbkeeper"].Object, "spec", "template", "metadata", "labels")
+	for _, pair := range strings.Split(selector, ",") {
+		k, v, _ := strings.Cut(pair, "=")
+		assert.Equal(t, v, podLabels[k], "the manager's pods carry %s", pair)
+	}
+	assert.Contains(t, managerArgs(t, render(t, "--set", "databaseNetworkPolicies=false")), "--network-policies=false")
+}

@@ -315,6 +315,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: image
       type:
         scalar: string
+    - name: networkPolicy
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.NetworkPolicySpec
     - name: paused
       type:
         scalar: boolean
@@ -507,6 +510,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: name
       type:
         scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.NetworkPolicySpec
+  map:
+    fields:
+    - name: allowFrom
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.api.networking.v1.NetworkPolicyPeer
+          elementRelationship: atomic
+    - name: enabled
+      type:
+        scalar: boolean
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.ObjectStoreSpec
   map:
     fields:
@@ -903,6 +918,30 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: weight
       type:
         scalar: numeric
+- name: io.k8s.api.networking.v1.IPBlock
+  map:
+    fields:
+    - name: cidr
+      type:
+        scalar: string
+    - name: except
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+- name: io.k8s.api.networking.v1.NetworkPolicyPeer
+  map:
+    fields:
+    - name: ipBlock
+      type:
+        namedType: io.k8s.api.networking.v1.IPBlock
+    - name: namespaceSelector
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
+    - name: podSelector
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
 - name: io.k8s.apimachinery.pkg.api.resource.Quantity
   scalar: untyped
   list:

@@ -39,6 +39,11 @@ const (
 	// ReasonApplyFailed: the API server refused the facet's child object;
 	// the message says why.
 	ReasonApplyFailed = "ApplyFailed"
+	// ReasonNameTaken: an object the facet would write exists under its
+	// name and is not this Database's (made by somebody else, or for
+	// another Database); dbkeeper leaves it untouched, and the message
+	// names it and why.
+	ReasonNameTaken = "NameTaken"
 )
 
 // Reasons of StatefulSetReady.

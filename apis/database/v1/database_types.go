@@ -2,6 +2,7 @@ package v1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -139,6 +140,12 @@ type DatabaseSpec struct {
 	// Service shapes the client Service.
 	// +kubebuilder:default={}
 	Service ServiceSpec `json:"service,omitempty"`
+
+	// NetworkPolicy says who may connect to the Database's pods, through a
+	// NetworkPolicy dbkeeper keeps (when the manager's --network-policies
+	// is on, its default).
+	// +optional
+	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
 
 	// Backup configures the scheduled backups.
 	// +kubebuilder:default={}
@@ -530,6 +537,37 @@ type ServiceSpec struct {
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$') && size(k.split('/')[size(k.split('/')) - 1]) <= 63 && (size(k.split('/')) == 1 || size(k.split('/')[0]) <= 253))",message="spec.service.annotations: each key must be a qualified name, [prefix/]name, as Kubernetes requires of annotation keys: name at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit; prefix a DNS subdomain"
 	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// NetworkPolicySpec says who may connect to the Database's pods. The
+// NetworkPolicy dbkeeper keeps for them admits, on PostgreSQL's port, the
+// pods of AllowFrom (by default every pod of the Database's namespace),
+// the Database's own pods (its standbys, backup and restore Jobs) and the
+// manager; on the agent's port only the Database's own pods and the
+// manager. It has effect only where the cluster's network enforces
+// NetworkPolicies.
+type NetworkPolicySpec struct {
+	// Enabled keeps the NetworkPolicy; false removes it (for a cluster
+	// without a NetworkPolicy engine, or to manage one yourself). Unset
+	// means true.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// AllowFrom are the peers that may connect to PostgreSQL's port
+	// besides the Database's own pods and the manager, as a
+	// NetworkPolicy's ingress "from": pods by label, namespaces by label,
+	// or address blocks. Empty allows every pod of the Database's
+	// namespace.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	AllowFrom []networkingv1.NetworkPolicyPeer `json:"allowFrom,omitempty"`
+}
+
+// NetworkPolicyEnabled reports whether spec.networkPolicy.enabled is true
+// or unset.
+func (s DatabaseSpec) NetworkPolicyEnabled() bool {
+	return s.NetworkPolicy.Enabled == nil || *s.NetworkPolicy.Enabled
 }
 
 // BackupSpec configures the scheduled backups.

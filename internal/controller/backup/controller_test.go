@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -137,7 +138,9 @@ func TestANewDatabaseGetsTheVolumeRepositoryAndAnOldOneKeepsItsDumps(t *testing.
 	old := facettest.Database()
 	old.Name, old.UID = "legacy", "legacy-uid"
 	oldCron := &batchv1.CronJob{
-		ObjectMeta: metav1.ObjectMeta{Namespace: old.Namespace, Name: resources.BackupName(old)},
+		// as an earlier dbkeeper made it: its labels and owner, no record
+		ObjectMeta: metav1.ObjectMeta{Namespace: old.Namespace, Name: resources.BackupName(old), Labels: resources.Labels(old, resources.ComponentBackup),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: dbv1.GroupVersion.String(), Kind: "Database", Name: old.Name, UID: old.UID, Controller: ptr.To(true)}}},
 		Spec: batchv1.CronJobSpec{Schedule: "0 3 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
 			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "backup", Image: "postgres"}}}}}}},
 	}

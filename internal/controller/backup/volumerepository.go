@@ -14,6 +14,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -42,10 +43,17 @@ func (s *syncer) syncVolumeRepository(ctx context.Context, db *dbv1.Database, en
 		}
 		return nil
 	}
-	if err := s.reader.Get(ctx, key, &corev1.Secret{}); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("getting Secret %s: %w", name, err)
+	sec, err := apply.Live(ctx, s.reader, key, &corev1.Secret{})
+	switch {
+	case err != nil:
+		return fmt.Errorf("getting Secret %s: %w", name, err)
+	case sec != nil:
+		// planted before the Database, its keys would open the
+		// repository to whoever made it
+		if why := resources.NotBelonging(db.Name, db.UID, sec, true); why != "" {
+			return &facet.NotOursError{Kind: "Secret", Name: name, Why: why}
 		}
+	default:
 		secret, err := resources.VolumeRepositorySecret(db)
 		if err != nil {
 			return err

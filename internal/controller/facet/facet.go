@@ -73,6 +73,12 @@ type Options struct {
 	// init container runs to copy the instance agent into the pod: the
 	// manager's own image (--agent-image).
 	AgentImage string
+	// NetworkPolicies makes the service controller keep a NetworkPolicy
+	// for every Database that does not turn it off
+	// (spec.networkPolicy.enabled); Manager is how it names the manager's
+	// pods.
+	NetworkPolicies bool
+	Manager         resources.ManagerPeer
 }
 
 // FieldOwner is the field manager of the named controller.
@@ -155,6 +161,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		log.FromContext(ctx).V(1).Info("Not writing children: the Database is being deleted", "reason", err.Error())
 		return ctrl.Result{}, nil
 	}
+	if taken := (*NotOursError)(nil); errors.As(err, &taken) {
+		// Nothing watches an object somebody else made: look again later,
+		// without an error's back-off and log.
+		log.FromContext(ctx).Info("Not writing over an object that is not the Database's", "kind", taken.Kind, "name", taken.Name, "why", taken.Why)
+		cond := conditions.False(r.ConditionType, dbv1.ReasonNameTaken, err.Error())
+		return ctrl.Result{RequeueAfter: nameTakenRecheck}, r.Writer.ApplyCondition(ctx, db, cond, r.Syncer.CurrentStatus(db))
+	}
 	if err != nil {
 		cond := conditions.False(r.ConditionType, dbv1.ReasonApplyFailed, Explain(err))
 		if werr := r.Writer.ApplyCondition(ctx, db, cond, r.Syncer.CurrentStatus(db)); werr != nil {
@@ -172,6 +185,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	return ctrl.Result{RequeueAfter: out.RequeueAfter}, nil
 }
+
+// nameTakenRecheck is how often a facet blocked by an object that is not
+// its Database's (NotOursError) looks again.
+const nameTakenRecheck = 30 * time.Second
 
 // Explain is the message of an error for a condition: when the API server
 // refused a child as invalid, it ends by naming the Database fields that set

@@ -3,7 +3,9 @@ package facet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -40,8 +42,9 @@ func (s *stubSyncer) CurrentStatus(*dbv1.Database) *dbv1ac.DatabaseStatusApplyCo
 
 // TestReconciler: the loop every facet shares. It syncs and reports the
 // facet's condition; reports Paused without syncing; reports a sync error
-// as ApplyFailed, returning it unless it is terminal; and waits for the
-// cleanup finalizer when told to.
+// as ApplyFailed, returning it unless it is terminal; reports an object
+// that is not the Database's as NameTaken and looks again later without
+// an error's back-off; and waits for the cleanup finalizer when told to.
 func TestReconciler(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -51,11 +54,14 @@ func TestReconciler(t *testing.T) {
 		syncs     int
 		reason    string // "" when nothing is written
 		returnErr bool
+		requeue   time.Duration
 	}{
 		{name: "synced", syncs: 1, reason: dbv1.ReasonServicesReady},
 		{name: "paused", paused: true, reason: dbv1.ReasonPaused},
 		{name: "failed", err: errors.New("connection refused"), syncs: 1, reason: dbv1.ReasonApplyFailed, returnErr: true},
 		{name: "terminal", err: reconcile.TerminalError(errors.New("no image")), syncs: 1, reason: dbv1.ReasonApplyFailed},
+		{name: "name taken", err: fmt.Errorf("applying Service: %w", &NotOursError{Kind: "Service", Name: "orders", Why: "it is another team's"}),
+			syncs: 1, reason: dbv1.ReasonNameTaken, requeue: nameTakenRecheck},
 		{name: "waits for the finalizer", noFinal: true},
 	}
 	for _, tc := range cases {
@@ -68,8 +74,9 @@ func TestReconciler(t *testing.T) {
 			c := facettest.Client(t, db)
 			s := &stubSyncer{err: tc.err}
 			r := NewReconciler(c, WriterFor(c, &events.FakeRecorder{}, "service"), dbv1.ConditionServiceReady, s, Options{WaitForFinalizer: true})
-			_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
+			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
 			assert.Equal(t, tc.returnErr, err != nil, "error %v", err)
+			assert.Equal(t, tc.requeue, res.RequeueAfter)
 			assert.Equal(t, tc.syncs, s.syncs)
 
 			got := &dbv1.Database{}

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,7 +54,13 @@ func WriterFor(c client.Client, recorder events.EventRecorder, controllerName st
 
 func writer(c client.Client, owners client.Reader, recorder events.EventRecorder, controllerName string) *Writer {
 	plain := apply.NewWriter(c, FieldOwner(controllerName))
-	return &Writer{applier: plain.Guarded(ownerLives(owners)), unguarded: plain, recorder: recorder}
+	lives, ours := ownerLives(owners), notTaken(owners, apply.AppliedAnnotationPrefix+FieldOwner(controllerName))
+	return &Writer{applier: plain.Guarded(func(ctx context.Context, obj client.Object) error {
+		if err := lives(ctx, obj); err != nil {
+			return err
+		}
+		return ours(ctx, obj)
+	}), unguarded: plain, recorder: recorder}
 }
 
 // WhileDeleting is w without the owner check, for the cleanup controller,
@@ -99,6 +106,73 @@ func ownerLives(r client.Reader) func(context.Context, client.Object) error {
 			}
 		}
 		return nil
+	}
+}
+
+// NotOursError is the error of an apply that was not sent because an
+// object of that kind and name exists that is not the Database's: made by
+// somebody else, or for another Database (resources.NotBelonging). The
+// object is left untouched: a Database must never rewrite, take over or
+// have garbage collection delete what another team made under the name it
+// would use.
+type NotOursError struct {
+	// Kind and Name are the object's.
+	Kind, Name string
+	// Why says how it is not the Database's.
+	Why string
+}
+
+func (e *NotOursError) Error() string {
+	return fmt.Sprintf("%s %s already exists and is not this Database's (%s): dbkeeper leaves it untouched; "+
+		"delete or rename it, or give the Database another name", e.Kind, e.Name, e.Why)
+}
+
+// notTaken is the second guard of Apply: an object of a Database (it names
+// the Database as its controller, or, for what a deletion policy may keep,
+// carries dbkeeper's managed-by and instance labels) is written only when
+// no object of its kind and name exists on the API server (read past the
+// cache, which holds only what dbkeeper labelled), or the one that exists
+// is that Database's (resources.NotBelonging; a Secret must carry the
+// Database's owner reference, not only its labels). An object without an
+// owner reference that lost dbkeeper's labels but carries the record of
+// this field manager's last apply (applied, see apply.Writer) is this
+// Database's too: somebody took the labels off what dbkeeper made, and
+// the apply puts them back. Otherwise NotOursError. Other applies (the
+// role label on a StatefulSet's pod) are not checked.
+func notTaken(r client.Reader, applied string) func(context.Context, client.Object) error {
+	return func(ctx context.Context, obj client.Object) error {
+		gvk := obj.GetObjectKind().GroupVersionKind()
+		var name string
+		var uid types.UID
+		strict := false
+		for _, ref := range obj.GetOwnerReferences() {
+			if resources.IsDatabaseKind(ref) && ref.Controller != nil && *ref.Controller {
+				name, uid, strict = ref.Name, ref.UID, gvk.Kind == "Secret"
+			}
+		}
+		if l := obj.GetLabels(); name == "" && l[resources.LabelManagedBy] == resources.ManagedBy {
+			name = l[resources.LabelInstance]
+		}
+		if name == "" {
+			return nil
+		}
+		existing := &metav1.PartialObjectMetadata{}
+		existing.SetGroupVersionKind(gvk)
+		err := r.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("reading %s %s before writing it: %w", gvk.Kind, obj.GetName(), err)
+		}
+		why := resources.NotBelonging(name, uid, existing, strict)
+		if why == "" {
+			return nil
+		}
+		if uid == "" && len(existing.GetOwnerReferences()) == 0 && existing.GetAnnotations()[applied] != "" {
+			return nil // its labels taken off what this field manager applied
+		}
+		return &NotOursError{Kind: gvk.Kind, Name: obj.GetName(), Why: why}
 	}
 }
 

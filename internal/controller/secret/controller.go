@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -333,13 +334,28 @@ func (s *syncer) ensureReplication(ctx context.Context, db *dbv1.Database) error
 	log.FromContext(ctx).Info("Generating replication Secret", "Secret", klog.KObj(sec))
 	err = s.client.Create(ctx, sec, client.FieldOwner(facet.FieldOwner(Name)))
 	if apierrors.IsAlreadyExists(err) {
-		// Not in the label-selected cache yet (or made by somebody
-		// else): its creation event, or the next reconcile, applies
-		// the metadata; it is never overwritten.
-		return nil
+		// Not in the label-selected cache yet, or made by somebody else
+		// (whose password the pods would then use): never overwritten,
+		// and used only when it is this Database's.
+		return s.ours(ctx, db, name)
 	}
 	if err != nil {
 		return fmt.Errorf("creating Secret %s: %w", name, err)
+	}
+	return nil
+}
+
+// ours reads the metadata of Secret name from the API server and returns
+// facet.NotOursError unless it is db's, with its owner reference
+// (resources.NotBelonging, strict).
+func (s *syncer) ours(ctx context.Context, db *dbv1.Database, name string) error {
+	partial := &metav1.PartialObjectMetadata{}
+	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	if err := s.reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, partial); err != nil {
+		return fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	if why := resources.NotBelonging(db.Name, db.UID, partial, true); why != "" {
+		return &facet.NotOursError{Kind: "Secret", Name: name, Why: why}
 	}
 	return nil
 }
@@ -447,31 +463,31 @@ func (s *syncer) clientTLS(ctx context.Context, db *dbv1.Database, have map[stri
 	return tls, nil
 }
 
-// adoptForeign takes over a pre-existing Secret of the generated name when it
-// holds both keys; its password is kept, and the keys derived from it
-// (host, port, uri...) are set right by the next reconcile.
+// adoptForeign handles a Secret of the generated name that exists on the
+// server but not in the label-selected cache. One dbkeeper made whose
+// labels somebody took off (it still carries the record of the secret
+// controller's last apply) gets them back and keeps its password. Any
+// other is refused: whoever may create Secrets in the namespace could
+// otherwise choose the password of a Database not yet made. A Secret of
+// the user's is named in spec.credentials.secretName.
 func (s *syncer) adoptForeign(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
 	name := resources.GeneratedSecretName(db)
-	sec := &corev1.Secret{}
-	if err := s.reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
+	partial := &metav1.PartialObjectMetadata{}
+	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	if err := s.reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, partial); err != nil {
 		return facet.Outcome{}, fmt.Errorf("getting existing Secret %s: %w", name, err)
 	}
-	if missing := missingKeys(sec.Data); len(missing) > 0 {
-		return facet.Outcome{
-			Condition: conditions.False(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretInvalid, fmt.Sprintf(
-				"Secret %s already exists, is not dbkeeper's and lacks the key(s) %s: add them, delete the Secret, or name another in spec.credentials.secretName",
-				name, strings.Join(missing, ", "))),
-		}, nil
-	}
-	log.FromContext(ctx).Info("Adopting existing credentials Secret", "Secret", klog.KObj(sec))
 	if _, err := s.writer.Apply(ctx, nil, resources.CredentialsSecretMetadata(db)); err != nil {
-		return facet.Outcome{}, fmt.Errorf("adopting Secret %s: %w", name, err)
+		var taken *facet.NotOursError
+		if errors.As(err, &taken) {
+			taken.Why += "; to use the password it holds, name it in spec.credentials.secretName"
+			return facet.Outcome{}, taken
+		}
+		return facet.Outcome{}, fmt.Errorf("labelling Secret %s again: %w", name, err)
 	}
-	// An owner reference it came with (to an earlier Database of this
-	// name) would let garbage collection take it: the next reconcile,
-	// which finds it in the cache, takes that off.
+	log.FromContext(ctx).Info("Labelled the credentials Secret again", "Secret", klog.KObj(partial))
 	return facet.Outcome{
-		Condition: conditions.True(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretGenerated, fmt.Sprintf("adopted existing Secret %s and keeps it", name)),
+		Condition: conditions.True(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretGenerated, fmt.Sprintf("dbkeeper generated Secret %s and keeps it", name)),
 		Status:    dbv1ac.DatabaseStatus().WithCredentialsSecret(name),
 	}, nil
 }

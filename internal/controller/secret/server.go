@@ -255,6 +255,8 @@ func (s *syncer) ensureSuperuser(ctx context.Context, db *dbv1.Database, eng eng
 			return superuser{}, fmt.Errorf("creating Secret %s: %w", name, err)
 		}
 	} else {
+		// The Writer refuses a Secret that is not dbkeeper's for this
+		// name (facet.NotOursError) before its login is used.
 		partial := &metav1.PartialObjectMetadata{}
 		partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 		partial.ObjectMeta = sec.ObjectMeta

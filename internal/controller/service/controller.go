@@ -13,6 +13,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/klog/v2"
@@ -40,6 +41,7 @@ const Name = "service"
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // ReasonServicePortsRestored is the reason of the Event of a Service whose
@@ -61,11 +63,14 @@ func (Controller) ConditionType() string { return dbv1.ConditionServiceReady }
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
-	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), newSyncer(mgr.GetClient(), w), o)
+	s := newSyncer(mgr.GetClient(), w)
+	s.networkPolicies, s.manager = o.NetworkPolicies, o.Manager
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, builder.WithPredicates(predicate.Or(facet.DatabaseChanged(), restoreFinishedChanged()))).
 		Owns(&corev1.Service{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }
@@ -75,12 +80,17 @@ func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
 }
 
-// syncer keeps the client, read-only and headless Services.
+// syncer keeps the client, read-only and headless Services, and the
+// engine pods' NetworkPolicy.
 type syncer struct {
 	client client.Client
 	// writer applies the Services and records the Events of the repairs
 	// on the Database.
 	writer *facet.Writer
+	// networkPolicies keeps a NetworkPolicy for each Database that does
+	// not turn it off; manager is how the policies name the manager.
+	networkPolicies bool
+	manager         resources.ManagerPeer
 }
 
 // newSyncer is the service syncer that reads and patches with c, and
@@ -103,8 +113,12 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 			return facet.Outcome{}, err
 		}
 	}
-	names := fmt.Sprintf("Services %s (read-write), %s (read-only) and %s are in place",
-		resources.ClientServiceName(db), resources.ReadOnlyServiceName(db), resources.HeadlessServiceName(db))
+	policy, err := s.syncNetworkPolicy(ctx, db, eng.Port())
+	if err != nil {
+		return facet.Outcome{}, err
+	}
+	names := fmt.Sprintf("Services %s (read-write), %s (read-only) and %s are in place; %s",
+		resources.ClientServiceName(db), resources.ReadOnlyServiceName(db), resources.HeadlessServiceName(db), policy)
 	cond := conditions.True(dbv1.ConditionServiceReady, dbv1.ReasonServicesReady, names)
 	if !resources.RestoreFinished(db) {
 		cond = conditions.True(dbv1.ConditionServiceReady, dbv1.ReasonWaitingForRestore, fmt.Sprintf(
@@ -115,6 +129,38 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		Condition: cond,
 		Status:    dbv1ac.DatabaseStatus().WithEndpoint(resources.Endpoint(db, eng.Port())),
 	}, nil
+}
+
+// syncNetworkPolicy applies the engine pods' NetworkPolicy, or deletes the
+// one dbkeeper made when it is off (the manager's --network-policies, or
+// spec.networkPolicy.enabled), and says which.
+func (s *syncer) syncNetworkPolicy(ctx context.Context, db *dbv1.Database, port int32) (string, error) {
+	name := resources.NetworkPolicyName(db)
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, &networkingv1.NetworkPolicy{})
+	if err != nil {
+		return "", fmt.Errorf("getting NetworkPolicy %s: %w", name, err)
+	}
+	if s.networkPolicies && db.Spec.NetworkPolicyEnabled() {
+		if _, err := s.writer.Apply(ctx, live, resources.NetworkPolicy(db, port, s.manager)); err != nil {
+			return "", fmt.Errorf("applying NetworkPolicy %s: %w", name, err)
+		}
+		from := "every pod of the namespace"
+		if n := len(db.Spec.NetworkPolicy.AllowFrom); n > 0 {
+			from = fmt.Sprintf("the %d peers of spec.networkPolicy.allowFrom", n)
+		}
+		return fmt.Sprintf("NetworkPolicy %s admits %s, the Database's pods and the manager", name, from), nil
+	}
+	why := "spec.networkPolicy.enabled is false"
+	if !s.networkPolicies {
+		why = "the manager runs with --network-policies=false"
+	}
+	if live != nil && resources.Belongs(db, live) {
+		log.FromContext(ctx).Info("Deleting NetworkPolicy: "+why, "NetworkPolicy", klog.KObj(live))
+		if err := s.client.Delete(ctx, live, client.Preconditions{UID: &live.UID}); client.IgnoreNotFound(err) != nil {
+			return "", fmt.Errorf("deleting NetworkPolicy %s: %w", name, err)
+		}
+	}
+	return "no NetworkPolicy: " + why, nil
 }
 
 func (s *syncer) apply(ctx context.Context, db *dbv1.Database, desired *corev1ac.ServiceApplyConfiguration) error {

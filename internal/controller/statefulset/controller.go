@@ -138,17 +138,17 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	}
 	resources.PinClaimTemplate(desired, live)
 	resources.PinLegacyEnv(desired, live)
-	// The StatefulSet first, the access of its pods after it (they wait
-	// for their ServiceAccount a moment): the Writer checks the Database
-	// on the API server before each apply it sends (facet.Writer.Apply),
-	// so that an orphaned StatefulSet is not adopted back, and the
-	// writes before that check would only widen the window it leaves.
+	// The access of the pods first: a ServiceAccount of their name that
+	// is not this Database's (facet.NotOursError) stops the StatefulSet
+	// before its pods could run as it. Each apply checks the Database on
+	// the API server first (facet.Writer.Apply), so that nothing of an
+	// orphaned Database is adopted back.
+	if err := s.syncLeaseAccess(ctx, db); err != nil {
+		return facet.Outcome{}, err
+	}
 	changed, err := s.writer.Apply(ctx, live, desired)
 	if err != nil {
 		return facet.Outcome{}, fmt.Errorf("applying StatefulSet: %w", err)
-	}
-	if err := s.syncLeaseAccess(ctx, db); err != nil {
-		return facet.Outcome{}, err
 	}
 	if live != nil {
 		if err := s.growVolumes(ctx, db); err != nil {

@@ -352,6 +352,11 @@ func (s *syncer) ensureCA(ctx context.Context, db *dbv1.Database) (pki.KeyPair, 
 		return pki.KeyPair{}, fmt.Errorf("getting Secret %s: %w", name, err)
 	}
 	if live != nil {
+		// a CA Secret somebody planted before the Database existed would
+		// have every certificate issued by a key they hold
+		if why := resources.NotBelonging(db.Name, db.UID, live, true); why != "" {
+			return pki.KeyPair{}, &facet.NotOursError{Kind: "Secret", Name: name, Why: why}
+		}
 		ca := pki.KeyPair{Cert: live.Data[resources.CACertKey], Key: live.Data[resources.CAKeyKey]}
 		if _, err := pki.ParseCertificate(ca.Cert); err != nil {
 			return pki.KeyPair{}, reconcile.TerminalError(fmt.Errorf("secret %s: %s: %w; delete it to get a new CA (clients must then take the new ca.crt)", name, resources.CACertKey, err))

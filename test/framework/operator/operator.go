@@ -59,6 +59,11 @@ type Options struct {
 	// node (whose pods run nothing) may use. A real node passes the
 	// manager image it imported (cluster.Cluster.ManagerImage).
 	AgentImage string
+	// NoNetworkPolicies runs the manager with --network-policies=false;
+	// by default it keeps one per Database, as the chart's manager does
+	// (the test process is no pod: a cluster that enforced them would shut
+	// it out, and none of the test clusters does).
+	NoNetworkPolicies bool
 }
 
 // FakeAgentImage is the agent image of operators whose pods never run: the
@@ -132,6 +137,7 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 		SkipTLSServerProbe:     o.SkipTLSServerProbe,
 		TLSCertDuration:        o.TLSCertDuration,
 		AgentImage:             o.AgentImage,
+		NetworkPolicies:        !o.NoNetworkPolicies,
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

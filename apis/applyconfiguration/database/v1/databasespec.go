@@ -50,6 +50,10 @@ type DatabaseSpecApplyConfiguration struct {
 	Credentials *CredentialsSpecApplyConfiguration `json:"credentials,omitempty"`
 	// Service shapes the client Service.
 	Service *ServiceSpecApplyConfiguration `json:"service,omitempty"`
+	// NetworkPolicy says who may connect to the Database's pods, through a
+	// NetworkPolicy dbkeeper keeps (when the manager's --network-policies
+	// is on, its default).
+	NetworkPolicy *NetworkPolicySpecApplyConfiguration `json:"networkPolicy,omitempty"`
 	// Backup configures the scheduled backups.
 	Backup *BackupSpecApplyConfiguration `json:"backup,omitempty"`
 	// DeletionPolicy says what happens to the data when the Database is
@@ -149,6 +153,14 @@ func (b *DatabaseSpecApplyConfiguration) WithCredentials(value *CredentialsSpecA
 // If called multiple times, the Service field is set to the value of the last call.
 func (b *DatabaseSpecApplyConfiguration) WithService(value *ServiceSpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
 	b.Service = value
+	return b
+}
+
+// WithNetworkPolicy sets the NetworkPolicy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NetworkPolicy field is set to the value of the last call.
+func (b *DatabaseSpecApplyConfiguration) WithNetworkPolicy(value *NetworkPolicySpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
+	b.NetworkPolicy = value
 	return b
 }
 
