@@ -10,6 +10,10 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dbkeeper/dbkeeper/internal/engine"
 )
 
 // BootstrapRestore fills the empty data directory of the first instance
@@ -204,7 +208,14 @@ func (a *Agent) finishRecovery() {
 		ELSE format('CREATE ROLE %I WITH SUPERUSER LOGIN PASSWORD %L', $1::text, $2::text) END`,
 		a.cfg.User, a.cfg.Password).Scan(&stmt)
 	if err == nil {
-		_, err = c.Exec(a.ctx, stmt)
+		// the statement carries the password: kept out of the server log
+		err = pgx.BeginFunc(a.ctx, c, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(a.ctx, engine.Postgres{}.Unlogged()); err != nil {
+				return err
+			}
+			_, err := tx.Exec(a.ctx, stmt)
+			return err
+		})
 	}
 	if err != nil {
 		a.log.Error(err, "Cannot set the superuser's password after the recovery")

@@ -38,6 +38,12 @@ type RoleSQL interface {
 	// SetPassword sets role's password to a SCRAM-SHA-256 verifier of
 	// password with a fresh salt: the plaintext never reaches the server.
 	SetPassword(role, password string) (string, error)
+	// Unlogged are statements that, run first in the transaction of one
+	// that carries a password (SetPassword's), keep that one out of the
+	// server's log whatever its logging settings: not logged as DDL, nor
+	// with its duration, nor after it failed (a timeout). They need a
+	// superuser.
+	Unlogged() string
 	// StoredPassword is a query of one row and column: the password role
 	// has on the server (a verifier, compared with ScramVerifierMatches),
 	// NULL when it has none; no row when the role does not exist.
@@ -258,6 +264,16 @@ func (Postgres) SetPassword(role, password string) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("ALTER ROLE %s PASSWORD %s", r, v), nil
+}
+
+// Unlogged implements RoleSQL, as one statement (SET LOCAL of each
+// setting): log_statement would log the statement
+// before it runs (checked when it is parsed, so these must run in an
+// earlier statement of the transaction), log_min_duration_statement once
+// it ran, log_min_error_statement (ERROR by default) when it failed.
+func (Postgres) Unlogged() string {
+	return "SELECT pg_catalog.set_config('log_statement', 'none', true), pg_catalog.set_config('log_min_duration_statement', '-1', true), " +
+		"pg_catalog.set_config('log_min_error_statement', 'panic', true)"
 }
 
 // StoredPassword implements RoleSQL; it needs a superuser (pg_authid).

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 )
@@ -92,7 +93,7 @@ func Apply(ctx context.Context, c Conn, eng engine.Engine, app App) (Result, err
 	if err != nil {
 		return res, fmt.Errorf("password of role %s: %w", app.Role, err)
 	}
-	if _, err := c.Exec(ctx, set); err != nil {
+	if err := ExecUnlogged(ctx, c, eng, set); err != nil {
 		return res, fmt.Errorf("setting the password of role %s: %w", app.Role, err)
 	}
 	res.PasswordSet = true
@@ -139,4 +140,26 @@ func ensureRoleAndDatabase(ctx context.Context, c Conn, eng engine.Engine, app A
 		return fmt.Errorf("making role %s the owner of database %s: %w", app.Role, app.Database, err)
 	}
 	return nil
+}
+
+// ExecUnlogged runs stmt, which carries a password, in a transaction of
+// its own that first keeps it out of the server's log (RoleSQL.Unlogged),
+// whether it succeeds or fails. A failure rolls the transaction back, so
+// that c stays usable.
+func ExecUnlogged(ctx context.Context, c Conn, eng engine.RoleSQL, stmt string) error {
+	if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+		return err
+	}
+	_, err := c.Exec(ctx, eng.Unlogged())
+	if err == nil {
+		_, err = c.Exec(ctx, stmt)
+	}
+	if err == nil {
+		_, err = c.Exec(ctx, "COMMIT")
+		return err
+	}
+	rollback, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_, _ = c.Exec(rollback, "ROLLBACK")
+	return err
 }

@@ -2,6 +2,7 @@ package roles_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,4 +109,62 @@ func TestApplyOnARealServer(t *testing.T) {
 	require.NoError(t, err, "the legacy role rotated")
 	assert.Equal(t, "true", s.value(l, "SELECT rolsuper::text FROM pg_roles WHERE rolname = current_user"), "and left a superuser until migrated")
 	require.NoError(t, l.Close(ctx))
+}
+
+// TestPasswordNeverInTheServerLog (issue 29): the statement that sets a
+// password is never written to the server's log, neither when it fails
+// (here its lock wait times out behind a session that holds the role's
+// row: PostgreSQL logs a failed statement's text at log_min_error_statement,
+// ERROR by default) nor when it succeeds on a server that logs every DDL
+// statement (log_statement = ddl) or every statement's duration. The
+// failure still reaches the caller. Before the fix the log held
+// "STATEMENT:  ALTER ROLE app PASSWORD 'SCRAM-SHA-256$4096:...'".
+func TestPasswordNeverInTheServerLog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := postgres.StartWith(t, postgres.Options{Prepare: func(string, int, int) []string {
+		return []string{"-c", "log_statement=ddl", "-c", "log_min_duration_statement=0"}
+	}})
+	s := server{t: t, srv: srv, ctx: ctx}
+	super, err := s.connect(postgres.Superuser, srv.Password, "postgres")
+	require.NoError(t, err)
+	defer super.Close(ctx)
+	eng := engine.Postgres{}
+	app := roles.App{Role: "app", Database: "shop", Password: "first-password"}
+	_, err = roles.Apply(ctx, super, eng, app)
+	require.NoError(t, err)
+
+	// a session holds app's row in pg_authid: the next ALTER ROLE waits
+	// for it, until the connection's lock_timeout
+	holder, err := s.connect(postgres.Superuser, srv.Password, "postgres")
+	require.NoError(t, err)
+	defer holder.Close(ctx)
+	_, err = holder.Exec(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, "ALTER ROLE app VALID UNTIL 'infinity'")
+	require.NoError(t, err)
+	app.Password = "second-password"
+	_, err = roles.Apply(ctx, super, eng, app)
+	require.Error(t, err, "a password change behind a held lock")
+	assert.Contains(t, err.Error(), "lock timeout")
+	_, err = holder.Exec(ctx, "ROLLBACK")
+	require.NoError(t, err)
+
+	res, err := roles.Apply(ctx, super, eng, app)
+	require.NoError(t, err, "the connection is usable after the failure")
+	assert.True(t, res.PasswordSet)
+	a, err := s.connect("app", "second-password", "shop")
+	require.NoError(t, err, "the new password")
+	require.NoError(t, a.Close(ctx))
+
+	log := srv.Log()
+	require.Contains(t, log, "lock timeout", "the failure is in the log")
+	for _, line := range strings.Split(log, "\n") {
+		for _, secret := range []string{"SCRAM-SHA-256$", "PASSWORD", "first-password", "second-password"} {
+			assert.NotContains(t, line, secret, "the server log holds %q", secret)
+		}
+	}
 }

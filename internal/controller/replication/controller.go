@@ -48,6 +48,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/internal/roles"
 )
 
 // Name is the controller's name in --controllers.
@@ -941,7 +942,7 @@ func (s *syncer) ensureSQL(ctx context.Context, db *dbv1.Database, plan *Plan, p
 		if !exists {
 			stmt = fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD %s", quoteIdent(user), quoteLiteral(verifier))
 		}
-		if _, err := conn.Exec(ctx, stmt); err != nil {
+		if err := roles.ExecUnlogged(ctx, conn, engine.Postgres{}, stmt); err != nil {
 			return sqlOutcome{}, fmt.Errorf("keeping role %s: %w", user, err)
 		}
 		log.FromContext(ctx).Info("Set the replication role's password", "role", user, "created", !exists)

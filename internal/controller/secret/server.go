@@ -321,8 +321,12 @@ func (s *syncer) connect(ctx context.Context, db *dbv1.Database, eng engine.Engi
 	if err != nil {
 		return refused(err.Error())
 	}
-	for _, stmt := range []string{ensure, set} {
-		if _, err := appConn.Exec(ctx, stmt); err != nil {
+	for i, stmt := range []string{ensure, set} {
+		exec := func() error { _, err := appConn.Exec(ctx, stmt); return err }
+		if i == 1 {
+			exec = func() error { return roles.ExecUnlogged(ctx, appConn, eng, stmt) }
+		}
+		if err := exec(); err != nil {
 			if sqlconn.Unreachable(err) {
 				return nil, nil, err
 			}

@@ -33,6 +33,14 @@ type Server struct {
 	Password string
 	// Bin is the directory of the server and client binaries.
 	Bin string
+	// logPath is the server's output (stderr logging).
+	logPath string
+}
+
+// Log is what the server has logged so far.
+func (s *Server) Log() string {
+	data, _ := os.ReadFile(s.logPath)
+	return string(data)
 }
 
 // BinDir finds the binaries of the newest installed PostgreSQL.
@@ -102,6 +110,7 @@ func StartWith(t testing.TB, o Options) *Server {
 	s.Port, err = framework.FreePort()
 	require.NoError(t, err)
 	logPath := filepath.Join(dir, "server.log")
+	s.logPath = logPath
 	logFile, err := os.Create(logPath)
 	require.NoError(t, err)
 	defer logFile.Close()
