@@ -345,8 +345,9 @@ func TestTemplateSecureMetrics(t *testing.T) {
 	readerRules := []any{map[string]any{"nonResourceURLs": []any{"/metrics"}, "verbs": []any{"get"}}}
 
 	for name, values := range map[string][]string{
-		"cluster-wide": {"--set", "metrics.serviceMonitor.enabled=true", "--set", "networkPolicy.enabled=true"},
-		"namespaced":   {"-f", filepath.Join(root, "test", "helm", "testdata", "namespaced.values.yaml"), "--set", "metrics.serviceMonitor.enabled=true", "--set", "networkPolicy.enabled=true"},
+		"cluster-wide": {"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.tlsConfig.insecureSkipVerify=true", "--set", "networkPolicy.enabled=true"},
+		"namespaced": {"-f", filepath.Join(root, "test", "helm", "testdata", "namespaced.values.yaml"), "--set", "metrics.serviceMonitor.enabled=true",
+			"--set", "metrics.serviceMonitor.tlsConfig.insecureSkipVerify=true", "--set", "networkPolicy.enabled=true"},
 	} {
 		t.Run("secure "+name, func(t *testing.T) {
 			objs := render(t, values...)
@@ -481,4 +482,28 @@ func TestTemplateDatabaseNetworkPolicies(t *testing.T) {
 		assert.Equal(t, v, podLabels[k], "the manager's pods carry %s", pair)
 	}
 	assert.Contains(t, managerArgs(t, render(t, "--set", "databaseNetworkPolicies=false")), "--network-policies=false")
+}
+
+// TestTemplateServiceMonitorVerifies (issue 29): a ServiceMonitor of the
+// secure /metrics verifies the manager's certificate by default: with
+// metrics.certSecret, against its ca.crt for the metrics Service's name;
+// without one (a self-signed certificate nobody can verify) the chart
+// refuses to render and says what to set; skipping verification must be
+// asked for. Before, it defaulted to insecureSkipVerify.
+func TestTemplateServiceMonitorVerifies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs helm; skipped under -short")
+	}
+	objs := render(t, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.certSecret=dbkeeper-metrics-tls")
+	endpoints, _, _ := unstructured.NestedSlice(objs["ServiceMonitor ops/rel-dbkeeper"].Object, "spec", "endpoints")
+	require.Len(t, endpoints, 1)
+	assert.Equal(t, map[string]any{
+		"ca":         map[string]any{"secret": map[string]any{"name": "dbkeeper-metrics-tls", "key": "ca.crt"}},
+		"serverName": "rel-dbkeeper-metrics.ops.svc",
+	}, endpoints[0].(map[string]any)["tlsConfig"])
+
+	_, chart, _ := paths(t)
+	out, err := helm(t, "template", "rel", chart, "--namespace=ops", "--set", "metrics.serviceMonitor.enabled=true")
+	require.Error(t, err, "a ServiceMonitor that cannot verify the certificate was rendered")
+	assert.Contains(t, out, "metrics.serviceMonitor verifies the manager's certificate: set metrics.certSecret")
 }
