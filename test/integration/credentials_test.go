@@ -85,7 +85,8 @@ func TestPasswordIsNeverRegenerated(t *testing.T) {
 }
 
 // TestUserSecret names a Secret the user manages: missing, then without a
-// password, then complete; dbkeeper reports each state as soon as the
+// password, then complete but without the annotation that lets this
+// Database use it, then with it; dbkeeper reports each state as soon as the
 // Secret changes (it is watched, not polled) and never modifies it.
 func TestUserSecret(t *testing.T) {
 	ns := newNamespace(t)
@@ -117,6 +118,13 @@ func TestUserSecret(t *testing.T) {
 	patch := client.MergeFrom(sec.DeepCopy())
 	sec.Data["password"] = []byte("chosen-by-the-user")
 	require.NoError(t, admin.Patch(ctx, sec, patch))
+	// complete, but it does not say this Database may use it (issue 29)
+	cond = waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionFalse, dbv1.ReasonSecretNotOptedIn)
+	assert.Contains(t, cond.Message, dbv1.AnnotationCredentialsFor+": byo")
+
+	patch = client.MergeFrom(sec.DeepCopy())
+	sec.Annotations = map[string]string{dbv1.AnnotationCredentialsFor: "byo"}
+	require.NoError(t, admin.Patch(ctx, sec, patch))
 	waitCondition(t, db, dbv1.ConditionCredentialsReady, metav1.ConditionTrue, dbv1.ReasonSecretProvided)
 	markStatefulSetReady(t, db)
 	waitCondition(t, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonReady)
@@ -139,7 +147,7 @@ func TestRotationLeavesNoTrace(t *testing.T) {
 	ns := newNamespace(t)
 	op := startOperator(t, ns, "*")
 	ctx := context.Background()
-	user := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mine"},
+	user := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mine", Annotations: map[string]string{dbv1.AnnotationCredentialsFor: "mine-db"}},
 		Data: map[string][]byte{"username": []byte("shop"), "password": []byte("first-password-of-the-user")}}
 	require.NoError(t, admin.Create(ctx, user))
 	generated := convergeReady(t, newDatabase(ns, "gen"))

@@ -98,7 +98,8 @@ func TestUserSecretEndToEnd(t *testing.T) {
 	ns := newNamespace(t)
 	startOperator(t, ns)
 	login := map[string]string{"username": "app", "password": "s3cret-of-the-app"}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app-login"}, StringData: login}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app-login",
+		Annotations: map[string]string{dbv1.AnnotationCredentialsFor: "app"}}, StringData: login}
 	create(t, secret)
 	// The old login, for the check that the server refuses it after.
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app-login-old"}, StringData: login})

@@ -77,7 +77,7 @@ func TestRotation(t *testing.T) {
 	t.Run("user Secret", func(t *testing.T) {
 		t.Parallel()
 		create(t, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop-login"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop-login", Annotations: map[string]string{dbv1.AnnotationCredentialsFor: "byo"}},
 			StringData: map[string]string{"username": "shop", "password": "first-password-of-shop", "database": "orders"},
 		})
 		db := newDatabase(ns, "byo", "17", func(d *dbv1.Database) {
@@ -236,7 +236,8 @@ func TestRotationRefusesEmptyPassword(t *testing.T) {
 	ns := newNamespace(t)
 	startOperator(t, ns)
 	login := map[string]string{"username": "shop", "password": "kept-password-of-shop"}
-	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop-login"}, StringData: login})
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop-login",
+		Annotations: map[string]string{dbv1.AnnotationCredentialsFor: "empty"}}, StringData: login})
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop-login-copy"}, StringData: login})
 	db := newDatabase(ns, "empty", "17", func(d *dbv1.Database) {
 		d.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "shop-login"}

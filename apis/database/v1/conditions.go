@@ -121,6 +121,10 @@ const (
 	// ReasonSecretInvalid: the user's Secret lacks the username or password
 	// key.
 	ReasonSecretInvalid = "SecretInvalid"
+	// ReasonSecretNotOptedIn: the user's Secret does not name this
+	// Database in its AnnotationCredentialsFor, so dbkeeper does not use
+	// it.
+	ReasonSecretNotOptedIn = "SecretNotOptedIn"
 	// ReasonPasswordRotated: the server did not have the password of the
 	// credentials Secret and dbkeeper set it; the message names the
 	// Secret's resourceVersion.
@@ -309,6 +313,13 @@ const AnnotationDemoteAppRole = "database.dbkeeper.io/demote-app-role"
 // switchover to it; the controller removes the annotation once the
 // instance is the primary, or says in ReplicationReady why it cannot.
 const AnnotationSwitchoverTo = "database.dbkeeper.io/switchover-to"
+
+// AnnotationCredentialsFor, on a Secret of the user's, lists the Databases
+// of its namespace (comma-separated names) that may use it as their
+// spec.credentials.secretName: dbkeeper uses a Secret it did not make only
+// when the Secret says so, so that writing a Database does not give the use
+// of any Secret of the namespace.
+const AnnotationCredentialsFor = "database.dbkeeper.io/credentials-for"
 
 // LabelRole is the label of an engine pod that says its role: RolePrimary
 // or RoleReplica. The replication controller owns it; the read-write

@@ -255,10 +255,34 @@ func (s *syncer) checkUserSecret(ctx context.Context, db *dbv1.Database) (facet.
 			Condition: conditions.False(t, dbv1.ReasonSecretInvalid, fmt.Sprintf("Secret %s lacks the key(s) %s: add them (dbkeeper never modifies this Secret)", name, strings.Join(missing, ", "))),
 		}, nil
 	}
+	msg := fmt.Sprintf("using Secret %s from spec.credentials.secretName", name)
+	if !optedIn(sec, db.Name) {
+		ask := fmt.Sprintf("add the annotation %s: %s to it", dbv1.AnnotationCredentialsFor, db.Name)
+		// in use: its password was set on the server before
+		if appliedVersion(db, name) == "" {
+			return facet.Outcome{Condition: conditions.False(t, dbv1.ReasonSecretNotOptedIn, fmt.Sprintf(
+				"Secret %s named in spec.credentials.secretName does not say this Database may use it: %s (dbkeeper uses a Secret it did not make only with it)",
+				name, ask))}, nil
+		}
+		// in use since before the annotation was asked for: kept, and
+		// said
+		msg += fmt.Sprintf("; it lacks the annotation %s, without which a new Database would not use it: %s", dbv1.AnnotationCredentialsFor, ask)
+	}
 	return facet.Outcome{
-		Condition: conditions.True(t, dbv1.ReasonSecretProvided, fmt.Sprintf("using Secret %s from spec.credentials.secretName", name)),
+		Condition: conditions.True(t, dbv1.ReasonSecretProvided, msg),
 		Status:    dbv1ac.DatabaseStatus().WithCredentialsSecret(name),
 	}, nil
+}
+
+// optedIn reports whether sec's AnnotationCredentialsFor names the
+// Database called name.
+func optedIn(sec *corev1.Secret, name string) bool {
+	for _, n := range strings.Split(sec.Annotations[dbv1.AnnotationCredentialsFor], ",") {
+		if strings.TrimSpace(n) == name {
+			return true
+		}
+	}
+	return false
 }
 
 // ensureGenerated creates the generated Secret if it does not exist and keeps

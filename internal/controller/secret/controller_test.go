@@ -48,22 +48,38 @@ func TestSyncGenerates(t *testing.T) {
 // TestSyncChecksTheUsersSecret: the Secret of spec.credentials.secretName
 // is reported missing, incomplete or in use, and never written.
 func TestSyncChecksTheUsersSecret(t *testing.T) {
-	secret := func(data map[string][]byte) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "mine", ResourceVersion: "7"}, Data: data}
+	secret := func(data map[string][]byte, optIn string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "mine", ResourceVersion: "7"}, Data: data}
+		if optIn != "" {
+			s.Annotations = map[string]string{dbv1.AnnotationCredentialsFor: optIn}
+		}
+		return s
 	}
+	both := map[string][]byte{engine.UsernameKey: []byte("app"), engine.PasswordKey: []byte("s3cret")}
 	for name, tc := range map[string]struct {
 		secret *corev1.Secret
+		// inUse: its password was set on the server before (status)
+		inUse  bool
 		status metav1.ConditionStatus
 		reason string
+		says   string
 	}{
-		"missing":    {nil, metav1.ConditionFalse, dbv1.ReasonSecretNotFound},
-		"incomplete": {secret(map[string][]byte{engine.UsernameKey: []byte("app")}), metav1.ConditionFalse, dbv1.ReasonSecretInvalid},
-		"complete": {secret(map[string][]byte{engine.UsernameKey: []byte("app"), engine.PasswordKey: []byte("s3cret")}),
-			metav1.ConditionTrue, dbv1.ReasonSecretProvided},
+		"missing":     {secret: nil, status: metav1.ConditionFalse, reason: dbv1.ReasonSecretNotFound},
+		"incomplete":  {secret: secret(map[string][]byte{engine.UsernameKey: []byte("app")}, "orders"), status: metav1.ConditionFalse, reason: dbv1.ReasonSecretInvalid},
+		"complete":    {secret: secret(both, "orders"), status: metav1.ConditionTrue, reason: dbv1.ReasonSecretProvided},
+		"for several": {secret: secret(both, "billing, orders"), status: metav1.ConditionTrue, reason: dbv1.ReasonSecretProvided},
+		"not opted in": {secret: secret(both, ""), status: metav1.ConditionFalse, reason: dbv1.ReasonSecretNotOptedIn,
+			says: dbv1.AnnotationCredentialsFor + ": orders"},
+		"for another Database": {secret: secret(both, "billing"), status: metav1.ConditionFalse, reason: dbv1.ReasonSecretNotOptedIn},
+		"in use before the opt-in": {secret: secret(both, ""), inUse: true, status: metav1.ConditionTrue, reason: dbv1.ReasonSecretProvided,
+			says: "it lacks the annotation " + dbv1.AnnotationCredentialsFor},
 	} {
 		t.Run(name, func(t *testing.T) {
 			db := facettest.Database()
 			db.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "mine"}
+			if tc.inUse {
+				db.Status.Credentials = &dbv1.CredentialsStatus{Secret: "mine", AppliedResourceVersion: "6"}
+			}
 			objs := []client.Object{db}
 			if tc.secret != nil {
 				objs = append(objs, tc.secret)
@@ -73,6 +89,7 @@ func TestSyncChecksTheUsersSecret(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.status, out.Condition.Status)
 			assert.Equal(t, tc.reason, out.Condition.Reason, out.Condition.Message)
+			assert.Contains(t, out.Condition.Message, tc.says)
 			if tc.secret != nil {
 				live := &corev1.Secret{}
 				require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(tc.secret), live))

@@ -153,7 +153,7 @@ func TestServerStepGeneratedRotation(t *testing.T) {
 func TestServerStepRefusesEmptyPassword(t *testing.T) {
 	db := facettest.Database()
 	db.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "mine"}
-	user := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: "mine"},
+	user := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: "mine", Annotations: map[string]string{dbv1.AnnotationCredentialsFor: db.Name}},
 		Data: map[string][]byte{engine.UsernameKey: []byte("shop"), engine.PasswordKey: []byte("first-password")}}
 	f := newServerFixture(t, db, user)
 	cond, db := f.sync(t)
@@ -200,7 +200,7 @@ func TestServerStepPending(t *testing.T) {
 func TestServerStepLegacy(t *testing.T) {
 	db := facettest.Database()
 	db.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "mine"}
-	user := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: "mine"},
+	user := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: "mine", Annotations: map[string]string{dbv1.AnnotationCredentialsFor: db.Name}},
 		Data: map[string][]byte{engine.UsernameKey: []byte("shop"), engine.PasswordKey: []byte("legacy-password")}}
 	f := newServerFixture(t, db, user)
 	f.servers.Legacy(db, "shop", "legacy-password", "shop")
@@ -241,7 +241,7 @@ func TestServerStepLegacyNamedPostgres(t *testing.T) {
 	db := facettest.Database()
 	db.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "mine"}
 	db.Annotations = map[string]string{dbv1.AnnotationDemoteAppRole: "true"}
-	user := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: "mine"},
+	user := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: "mine", Annotations: map[string]string{dbv1.AnnotationCredentialsFor: db.Name}},
 		Data: map[string][]byte{engine.UsernameKey: []byte("postgres"), engine.PasswordKey: []byte("legacy-password")}}
 	f := newServerFixture(t, db, user)
 	f.servers.Legacy(db, "postgres", "legacy-password", "postgres")
