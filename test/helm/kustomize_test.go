@@ -1,46 +1,23 @@
 package helm
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/dbkeeper/dbkeeper/test/framework/manifests"
 )
 
-// kustomize renders the kustomize install (config/default) with the
-// manager image set to image, as its comment says to (kustomize edit set
-// image, here by rewriting the images entry), and returns the objects by
-// "Kind namespace/name".
+// kustomize is manifests.Kustomize by "Kind namespace/name".
 func kustomize(t *testing.T, image string) map[string]*unstructured.Unstructured {
 	t.Helper()
-	root, _, helmBin := paths(t)
-	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(filepath.Join(dir, "config"), os.DirFS(filepath.Join(root, "config"))))
-	name, tag, _ := strings.Cut(image, ":")
-	k := filepath.Join(dir, "config", "default", "kustomization.yaml")
-	data, err := os.ReadFile(k)
+	list, err := manifests.Kustomize(image)
 	require.NoError(t, err)
-	set := strings.Replace(string(data), "newName: ghcr.io/dbkeeper/dbkeeper\n    newTag: dev", "newName: "+name+"\n    newTag: "+tag, 1)
-	require.NotEqual(t, string(data), set, "the images entry of config/default")
-	require.NoError(t, os.WriteFile(k, []byte(set), 0o644))
-	out, err := exec.Command(filepath.Join(filepath.Dir(helmBin), "kubectl"), "kustomize", filepath.Join(dir, "config", "default")).CombinedOutput()
-	require.NoError(t, err, "kubectl kustomize: %s", out)
 	objs := map[string]*unstructured.Unstructured{}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(out)), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			break
-		}
-		if u.GetKind() != "" {
-			objs[u.GetKind()+" "+u.GetNamespace()+"/"+u.GetName()] = u
-		}
+	for _, u := range list {
+		objs[u.GetKind()+" "+u.GetNamespace()+"/"+u.GetName()] = u
 	}
 	return objs
 }
