@@ -77,6 +77,10 @@ func Connect(ctx context.Context, t Target) (*Conn, error) {
 		"application_name=" + ApplicationName,
 		"statement_timeout=" + strconv.Itoa(int(StatementTimeout.Milliseconds())),
 		"lock_timeout=" + strconv.Itoa(int(LockTimeout.Milliseconds())),
+		// only SCRAM: a server (or whoever answers at its address) that
+		// asks for the password in clear or as MD5, or for none, is
+		// refused before it gets anything (libpq's require_auth)
+		"require_auth=scram-sha-256",
 	}
 	cfg, err := pgx.ParseConfig(strings.Join(kv, " "))
 	if err != nil {
