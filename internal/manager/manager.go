@@ -5,6 +5,7 @@
 package manager
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -38,6 +39,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
+	"github.com/dbkeeper/dbkeeper/internal/marker"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -66,6 +68,11 @@ type Options struct {
 	// name the manager's pods (--manager-namespace, --manager-pod-labels).
 	NetworkPolicies bool
 	Manager         resources.ManagerPeer
+	// MarkerKey signs the credentials and superuser Secrets dbkeeper
+	// makes (marker); nil means the key of Secret marker.KeySecretName in
+	// Manager.Namespace, made on the first start, or, without a namespace
+	// (a manager outside the cluster), a key of this process only.
+	MarkerKey marker.Key
 	// MetricsBindAddress serves /metrics; "0" disables it.
 	MetricsBindAddress string
 	// MetricsSecure serves /metrics over HTTPS to authenticated and
@@ -119,6 +126,8 @@ type Options struct {
 // and Helm installs set it); the rule becomes a Role, not a ClusterRole.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=dbkeeper-system
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=dbkeeper-system
+// The key that marks the Secrets dbkeeper makes (marker.Load).
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create,namespace=dbkeeper-system
 
 // Scheme is the scheme of the manager: the built-in types and dbkeeper's.
 func Scheme() *runtime.Scheme {
@@ -176,6 +185,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.Add(secrets); err != nil {
 		return nil, fmt.Errorf("adding the Secret metadata cache: %w", err)
 	}
+	key, err := markerKey(cfg, o, logger)
+	if err != nil {
+		return nil, err
+	}
 	secretData := instance.NewSecretReader(mgr.GetAPIReader(), secrets)
 	instances := o.Instances
 	if instances == nil {
@@ -184,10 +197,32 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines,
 		Instances: instances, Agents: o.Agents, SecretMetadata: secrets, Secrets: secretData,
 		TLSCertDuration: o.TLSCertDuration, SkipTLSServerProbe: o.SkipTLSServerProbe, AgentImage: o.AgentImage,
-		NetworkPolicies: o.NetworkPolicies, Manager: o.Manager}); err != nil {
+		NetworkPolicies: o.NetworkPolicies, Manager: o.Manager, MarkerKey: key}); err != nil {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// markerKey is o.MarkerKey, or the key of the manager's namespace
+// (marker.Load, with a client of its own: the manager's cache is not
+// started yet), or, without a namespace, a key of this process, said in
+// the log: Secrets a deletion policy kept are then recognised only by
+// this process.
+func markerKey(cfg *rest.Config, o Options, log logr.Logger) (marker.Key, error) {
+	if len(o.MarkerKey) > 0 {
+		return o.MarkerKey, nil
+	}
+	if o.Manager.Namespace == "" {
+		log.Info("No manager namespace (--manager-namespace, $POD_NAMESPACE): the key that marks the Secrets dbkeeper makes lives in this process only; a Database of the same name made after a restart will not adopt the Secrets a Retain deletion kept")
+		return marker.NewKey()
+	}
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return nil, fmt.Errorf("a client for the marker key: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return marker.Load(ctx, c, o.Manager.Namespace)
 }
 
 // The secure metrics endpoint asks the API server who a caller is and

@@ -108,6 +108,18 @@ func TestNamesTakenAreLeftAlone(t *testing.T) {
 		{"superuser Secret", dbv1.ConditionCredentialsReady, func(db *dbv1.Database) client.Object {
 			return secret(resources.SuperuserSecretName(db))
 		}},
+		// with dbkeeper's labels, as anybody may write them: only its mark
+		// (marker) tells a Secret it made
+		{"labelled superuser Secret", dbv1.ConditionCredentialsReady, func(db *dbv1.Database) client.Object {
+			s := secret(resources.SuperuserSecretName(db))
+			s.SetLabels(resources.Labels(db, resources.ComponentSuperuser))
+			return s
+		}},
+		{"labelled credentials Secret", dbv1.ConditionCredentialsReady, func(db *dbv1.Database) client.Object {
+			s := secret(resources.GeneratedSecretName(db))
+			s.SetLabels(resources.Labels(db, resources.ComponentCredentials))
+			return s
+		}},
 		{"replication Secret", dbv1.ConditionCredentialsReady, func(db *dbv1.Database) client.Object {
 			return secret(resources.ReplicationSecretName(db))
 		}},

@@ -29,6 +29,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
+	"github.com/dbkeeper/dbkeeper/internal/marker"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -79,6 +80,9 @@ type Options struct {
 	// pods.
 	NetworkPolicies bool
 	Manager         resources.ManagerPeer
+	// MarkerKey signs the credentials and superuser Secrets the secret
+	// controller makes, and verifies those it finds (marker).
+	MarkerKey marker.Key
 }
 
 // FieldOwner is the field manager of the named controller.

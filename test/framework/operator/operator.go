@@ -22,6 +22,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/instance/instancetest"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
+	"github.com/dbkeeper/dbkeeper/internal/marker"
 )
 
 // Options of one operator run.
@@ -65,6 +66,17 @@ type Options struct {
 	// it out, and none of the test clusters does).
 	NoNetworkPolicies bool
 }
+
+// markerKey marks the Secrets of every operator of the test process, as
+// one manager's key does in a cluster: a Database made again after a
+// Retain deletion, by another operator of the process, adopts what was kept.
+var markerKey = func() marker.Key {
+	k, err := marker.NewKey()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 // FakeAgentImage is the agent image of operators whose pods never run: the
 // envtest and fake-node suites.
@@ -138,6 +150,7 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 		TLSCertDuration:        o.TLSCertDuration,
 		AgentImage:             o.AgentImage,
 		NetworkPolicies:        !o.NoNetworkPolicies,
+		MarkerKey:              markerKey,
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
