@@ -34,6 +34,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/marker"
 	"github.com/dbkeeper/dbkeeper/internal/jobs"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -75,6 +76,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionDeleting }
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	r := newReconciler(mgr.GetClient(), facet.NewWriter(mgr, Name).WhileDeleting())
 	r.engines = o.Engines
+	r.key = o.MarkerKey
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -110,6 +112,11 @@ type reconciler struct {
 	// engines is the image catalog of the final backup Job; the zero one
 	// is the built-in.
 	engines engine.Catalog
+	// key verifies dbkeeper's mark on the credentials and superuser
+	// Secrets (marker): a Secret of their names without it was planted by
+	// somebody else, refused by the secret controller, and is not deleted
+	// either. The zero key checks nothing.
+	key marker.Key
 }
 
 // newReconciler is the cleanup reconciler that reads, deletes and patches
@@ -323,11 +330,37 @@ func (r *reconciler) carryOut(ctx context.Context, db *dbv1.Database, p plan) (s
 	for _, name := range secrets {
 		secret := &metav1.PartialObjectMetadata{}
 		secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-		if err := r.deleteOrKeepNamed(ctx, db, secret, name, p.deleteSecret); err != nil {
+		del := p.deleteSecret
+		if del {
+			made, err := r.madeByDBKeeper(ctx, db, name)
+			if err != nil {
+				return "", err
+			}
+			del = made
+		}
+		if err := r.deleteOrKeepNamed(ctx, db, secret, name, del); err != nil {
 			return "", err
 		}
 	}
 	return "", nil
+}
+
+// madeByDBKeeper reports whether Secret name of db's namespace carries
+// dbkeeper's mark (or does not exist, or no key checks marks): the only
+// credentials and superuser Secrets a deletion policy deletes.
+func (r *reconciler) madeByDBKeeper(ctx context.Context, db *dbv1.Database, name string) (bool, error) {
+	if len(r.key) == 0 {
+		return true, nil
+	}
+	sec, err := apply.Live(ctx, r.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
+	if err != nil {
+		return false, fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	if sec == nil || r.key.Verify(sec, engine.PasswordKey) {
+		return true, nil
+	}
+	log.FromContext(ctx).Info("Leaving a Secret dbkeeper did not make (it lacks dbkeeper's mark)", "Secret", klog.KObj(sec))
+	return false, nil
 }
 
 // deleteWorkload deletes what runs on the volumes a policy deletes: the
