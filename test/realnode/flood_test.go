@@ -46,6 +46,9 @@ func TestAgentFlood(t *testing.T) {
 	waitReady(t, db)
 	pod := getPod(t, db, resources.InstanceName(db, 0))
 	rw := serviceTarget(t, db, resources.ClientServiceName(db))
+	// Ready before kube-proxy routes <name> to the pod
+	require.Eventually(t, func() bool { _, err := sqlWithin(rw, "SELECT 1", 5*time.Second); return err == nil }, timeout, 200*time.Millisecond,
+		"<name> reaches the primary")
 	w, err := dbtest.StartWriterWithTimeout(ctx, rw, "acks", 3*time.Second)
 	require.NoError(t, err)
 	defer w.Stop()
