@@ -34,8 +34,8 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
-	"github.com/dbkeeper/dbkeeper/internal/marker"
 	"github.com/dbkeeper/dbkeeper/internal/jobs"
+	"github.com/dbkeeper/dbkeeper/internal/marker"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 

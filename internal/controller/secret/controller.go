@@ -40,7 +40,6 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
-	"github.com/dbkeeper/dbkeeper/internal/marker"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -84,7 +83,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
 	s := newSyncer(mgr.GetClient(), mgr.GetAPIReader(), w, o.Instances)
 	s.metadata = mgr.GetCache()
-	s.key = o.MarkerKey
+	s.marks.Key = o.MarkerKey
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &dbv1.Database{}, IndexSecretName, secretNameOf); err != nil {
 		return fmt.Errorf("indexing Databases by %s: %w", IndexSecretName, err)
@@ -155,13 +154,10 @@ type syncer struct {
 	// manager's client sends every Secret read, metadata too, to the API
 	// server. Nil means client (the tests' fake).
 	metadata client.Reader
-	// key marks the credentials and superuser Secrets this controller
-	// makes and verifies those it finds (made); the zero key marks and
-	// checks nothing (tests of other concerns).
-	key marker.Key
-	// marked maps a credentials or superuser Secret to the
-	// resourceVersion whose mark was last verified.
-	marked sync.Map
+	// marks marks the credentials and superuser Secrets this controller
+	// makes and verifies those it finds (made); without a key it marks
+	// and checks nothing (tests of other concerns).
+	marks facet.Marks
 }
 
 // newSyncer is the secret syncer that reads metadata from and creates and
@@ -319,7 +315,7 @@ func (s *syncer) ensureGenerated(ctx context.Context, db *dbv1.Database) (facet.
 			return s.adoptForeign(ctx, db)
 		}
 	default:
-		if err := s.made(ctx, db, live, nil); err != nil {
+		if err := s.made(ctx, db, live); err != nil {
 			return facet.Outcome{}, err
 		}
 		// A conflict: the Secret changed since the cache saw it, and that
@@ -397,43 +393,21 @@ func (s *syncer) ours(ctx context.Context, db *dbv1.Database, name string) error
 }
 
 // made checks that the credentials or superuser Secret found under its
-// generated name (live; sec, when already read, is its data) is one
-// dbkeeper made: it carries dbkeeper's mark for its name and password
-// (marker), or the Database already uses it (its password was set on the
-// server: made before dbkeeper marked its Secrets, or rotated by the
-// user), which is then marked. Anything else is facet.NotOursError: a
-// Secret somebody made under that name before the Database existed must
-// not choose its password. A mark is verified again only once the
-// Secret's resourceVersion changed.
-func (s *syncer) made(ctx context.Context, db *dbv1.Database, live client.Object, sec *corev1.Secret) error {
-	if len(s.key) == 0 {
-		return nil
-	}
-	key := client.ObjectKeyFromObject(live)
-	if v, ok := s.marked.Load(key); ok && v == live.GetResourceVersion() {
-		return nil
-	}
-	if sec == nil {
-		sec = &corev1.Secret{}
-		if err := s.reader.Get(ctx, key, sec); err != nil {
-			return fmt.Errorf("getting Secret %s: %w", key.Name, err)
-		}
-	}
-	if s.key.Verify(sec, engine.PasswordKey) {
-		s.marked.Store(key, sec.ResourceVersion)
-		return nil
-	}
-	if appliedVersion(db, resources.CredentialsSecretName(db)) == "" {
-		return &facet.NotOursError{Kind: "Secret", Name: key.Name,
-			Why: "it does not carry dbkeeper's mark (" + marker.Annotation + "): it was made by somebody else, and its password is not this Database's to take"}
+// generated name (live) is one dbkeeper made (facet.Marks.Check): marked,
+// or used by the Database already, which is then marked; otherwise
+// facet.NotOursError.
+func (s *syncer) made(ctx context.Context, db *dbv1.Database, live client.Object) error {
+	sec, marked, err := s.marks.Check(ctx, s.reader, db, live.GetName(), live.GetResourceVersion())
+	if err != nil || marked || sec == nil {
+		return err
 	}
 	patch := client.MergeFrom(sec.DeepCopy())
-	s.key.Mark(sec, engine.PasswordKey)
+	s.marks.Key.Mark(sec, engine.PasswordKey)
 	if err := s.client.Patch(ctx, sec, patch, client.FieldOwner(facet.FieldOwner(Name))); err != nil {
-		return fmt.Errorf("marking Secret %s: %w", key.Name, err)
+		return fmt.Errorf("marking Secret %s: %w", sec.Name, err)
 	}
 	log.FromContext(ctx).Info("Marked a Secret the Database already uses", "Secret", klog.KObj(sec))
-	s.marked.Store(key, sec.ResourceVersion)
+	s.marks.Remember(sec)
 	return nil
 }
 
@@ -452,7 +426,7 @@ func (s *syncer) create(ctx context.Context, db *dbv1.Database) (bool, error) {
 		return false, err
 	}
 	sec := resources.CredentialsSecret(db, eng, password, tls)
-	s.key.Mark(sec, engine.PasswordKey)
+	s.marks.Key.Mark(sec, engine.PasswordKey)
 	log.FromContext(ctx).Info("Generating credentials Secret", "Secret", klog.KObj(sec))
 	err = s.client.Create(ctx, sec, client.FieldOwner(facet.FieldOwner(Name)))
 	if apierrors.IsAlreadyExists(err) {

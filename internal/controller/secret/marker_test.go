@@ -38,7 +38,7 @@ func TestPlantedSecretsAreRefused(t *testing.T) {
 
 	t.Run("fresh Database: made and marked", func(t *testing.T) {
 		f := newServerFixture(t, facettest.Database())
-		f.s.key = key
+		f.s.marks.Key = key
 		f.sync(t)
 		for _, name := range []string{resources.GeneratedSecretName(f.db), resources.SuperuserSecretName(f.db)} {
 			assert.True(t, key.Verify(f.secret(t, name), engine.PasswordKey), "Secret %s carries dbkeeper's mark", name)
@@ -59,7 +59,7 @@ func TestPlantedSecretsAreRefused(t *testing.T) {
 			}
 			sec := planted(db, name, tc.component)
 			f := newServerFixture(t, db, sec)
-			f.s.key = key
+			f.s.marks.Key = key
 			before := f.secret(t, name)
 			_, err := f.s.Sync(context.Background(), f.db)
 			var taken *facet.NotOursError
@@ -77,7 +77,7 @@ func TestPlantedSecretsAreRefused(t *testing.T) {
 		kept := planted(db, resources.SuperuserSecretName(db), resources.ComponentSuperuser)
 		key.Mark(kept, engine.PasswordKey)
 		f := newServerFixture(t, db, kept)
-		f.s.key = key
+		f.s.marks.Key = key
 		_, err := f.s.Sync(context.Background(), f.db)
 		require.NoError(t, err)
 	})
@@ -88,7 +88,7 @@ func TestPlantedSecretsAreRefused(t *testing.T) {
 		f.sync(t) // made without a key: unmarked, as an earlier dbkeeper did
 		_, db = f.sync(t)
 		require.NotEmpty(t, appliedVersion(db, resources.GeneratedSecretName(db)), "the password set on the server")
-		f.s.key = key
+		f.s.marks.Key = key
 		cond, _ := f.sync(t)
 		assert.Equal(t, metav1.ConditionTrue, cond.Status, "%s: %s", cond.Reason, cond.Message)
 		for _, name := range []string{resources.GeneratedSecretName(db), resources.SuperuserSecretName(db)} {

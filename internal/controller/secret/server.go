@@ -246,7 +246,7 @@ func (s *syncer) ensureSuperuser(ctx context.Context, db *dbv1.Database, eng eng
 			return superuser{}, err
 		}
 		sec = resources.SuperuserSecret(db, resources.SuperuserName(eng, appRole), password)
-		s.key.Mark(sec, engine.PasswordKey)
+		s.marks.Key.Mark(sec, engine.PasswordKey)
 		log.FromContext(ctx).Info("Generating superuser Secret", "Secret", klog.KObj(sec))
 		err = s.client.Create(ctx, sec, client.FieldOwner(facet.FieldOwner(Name)))
 		if apierrors.IsAlreadyExists(err) {
@@ -258,7 +258,7 @@ func (s *syncer) ensureSuperuser(ctx context.Context, db *dbv1.Database, eng eng
 	} else {
 		// A superuser Secret planted before the Database would choose
 		// the superuser's password: refused unless dbkeeper made it.
-		if err := s.made(ctx, db, sec, sec); err != nil {
+		if err := s.made(ctx, db, sec); err != nil {
 			return superuser{}, err
 		}
 		// The Writer refuses one that is not labelled dbkeeper's for this

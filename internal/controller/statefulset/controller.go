@@ -73,6 +73,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	s := newSyncer(mgr.GetClient(), w)
 	s.engines = o.Engines
 	s.agentImage = o.AgentImage
+	s.marks.Key = o.MarkerKey
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
@@ -100,6 +101,27 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		Complete(r)
 }
 
+// superuserMade refuses (facet.NotOursError) a superuser Secret dbkeeper
+// did not make while the Database does not use its credentials yet: the
+// engine pods' initdb takes the superuser's password from it, and one
+// planted under its name before the Database existed would choose it.
+func (s *syncer) superuserMade(ctx context.Context, db *dbv1.Database) error {
+	if facet.InUse(db) || len(s.marks.Key) == 0 {
+		return nil
+	}
+	name := resources.SuperuserSecretName(db)
+	partial := &metav1.PartialObjectMetadata{}
+	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	version := ""
+	if cached, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, partial); err != nil {
+		return fmt.Errorf("getting Secret %s: %w", name, err)
+	} else if cached != nil {
+		version = cached.ResourceVersion
+	}
+	_, _, err := s.marks.Check(ctx, s.client, db, name, version)
+	return err
+}
+
 // SetupDisabled implements controller.Controller.
 func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
 	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
@@ -115,6 +137,9 @@ type syncer struct {
 	engines engine.Catalog
 	// agentImage is the image the pods copy the agent from (--agent-image).
 	agentImage string
+	// marks verifies the superuser Secret before the first pods start
+	// (superuserMade).
+	marks facet.Marks
 }
 
 // newSyncer is the statefulset syncer that reads with c, and applies and
@@ -127,6 +152,9 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	eng, err := s.engines.For(db.Spec.Engine)
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
+	}
+	if err := s.superuserMade(ctx, db); err != nil {
+		return facet.Outcome{}, err
 	}
 	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}, &appsv1.StatefulSet{})
 	if err != nil {

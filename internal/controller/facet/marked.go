@@ -1,0 +1,70 @@
+package facet
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/apply"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/marker"
+)
+
+// Marks checks that the credentials and superuser Secrets of a Database,
+// which carry no owner reference, are ones dbkeeper made: they carry its
+// mark (marker) for their name and password. It remembers the
+// resourceVersion each was last verified at, so a Secret is read from the
+// API server only once it changed. The zero Marks (no key) checks nothing.
+type Marks struct {
+	Key      marker.Key
+	verified sync.Map
+}
+
+// InUse reports whether db already uses its credentials: their password
+// was set on the server (status.credentials.appliedResourceVersion), so the
+// Secrets it has were made before dbkeeper marked its Secrets, or
+// rotated by the user, and are its own.
+func InUse(db *dbv1.Database) bool {
+	return db.Status.Credentials != nil && db.Status.Credentials.AppliedResourceVersion != ""
+}
+
+// Check reads Secret name of db's namespace with r (from the API server:
+// the data is needed) unless it was verified at version (a cached
+// resourceVersion, "" when unknown), and returns it (nil when it does not
+// exist or was verified before) with whether it carries a valid mark. A
+// Secret that is neither marked nor in use (InUse) is NotOursError: it was
+// planted under the name before the Database existed.
+func (m *Marks) Check(ctx context.Context, r client.Reader, db *dbv1.Database, name, version string) (sec *corev1.Secret, marked bool, err error) {
+	if len(m.Key) == 0 {
+		return nil, true, nil
+	}
+	key := client.ObjectKey{Namespace: db.Namespace, Name: name}
+	if v, ok := m.verified.Load(key); ok && version != "" && v == version {
+		return nil, true, nil
+	}
+	sec, err = apply.Live(ctx, r, key, &corev1.Secret{})
+	if err != nil || sec == nil {
+		if err != nil {
+			err = fmt.Errorf("getting Secret %s: %w", name, err)
+		}
+		return nil, err == nil, err
+	}
+	if m.Key.Verify(sec, engine.PasswordKey) {
+		m.Remember(sec)
+		return sec, true, nil
+	}
+	if !InUse(db) {
+		return sec, false, &NotOursError{Kind: "Secret", Name: name,
+			Why: "it does not carry dbkeeper's mark (" + marker.Annotation + "): it was made by somebody else, and its password is not this Database's to take"}
+	}
+	return sec, false, nil
+}
+
+// Remember records that sec, at its resourceVersion, carries a valid mark.
+func (m *Marks) Remember(sec *corev1.Secret) {
+	m.verified.Store(client.ObjectKeyFromObject(sec), sec.ResourceVersion)
+}
