@@ -36,8 +36,10 @@ func InUse(db *dbv1.Database) bool {
 // the data is needed) unless it was verified at version (a cached
 // resourceVersion, "" when unknown), and returns it (nil when it does not
 // exist or was verified before) with whether it carries a valid mark. A
-// Secret that is neither marked nor in use (InUse) is NotOursError: it was
-// planted under the name before the Database existed.
+// Secret that is neither marked, nor in use (InUse), nor owned by db (an
+// earlier dbkeeper made the credentials Secret with an owner reference to
+// its Database, whose UID nobody knows before the Database exists) is
+// NotOursError: it was planted under the name before the Database existed.
 func (m *Marks) Check(ctx context.Context, r client.Reader, db *dbv1.Database, name, version string) (sec *corev1.Secret, marked bool, err error) {
 	if len(m.Key) == 0 {
 		return nil, true, nil
@@ -57,7 +59,7 @@ func (m *Marks) Check(ctx context.Context, r client.Reader, db *dbv1.Database, n
 		m.Remember(sec)
 		return sec, true, nil
 	}
-	if !InUse(db) {
+	if !InUse(db) && !ownedBy(sec, db) {
 		return sec, false, &NotOursError{Kind: "Secret", Name: name,
 			Why: "it does not carry dbkeeper's mark (" + marker.Annotation + "): it was made by somebody else, and its password is not this Database's to take"}
 	}
@@ -67,4 +69,14 @@ func (m *Marks) Check(ctx context.Context, r client.Reader, db *dbv1.Database, n
 // Remember records that sec, at its resourceVersion, carries a valid mark.
 func (m *Marks) Remember(sec *corev1.Secret) {
 	m.verified.Store(client.ObjectKeyFromObject(sec), sec.ResourceVersion)
+}
+
+// ownedBy reports whether sec has an owner reference to db (its UID).
+func ownedBy(sec *corev1.Secret, db *dbv1.Database) bool {
+	for _, ref := range sec.OwnerReferences {
+		if ref.UID == db.UID {
+			return true
+		}
+	}
+	return false
 }

@@ -82,6 +82,17 @@ func TestPlantedSecretsAreRefused(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	t.Run("made by an earlier dbkeeper with an owner reference: marked", func(t *testing.T) {
+		db := facettest.Database()
+		old := planted(db, resources.GeneratedSecretName(db), resources.ComponentCredentials)
+		old.OwnerReferences = []metav1.OwnerReference{{APIVersion: dbv1.GroupVersion.String(), Kind: "Database", Name: db.Name, UID: db.UID}}
+		f := newServerFixture(t, db, old)
+		f.s.marks.Key = key
+		_, err := f.s.Sync(context.Background(), f.db)
+		require.NoError(t, err)
+		assert.True(t, key.Verify(f.secret(t, old.Name), engine.PasswordKey), "marked")
+	})
+
 	t.Run("in use before the marks: marked", func(t *testing.T) {
 		db := facettest.Database()
 		f := newServerFixture(t, db)
