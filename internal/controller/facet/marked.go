@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/marker"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
 // Marks checks that the credentials and superuser Secrets of a Database,
@@ -36,10 +38,13 @@ func InUse(db *dbv1.Database) bool {
 // the data is needed) unless it was verified at version (a cached
 // resourceVersion, "" when unknown), and returns it (nil when it does not
 // exist or was verified before) with whether it carries a valid mark. A
-// Secret that is neither marked, nor in use (InUse), nor owned by db (an
-// earlier dbkeeper made the credentials Secret with an owner reference to
-// its Database, whose UID nobody knows before the Database exists) is
-// NotOursError: it was planted under the name before the Database existed.
+// Secret that is neither marked, nor in use (InUse, or the Database's
+// StatefulSet exists: its pods' initdb took the superuser's password from
+// it already, and a StatefulSet is never made over an unmarked one), nor
+// owned by db (an earlier dbkeeper made the credentials Secret with an
+// owner reference to its Database, whose UID nobody knows before the
+// Database exists) is NotOursError: it was planted under the name before
+// the Database existed.
 func (m *Marks) Check(ctx context.Context, r client.Reader, db *dbv1.Database, name, version string) (sec *corev1.Secret, marked bool, err error) {
 	if len(m.Key) == 0 {
 		return nil, true, nil
@@ -60,6 +65,13 @@ func (m *Marks) Check(ctx context.Context, r client.Reader, db *dbv1.Database, n
 		return sec, true, nil
 	}
 	if !InUse(db) && !ownedBy(sec, db) {
+		running, err := hasStatefulSet(ctx, r, db)
+		if err != nil {
+			return nil, false, err
+		}
+		if running {
+			return sec, false, nil
+		}
 		return sec, false, &NotOursError{Kind: "Secret", Name: name,
 			Why: "it does not carry dbkeeper's mark (" + marker.Annotation + "): it was made by somebody else, and its password is not this Database's to take"}
 	}
@@ -79,4 +91,14 @@ func ownedBy(sec *corev1.Secret, db *dbv1.Database) bool {
 		}
 	}
 	return false
+}
+
+// hasStatefulSet reports whether db's StatefulSet exists and is db's.
+func hasStatefulSet(ctx context.Context, r client.Reader, db *dbv1.Database) (bool, error) {
+	// typed: the manager's cache holds StatefulSets so
+	live, err := apply.Live(ctx, r, client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}, &appsv1.StatefulSet{})
+	if err != nil {
+		return false, fmt.Errorf("getting the StatefulSet of %s: %w", db.Name, err)
+	}
+	return live != nil && resources.Belongs(db, live), nil
 }

@@ -26,18 +26,22 @@ import (
 // Database does not use its credentials yet, a superuser Secret without
 // dbkeeper's mark (planted under the name, with its labels, before the
 // Database existed) stops the StatefulSet (NotOursError): no pod runs
-// initdb with a password somebody chose. A marked one, or one a Database
-// already uses, does not. Before, the StatefulSet was made at once.
+// initdb with a password somebody chose. A marked one, one a Database
+// already uses, or one whose Database already runs (an earlier dbkeeper's),
+// does not. Before, the StatefulSet was made at once.
 func TestNoPodsOverAPlantedSuperuserSecret(t *testing.T) {
 	key, err := marker.NewKey()
 	require.NoError(t, err)
 	for name, tc := range map[string]struct {
-		mark, inUse bool
-		refused     bool
+		mark, inUse, running bool
+		refused              bool
 	}{
 		"planted":      {refused: true},
 		"marked":       {mark: true},
 		"already used": {inUse: true},
+		// an earlier dbkeeper's Database, whose status says nothing of
+		// its credentials: its pods took the password already
+		"running before the marks": {running: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
@@ -51,7 +55,12 @@ func TestNoPodsOverAPlantedSuperuserSecret(t *testing.T) {
 			if tc.mark {
 				key.Mark(sec, engine.PasswordKey)
 			}
-			c := facettest.Client(t, db, sec)
+			objs := []client.Object{db, sec}
+			if tc.running {
+				objs = append(objs, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: resources.StatefulSetName(db),
+					Labels: resources.Labels(db, resources.ComponentDatabase)}})
+			}
+			c := facettest.Client(t, objs...)
 			s := newSyncer(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
 			s.marks.Key = key
 			_, err := s.Sync(ctx, db)
