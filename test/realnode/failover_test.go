@@ -547,6 +547,26 @@ func writeOnce(ctx context.Context, target sqlconn.Target, sql string) error {
 	return err
 }
 
+// missing is w.Missing through target, read again while target cannot be
+// reached: the verdict is on the table's content, and a Service may be
+// without a ready endpoint for a moment after a failover on a loaded node
+// (a run saw "no route to host" right after the topology converged).
+func (h *ha) missing(w *dbtest.Writer, target sqlconn.Target) []int64 {
+	h.t.Helper()
+	var missing []int64
+	var err error
+	deadline := time.Now().Add(time.Minute)
+	for {
+		missing, err = w.Missing(context.Background(), target)
+		if err == nil || !sqlconn.Unreachable(err) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	require.NoError(h.t, err)
+	return missing
+}
+
 // assertAcknowledged checks the acknowledged ids of both writers against
 // the table: with Required synchronous replication none is missing;
 // without, as many are missing as the failover reports its old primary
@@ -555,9 +575,7 @@ func writeOnce(ctx context.Context, target sqlconn.Target, sql string) error {
 func (h *ha) assertAcknowledged(fence *dbtest.Writer, failedOver bool) {
 	t := h.t
 	t.Helper()
-	ctx := context.Background()
-	all, err := h.w.Missing(ctx, h.rw)
-	require.NoError(t, err)
+	all := h.missing(h.w, h.rw)
 	var missing []int64
 	for _, id := range all {
 		if !h.lost[id] {
@@ -565,8 +583,7 @@ func (h *ha) assertAcknowledged(fence *dbtest.Writer, failedOver bool) {
 			h.lost[id] = true
 		}
 	}
-	fenceMissing, err := fence.Missing(ctx, h.super)
-	require.NoError(t, err)
+	fenceMissing := h.missing(fence, h.super)
 	lost := len(missing) + len(fenceMissing)
 	for _, id := range missing {
 		if at, ok := h.w.AckedAt(id); ok {
@@ -726,8 +743,7 @@ func (h *ha) operatorDown(i int) {
 func (h *ha) assertNoneLost(when string) {
 	t := h.t
 	t.Helper()
-	missing, err := h.w.Missing(context.Background(), h.rw)
-	require.NoError(t, err)
+	missing := h.missing(h.w, h.rw)
 	explainMissing(t, h.db, h.w, h.rw.Database, "acks", missing)
 	assert.Empty(t, missing, "acknowledged ids lost%s", when)
 }
