@@ -50,8 +50,8 @@ func (s *syncer) syncVolumeRepository(ctx context.Context, db *dbv1.Database, en
 	case sec != nil:
 		// planted before the Database, its keys would open the
 		// repository to whoever made it
-		if why := resources.NotBelonging(db.Name, db.UID, sec, true); why != "" {
-			return &facet.NotOursError{Kind: "Secret", Name: name, Why: why}
+		if err := facet.OurSecret(db, sec); err != nil {
+			return err
 		}
 	default:
 		secret, err := resources.VolumeRepositorySecret(db)

@@ -127,6 +127,19 @@ func (e *NotOursError) Error() string {
 		"delete or rename it, or give the Database another name", e.Kind, e.Name, e.Why)
 }
 
+// OurSecret returns NotOursError unless sec, found under the name of one
+// of db's Secrets that always carry its owner reference (the CA, TLS,
+// replication and repository Secrets), is db's: its labels and its owner
+// reference (resources.NotBelonging, strict), which a Secret made before
+// db existed cannot carry. It is the check of Apply for the Secrets
+// dbkeeper creates rather than applies.
+func OurSecret(db *dbv1.Database, sec metav1.Object) error {
+	if why := resources.NotBelonging(db.Name, db.UID, sec, true); why != "" {
+		return &NotOursError{Kind: "Secret", Name: sec.GetName(), Why: why}
+	}
+	return nil
+}
+
 // notTaken is the second guard of Apply: an object of a Database (it names
 // the Database as its controller, or, for what a deletion policy may keep,
 // carries dbkeeper's managed-by and instance labels) is written only when

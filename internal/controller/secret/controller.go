@@ -378,18 +378,14 @@ func (s *syncer) ensureReplication(ctx context.Context, db *dbv1.Database) error
 }
 
 // ours reads the metadata of Secret name from the API server and returns
-// facet.NotOursError unless it is db's, with its owner reference
-// (resources.NotBelonging, strict).
+// facet.NotOursError unless it is db's (facet.OurSecret).
 func (s *syncer) ours(ctx context.Context, db *dbv1.Database, name string) error {
 	partial := &metav1.PartialObjectMetadata{}
 	partial.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	if err := s.reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, partial); err != nil {
 		return fmt.Errorf("getting Secret %s: %w", name, err)
 	}
-	if why := resources.NotBelonging(db.Name, db.UID, partial, true); why != "" {
-		return &facet.NotOursError{Kind: "Secret", Name: name, Why: why}
-	}
-	return nil
+	return facet.OurSecret(db, partial)
 }
 
 // made checks that the credentials or superuser Secret found under its

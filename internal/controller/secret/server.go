@@ -327,17 +327,16 @@ func (s *syncer) connect(ctx context.Context, db *dbv1.Database, eng engine.Engi
 	if err != nil {
 		return refused(err.Error())
 	}
-	for i, stmt := range []string{ensure, set} {
-		exec := func() error { _, err := appConn.Exec(ctx, stmt); return err }
-		if i == 1 {
-			exec = func() error { return roles.ExecUnlogged(ctx, appConn, eng, stmt) }
+	_, err = appConn.Exec(ctx, ensure)
+	if err == nil {
+		// the statement that carries the password, out of the server log
+		err = roles.ExecUnlogged(ctx, appConn, eng, set)
+	}
+	if err != nil {
+		if sqlconn.Unreachable(err) {
+			return nil, nil, err
 		}
-		if err := exec(); err != nil {
-			if sqlconn.Unreachable(err) {
-				return nil, nil, err
-			}
-			return refused(fmt.Sprintf("creating it as role %s failed: %v", app.User, err))
-		}
+		return refused(fmt.Sprintf("creating it as role %s failed: %v", app.User, err))
 	}
 	log.FromContext(ctx).Info("Created the superuser role of a Database made before dbkeeper separated the roles",
 		"role", super.User, "Secret", klog.KRef(db.Namespace, superName))

@@ -354,8 +354,8 @@ func (s *syncer) ensureCA(ctx context.Context, db *dbv1.Database) (pki.KeyPair, 
 	if live != nil {
 		// a CA Secret somebody planted before the Database existed would
 		// have every certificate issued by a key they hold
-		if why := resources.NotBelonging(db.Name, db.UID, live, true); why != "" {
-			return pki.KeyPair{}, &facet.NotOursError{Kind: "Secret", Name: name, Why: why}
+		if err := facet.OurSecret(db, live); err != nil {
+			return pki.KeyPair{}, err
 		}
 		ca := pki.KeyPair{Cert: live.Data[resources.CACertKey], Key: live.Data[resources.CAKeyKey]}
 		if _, err := pki.ParseCertificate(ca.Cert); err != nil {
