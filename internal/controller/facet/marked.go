@@ -39,8 +39,8 @@ func InUse(db *dbv1.Database) bool {
 // resourceVersion, "" when unknown), and returns it (nil when it does not
 // exist or was verified before) with whether it carries a valid mark. A
 // Secret that is neither marked, nor in use (InUse, or the Database's
-// StatefulSet exists: its pods' initdb took the superuser's password from
-// it already, and a StatefulSet is never made over an unmarked one), nor
+// StatefulSet gives its pods a value of it: initdb took its password
+// already, statefulSetUses), nor
 // owned by db (an earlier dbkeeper made the credentials Secret with an
 // owner reference to its Database, whose UID nobody knows before the
 // Database exists) is NotOursError: it was planted under the name before
@@ -54,28 +54,23 @@ func (m *Marks) Check(ctx context.Context, r client.Reader, db *dbv1.Database, n
 		return nil, true, nil
 	}
 	sec, err = apply.Live(ctx, r, key, &corev1.Secret{})
-	if err != nil || sec == nil {
-		if err != nil {
-			err = fmt.Errorf("getting Secret %s: %w", name, err)
-		}
-		return nil, err == nil, err
-	}
-	if m.Key.Verify(sec, engine.PasswordKey) {
+	switch {
+	case err != nil:
+		return nil, false, fmt.Errorf("getting Secret %s: %w", name, err)
+	case sec == nil:
+		return nil, true, nil
+	case m.Key.Verify(sec, engine.PasswordKey):
 		m.Remember(sec)
 		return sec, true, nil
+	case InUse(db) || ownedBy(sec, db):
+		return sec, false, nil
 	}
-	if !InUse(db) && !ownedBy(sec, db) {
-		running, err := hasStatefulSet(ctx, r, db)
-		if err != nil {
-			return nil, false, err
-		}
-		if running {
-			return sec, false, nil
-		}
-		return sec, false, &NotOursError{Kind: "Secret", Name: name,
-			Why: "it does not carry dbkeeper's mark (" + marker.Annotation + "): it was made by somebody else, and its password is not this Database's to take"}
+	used, err := statefulSetUses(ctx, r, db, name)
+	if err != nil || used {
+		return sec, false, err
 	}
-	return sec, false, nil
+	return sec, false, &NotOursError{Kind: "Secret", Name: name,
+		Why: "it does not carry dbkeeper's mark (" + marker.Annotation + "): it was made by somebody else, and its password is not this Database's to take"}
 }
 
 // Remember records that sec, at its resourceVersion, carries a valid mark.
@@ -93,12 +88,28 @@ func ownedBy(sec *corev1.Secret, db *dbv1.Database) bool {
 	return false
 }
 
-// hasStatefulSet reports whether db's StatefulSet exists and is db's.
-func hasStatefulSet(ctx context.Context, r client.Reader, db *dbv1.Database) (bool, error) {
-	// typed: the manager's cache holds StatefulSets so
-	live, err := apply.Live(ctx, r, client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}, &appsv1.StatefulSet{})
+// statefulSetUses reports whether db's StatefulSet exists, is db's, and
+// gives its pods a value of Secret name: the password initdb took
+// (POSTGRES_PASSWORD, from the superuser Secret, or from the credentials
+// Secret in a StatefulSet made before the roles were separated). Such a
+// Secret is already the server's; and no StatefulSet is made over an
+// unmarked superuser Secret.
+func statefulSetUses(ctx context.Context, r client.Reader, db *dbv1.Database, name string) (bool, error) {
+	// typed, as the manager's cache holds StatefulSets
+	sts, err := apply.Live(ctx, r, client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}, &appsv1.StatefulSet{})
 	if err != nil {
 		return false, fmt.Errorf("getting the StatefulSet of %s: %w", db.Name, err)
 	}
-	return live != nil && resources.Belongs(db, live), nil
+	if sts == nil || !resources.Belongs(db, sts) {
+		return false, nil
+	}
+	pod := sts.Spec.Template.Spec
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == name {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }

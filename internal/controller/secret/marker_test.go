@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -71,6 +72,27 @@ func TestPlantedSecretsAreRefused(t *testing.T) {
 			assert.False(t, f.servers.CanLogin(f.db, "dbkeeper", "chosen-by-them"), "the planted password reached the server")
 		})
 	}
+
+	t.Run("planted credentials beside a running StatefulSet", func(t *testing.T) {
+		// the StatefulSet proves only the Secret its pods take a value
+		// from (the superuser's): a credentials Secret planted beside it
+		// is still refused (before, any unmarked Secret of a Database
+		// whose StatefulSet existed was taken as in use, and marked)
+		db := facettest.Database()
+		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: resources.StatefulSetName(db),
+			Labels: resources.Labels(db, resources.ComponentDatabase)},
+			Spec: appsv1.StatefulSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "engine", Env: engine.Postgres{}.Env(resources.SuperuserSecretName(db))}}}}}}
+		name := resources.GeneratedSecretName(db)
+		f := newServerFixture(t, db, sts, planted(db, name, resources.ComponentCredentials))
+		f.s.marks.Key = key
+		before := f.secret(t, name)
+		_, err := f.s.Sync(context.Background(), f.db)
+		var taken *facet.NotOursError
+		require.ErrorAs(t, err, &taken)
+		assert.Equal(t, name, taken.Name)
+		assert.Equal(t, before.ResourceVersion, f.secret(t, name).ResourceVersion, "the planted Secret was marked")
+	})
 
 	t.Run("kept by Retain, marked: adopted", func(t *testing.T) {
 		db := facettest.Database()

@@ -57,8 +57,11 @@ func TestNoPodsOverAPlantedSuperuserSecret(t *testing.T) {
 			}
 			objs := []client.Object{db, sec}
 			if tc.running {
+				// its pods took the superuser's password from the Secret
 				objs = append(objs, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: resources.StatefulSetName(db),
-					Labels: resources.Labels(db, resources.ComponentDatabase)}})
+					Labels: resources.Labels(db, resources.ComponentDatabase)},
+					Spec: appsv1.StatefulSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+						Name: "engine", Env: engine.Postgres{}.Env(sec.Name)}}}}}})
 			}
 			c := facettest.Client(t, objs...)
 			s := newSyncer(c, facet.WriterFor(c, &events.FakeRecorder{}, Name))
