@@ -267,12 +267,12 @@ func runningAs(role agent.Role) func(agent.Status) bool {
 	return func(s agent.Status) bool { return s.State == agent.StateRunning && s.Ready && s.Role == role }
 }
 
-// sql connects to in's server over TCP as the superuser.
+// sql connects to in's server over its unix socket as the superuser.
 func sql(t *testing.T, in *instance) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s dbname=postgres sslmode=prefer", in.port, superPassword))
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres", filepath.Join(in.dir, "run"), in.port))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn

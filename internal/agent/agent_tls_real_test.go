@@ -11,7 +11,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -46,40 +45,39 @@ func newTestCA(t *testing.T) *testCA {
 	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
-// issue writes tls.crt, tls.key (for 127.0.0.1) and ca.crt into dir, as
-// the mounted Secret holds them, owned by uid.
-func (ca *testCA) issue(t *testing.T, dir string, serial int64, uid, gid int) {
+// clientCert is a client certificate of ca for role cn, as the manager
+// signs for its superuser sessions.
+func (ca *testCA) clientCert(t *testing.T, cn string) tls.Certificate {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "db"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	require.NoError(t, err)
-	kder, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	files := map[string][]byte{
-		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
-		"ca.crt":  ca.pem,
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// tcpLogin connects to in's server over TCP with TLS verified by caFile as
+// user, with password and the client certificates certs.
+func tcpLogin(ctx context.Context, in *instance, caFile, user, password string, certs ...tls.Certificate) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s dbname=postgres sslmode=verify-full sslrootcert=%s connect_timeout=5",
+		in.port, user, password, caFile))
+	if err != nil {
+		return nil, err
 	}
-	for name, b := range files {
-		// written beside and renamed, as the kubelet swaps a Secret's files
-		tmp := filepath.Join(dir, "."+name)
-		require.NoError(t, os.WriteFile(tmp, b, 0o600))
-		require.NoError(t, os.Chown(tmp, uid, gid))
-		require.NoError(t, os.Rename(tmp, filepath.Join(dir, name)))
-	}
+	cfg.TLSConfig.Certificates = certs
+	return pgx.ConnectConfig(ctx, cfg)
 }
 
 // servedSerial is the serial of the certificate in's server presents to a
-// client verifying it with the CA.
-func servedSerial(t *testing.T, in *instance, caFile string) int64 {
+// client verifying it with the CA (the superuser, with its certificate).
+func servedSerial(t *testing.T, in *instance, ca *testCA, caFile string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s dbname=postgres sslmode=verify-full sslrootcert=%s",
-		in.port, superPassword, caFile))
+	conn, err := tcpLogin(ctx, in, caFile, "postgres", "", ca.clientCert(t, "postgres"))
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 	tc, ok := conn.PgConn().Conn().(*tls.Conn)
@@ -87,11 +85,15 @@ func servedSerial(t *testing.T, in *instance, caFile string) int64 {
 	return tc.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
 }
 
-// TestAgentsOverTLS: with a TLS directory the agents serve HTTPS with the
-// Database's certificate, the standby clones and streams over TLS
-// verifying the primary (verify-full), the hba file is the operator's (the
-// agent adds nothing to PGDATA's), and a certificate renewed in place is
-// loaded by the server without a restart.
+// TestAgentsOverTLS: with a TLS directory and client certificate
+// authentication (the Database's CA is dbkeeper's) the agents serve HTTPS
+// with the Database's certificate; the standby clones and streams over TLS
+// verifying the primary (verify-full) and logging in with the instances'
+// certificate, not a password; the superuser and the replication role are
+// refused over TCP with their passwords, the superuser is let in with a
+// certificate of its name, and the application's role with its password;
+// the agent writes the rules outside PGDATA; a certificate renewed in
+// place is loaded by the server without a restart.
 func TestAgentsOverTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL; skipped under -short")
@@ -100,20 +102,17 @@ func TestAgentsOverTLS(t *testing.T) {
 	ca := newTestCA(t)
 	c.tlsDir = filepath.Join(c.dir, "tls")
 	c.mkdir(c.tlsDir, 0o755)
-	ca.issue(t, c.tlsDir, 1, c.uid, c.gid)
-	hba := filepath.Join(c.dir, "pg_hba.conf")
-	require.NoError(t, os.WriteFile(hba, []byte("local all all trust\n"+
-		"hostssl replication "+agent.ReplicationUser+" 127.0.0.1/32 scram-sha-256\n"+
-		"hostssl all all 127.0.0.1/32 scram-sha-256\n"), 0o644))
-	c.serverArgs = []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + c.tlsDir + "/tls.crt", "-c", "ssl_key_file=" + c.tlsDir + "/tls.key", "-c", "hba_file=" + hba}
+	ca.writeTLS(t, c.tlsDir, ca.databaseCert(t, 1), c.uid, c.gid)
+	c.serverArgs = []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + c.tlsDir + "/tls.crt", "-c", "ssl_key_file=" + c.tlsDir + "/tls.key"}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.pem)
 	c.client.HTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	caFile := filepath.Join(c.tlsDir, "ca.crt")
 	ctx := context.Background()
+	certAuth := agent.EnvClientCertAuth + "=true"
 
-	a := c.start("db-0")
-	b := c.start("db-1")
+	a := c.start("db-0", certAuth)
+	b := c.start("db-1", certAuth)
 	resp, err := c.client.HTTP.Get(a.url + agent.StatusPath)
 	require.NoError(t, err, "HTTPS verified with the Database's CA")
 	resp.Body.Close()
@@ -123,9 +122,28 @@ func TestAgentsOverTLS(t *testing.T) {
 	require.NoError(t, err)
 	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
 	pa := sql(t, a)
+	// the replication role has the agents' password: only the certificate
+	// may log it in over TCP
 	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agent.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
+	mustExec(t, pa, "CREATE ROLE app WITH LOGIN PASSWORD 'app-password'")
 	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(b.name))
 	mustExec(t, pa, "CREATE TABLE t AS SELECT generate_series(1, 10) AS id")
+
+	for _, login := range []struct{ user, password string }{{"postgres", superPassword}, {agent.ReplicationUser, replPassword}} {
+		_, err := tcpLogin(ctx, a, caFile, login.user, login.password)
+		require.Error(t, err, "%s logged in over TCP with its password", login.user)
+		assert.Contains(t, err.Error(), "connection requires a valid client certificate", login.user)
+	}
+	_, err = tcpLogin(ctx, a, caFile, "postgres", superPassword, ca.clientCert(t, agent.ReplicationUser))
+	require.Error(t, err, "a certificate for another role logged in the superuser")
+	_, err = tcpLogin(ctx, a, caFile, "postgres", "", newTestCA(t).clientCert(t, "postgres"))
+	require.Error(t, err, "a certificate of another CA logged in the superuser")
+	conn, err := tcpLogin(ctx, a, caFile, "postgres", "", ca.clientCert(t, "postgres"))
+	require.NoError(t, err, "the superuser with a certificate of its name")
+	conn.Close(ctx)
+	conn, err = tcpLogin(ctx, a, caFile, "app", "app-password")
+	require.NoError(t, err, "the application's role with its password")
+	conn.Close(ctx)
 
 	c.proxy.target.Store(int32(a.port))
 	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
@@ -135,6 +153,8 @@ func TestAgentsOverTLS(t *testing.T) {
 	})
 	assert.Equal(t, "true", stringQuery(t, pa, "SELECT s.ssl::text FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid) WHERE r.application_name = $1", b.name),
 		"the standby streams over TLS")
+	assert.Equal(t, "/CN=orders", stringQuery(t, pa, "SELECT s.client_dn FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid) WHERE r.application_name = $1", b.name),
+		"the standby logs in with the instances' certificate")
 	assert.Equal(t, 10, count(t, sql(t, b), "SELECT count(*) FROM t"))
 	for _, in := range []*instance{a, b} {
 		data, err := os.ReadFile(filepath.Join(in.pgdata, "pg_hba.conf"))
@@ -143,16 +163,18 @@ func TestAgentsOverTLS(t *testing.T) {
 	}
 
 	// Renewal in place: the server presents the new certificate, without a
-	// restart.
+	// restart, and the standby streams on with it.
 	pid := postmasterPID(a.pgdata)
-	assert.EqualValues(t, 1, servedSerial(t, a, caFile))
-	ca.issue(t, c.tlsDir, 2, c.uid, c.gid)
+	assert.EqualValues(t, 1, servedSerial(t, a, ca, caFile))
+	ca.writeTLS(t, c.tlsDir, ca.databaseCert(t, 2), c.uid, c.gid)
 	renewed := time.Now()
-	waitFor(t, func() bool { return servedSerial(t, a, caFile) == 2 }, 40*time.Second, "the server presents the renewed certificate")
+	waitFor(t, func() bool { return servedSerial(t, a, ca, caFile) == 2 }, 40*time.Second, "the server presents the renewed certificate")
 	t.Logf("renewed certificate served after %s", time.Since(renewed).Round(time.Millisecond))
 	assert.Equal(t, pid, postmasterPID(a.pgdata), "the server restarted")
-	conn, err := tls.Dial("tcp", strings.TrimPrefix(a.url, "https://"), &tls.Config{RootCAs: pool})
+	conn2, err := tls.Dial("tcp", strings.TrimPrefix(a.url, "https://"), &tls.Config{RootCAs: pool})
 	require.NoError(t, err)
-	assert.EqualValues(t, 2, conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), "the agent's endpoint serves the renewed certificate")
-	conn.Close()
+	assert.EqualValues(t, 2, conn2.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), "the agent's endpoint serves the renewed certificate")
+	conn2.Close()
+	mustExec(t, pa, "INSERT INTO t VALUES (11)")
+	waitFor(t, func() bool { return count(t, sql(t, b), "SELECT count(*) FROM t") == 11 }, 20*time.Second, "the standby streams after the renewal")
 }

@@ -76,6 +76,12 @@ const (
 	// TLS: the endpoint serves that certificate, and streaming verifies
 	// the primary with that CA (verify-full). Empty: plaintext.
 	EnvTLSDir = "DBKEEPER_TLS_DIR"
+	// EnvClientCertAuth, "true" with EnvTLSDir when the Database's CA is
+	// dbkeeper's own, makes the server ask TCP clients for a certificate
+	// of that CA and log in the superuser and ReplicationUser only with
+	// one (the agent writes the rules, engine.Postgres.CertAuthHBA); the
+	// instances present their own certificate to each other.
+	EnvClientCertAuth = "DBKEEPER_CLIENT_CERT_AUTH"
 	// EnvPeerDomain is the domain of the instances' own DNS names,
 	// <headless Service>.<namespace>.svc: the primary reaches a standby's
 	// pgBackRest TLS server at <pod>.<EnvPeerDomain>, a name the

@@ -77,22 +77,6 @@ func copyTLSFiles(src, dst string) (*x509.Certificate, error) {
 	return cert, nil
 }
 
-// clientAuthUsable says whether cert may authenticate a TLS client: it
-// has no extended key usage (any), or clientAuth among them. Certificates
-// dbkeeper issued before backups from standbys carry serverAuth only, and
-// OpenSSL refuses them as a client's ("unsupported certificate").
-func clientAuthUsable(cert *x509.Certificate) bool {
-	if len(cert.ExtKeyUsage) == 0 {
-		return true
-	}
-	for _, u := range cert.ExtKeyUsage {
-		if u == x509.ExtKeyUsageClientAuth || u == x509.ExtKeyUsageAny {
-			return true
-		}
-	}
-	return false
-}
-
 // backupServerAddress is the address the TLS server listens on: the
 // agent's own listening host (loopback in tests), else every IPv4
 // address ("*", pgBackRest's wildcard).

@@ -144,7 +144,7 @@ func (a *Agent) backupSource(ctx context.Context) (string, Peer, string) {
 	if err != nil {
 		return "", Peer{}, "taken from the primary: " + err.Error()
 	}
-	if !clientAuthUsable(cert) {
+	if !pki.ClientAuthUsable(cert) {
 		return "", Peer{}, fmt.Sprintf("taken from the primary: the Database's certificate (serial %s) is not usable by a TLS client "+
 			"(no clientAuth usage; certificates issued since backups from standbys have it, a renewal brings it)", pki.Serial(cert))
 	}

@@ -95,14 +95,6 @@ func TestStandbyErrorSaysWhy(t *testing.T) {
 	assert.Equal(t, "x", standbyError("ERROR: x", errors.New("x")))
 }
 
-// TestClientAuthUsable: a certificate with serverAuth only (dbkeeper's
-// before backups from standbys) cannot be a TLS client's.
-func TestClientAuthUsable(t *testing.T) {
-	assert.False(t, clientAuthUsable(&x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}))
-	assert.True(t, clientAuthUsable(&x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}))
-	assert.True(t, clientAuthUsable(&x509.Certificate{}))
-}
-
 // TestBackupServerConfig: the TLS server serves the copies of the
 // Database's files and accepts only the certificate's common name, for
 // the stanza; it writes no log file.

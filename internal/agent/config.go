@@ -37,6 +37,9 @@ type Config struct {
 	ReplicationPassword string
 	PrimaryHost         string
 	TLSDir              string
+	// ClientCertAuth ($DBKEEPER_CLIENT_CERT_AUTH): no password logs in
+	// the superuser or ReplicationUser over TCP (EnvClientCertAuth).
+	ClientCertAuth bool
 	// User is the superuser the agent connects as ($POSTGRES_USER), over
 	// the socket; Password ($POSTGRES_PASSWORD) is offered when asked.
 	User     string
@@ -120,6 +123,7 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 	c.ReplicationPassword = os.Getenv(EnvReplicationPassword)
 	c.PrimaryHost = os.Getenv(EnvPrimaryHost)
 	c.TLSDir = os.Getenv(EnvTLSDir)
+	c.ClientCertAuth = c.TLSDir != "" && os.Getenv(EnvClientCertAuth) == "true"
 	c.PeerDomain = os.Getenv(EnvPeerDomain)
 	c.User = os.Getenv("POSTGRES_USER")
 	if c.User == "" {

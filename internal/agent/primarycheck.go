@@ -87,7 +87,7 @@ func (a *Agent) queryPrimaryHost(ctx context.Context) (recovery bool, systemID s
 		conninfoValue(a.cfg.PrimaryHost), a.cfg.PrimaryPort, ReplicationUser, conninfoValue(a.pgpass),
 		conninfoValue(a.cfg.Pod+"-check"), int(connectTimeout/time.Second))
 	if a.cfg.TLSDir != "" {
-		ci += " sslmode=verify-full sslrootcert=" + conninfoValue(a.cfg.TLSDir+"/ca.crt")
+		ci += " sslmode=verify-full sslrootcert=" + conninfoValue(a.cfg.TLSDir+"/ca.crt") + a.clientCertConninfo()
 	} else {
 		ci += " sslmode=prefer"
 	}

@@ -103,6 +103,7 @@ func (a *Agent) fail(err error) {
 func (a *Agent) serverArgs() []string {
 	args := append([]string{}, a.cfg.Command...)
 	args = append(args, "-c", "port="+strconv.Itoa(a.cfg.Port), "-c", "unix_socket_directories="+a.cfg.SocketDir)
+	args = append(args, a.certAuthArgs()...)
 	if a.commandSets("max_slot_wal_keep_size") {
 		// the command's own setting wins (tests make slots lose WAL)
 	} else if size, err := volumeSize(filepath.Dir(a.cfg.PGData)); err == nil {
@@ -159,7 +160,7 @@ func (a *Agent) replicationConninfo(app, dbname string) string {
 		ci += " dbname=" + conninfoValue(dbname)
 	}
 	if a.cfg.TLSDir != "" {
-		return ci + " sslmode=verify-full sslrootcert=" + conninfoValue(a.cfg.TLSDir+"/ca.crt")
+		return ci + " sslmode=verify-full sslrootcert=" + conninfoValue(a.cfg.TLSDir+"/ca.crt") + a.clientCertConninfo()
 	}
 	return ci + " sslmode=prefer"
 }
@@ -168,6 +169,10 @@ func (a *Agent) replicationConninfo(app, dbname string) string {
 // timeout.
 func (a *Agent) sslEnv() []string {
 	timeout := fmt.Sprintf("PGCONNECT_TIMEOUT=%d", int(connectTimeout/time.Second))
+	if a.cfg.ClientCertAuth {
+		return []string{"PGSSLMODE=verify-full", "PGSSLROOTCERT=" + a.cfg.TLSDir + "/ca.crt",
+			"PGSSLCERT=" + a.cfg.TLSDir + "/tls.crt", "PGSSLKEY=" + a.cfg.TLSDir + "/tls.key", timeout}
+	}
 	if a.cfg.TLSDir != "" {
 		return []string{"PGSSLMODE=verify-full", "PGSSLROOTCERT=" + a.cfg.TLSDir + "/ca.crt", timeout}
 	}
@@ -183,6 +188,9 @@ func (a *Agent) startServer(state State) error {
 		if _, err := ensureReplicationHBA(a.cfg.PGData); err != nil {
 			return err
 		}
+	}
+	if err := a.writeCertAuth(); err != nil {
+		return err
 	}
 	// a data directory that starts a primary (or initdb's) needs the lease.
 	if a.keeper != nil && !isStandby(a.cfg.PGData) && !a.keeper.holds() {

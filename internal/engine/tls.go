@@ -11,7 +11,8 @@ type TLS interface {
 	// TLSArgs are the server options (appended to Replication.ServerArgs)
 	// that start the server with TLS on, the certificate and key in
 	// certFile and keyFile, and the client authentication rules of hbaFile
-	// (see HostBasedAuth).
+	// (see HostBasedAuth); an empty hbaFile leaves the rules to the agent
+	// (Postgres.CertAuthArgs).
 	TLSArgs(certFile, keyFile, hbaFile string) []string
 	// HostBasedAuth is the content of the authentication rules file that
 	// requires TLS (and a password) on every TCP connection.
@@ -30,12 +31,78 @@ const PostgresHBAKey = "pg_hba.conf"
 // the entrypoint's socket-only bootstrap server and the final server both
 // get them.
 func (Postgres) TLSArgs(certFile, keyFile, hbaFile string) []string {
-	return []string{
+	args := []string{
 		"-c", "ssl=on",
 		"-c", "ssl_cert_file=" + certFile,
 		"-c", "ssl_key_file=" + keyFile,
-		"-c", "hba_file=" + hbaFile,
 	}
+	if hbaFile != "" {
+		args = append(args, "-c", "hba_file="+hbaFile)
+	}
+	return args
+}
+
+// CertAuthMap is the name of the pg_ident map (CertAuthIdent) that lets
+// the instances' certificate log in as ReplicationUser.
+const CertAuthMap = "instances"
+
+// CertAuthArgs are the server options that make it ask TCP clients for a
+// certificate signed by the CA in caFile and take the rules of hbaFile
+// (CertAuthHBA) and identFile (CertAuthIdent). The agent adds them after
+// TLSArgs when the Database's CA is dbkeeper's own.
+func (Postgres) CertAuthArgs(caFile, hbaFile, identFile string) []string {
+	return []string{
+		"-c", "ssl_ca_file=" + caFile,
+		"-c", "hba_file=" + hbaFile,
+		"-c", "ident_file=" + identFile,
+	}
+}
+
+// CertAuthHBA are the client authentication rules of a server whose
+// clients may present certificates from the Database's own CA: no
+// password logs in the superuser or ReplicationUser over the network.
+//   - the unix socket trusts the pod's own processes (the entrypoint's
+//     bootstrap, the agent, kubectl exec: see docs/design/security.md);
+//   - ReplicationUser streams (the "replication" pseudo database) and
+//     reads the primary's files for pg_rewind (the postgres database)
+//     with the instances' own certificate, which CertAuthMap admits, and
+//     nothing else;
+//   - superuser logs in with a certificate whose common name is its name
+//     (the manager signs one for each session with the Database's CA);
+//   - everyone else with TLS and a SCRAM password; plaintext TCP is
+//     refused.
+func (Postgres) CertAuthHBA(superuser string) string {
+	return strings.Join([]string{
+		"# Written by dbkeeper's agent: no password logs in " + superuser + " or " + ReplicationUser + " over TCP.",
+		"# TYPE   DATABASE     USER                  ADDRESS  METHOD",
+		"local    all          all                            trust",
+		"hostssl  replication  " + ReplicationUser + "  all      cert map=" + CertAuthMap,
+		"hostssl  postgres     " + ReplicationUser + "  all      cert map=" + CertAuthMap,
+		"hostssl  all          " + ReplicationUser + "  all      reject",
+		"hostssl  all          " + hbaName(superuser) + "  all      cert",
+		"hostssl  all          all                   all      scram-sha-256",
+		"host     all          all                   all      reject",
+		"",
+	}, "\n")
+}
+
+// CertAuthIdent is the user name map of CertAuthHBA: the common name of
+// the instances' certificate (every instance of a Database serves the same
+// one) logs in as ReplicationUser.
+func (Postgres) CertAuthIdent(instanceCN string) string {
+	return strings.Join([]string{
+		"# Written by dbkeeper's agent.",
+		"# MAPNAME  SYSTEM-USERNAME  PG-USERNAME",
+		CertAuthMap + "  " + hbaName(instanceCN) + "  " + ReplicationUser,
+		"",
+	}, "\n")
+}
+
+// hbaName quotes a name for pg_hba.conf and pg_ident.conf: in double
+// quotes, which also keeps a name such as "all" or one starting with "+"
+// or "/" from meaning a keyword, a group or a regular expression.
+func hbaName(name string) string {
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
 }
 
 // HostBasedAuth implements TLS: the unix socket (the entrypoint's

@@ -181,3 +181,36 @@ func caConfig(ctx context.Context, reader client.Reader, db *dbv1.Database, serv
 	}
 	return cfg, nil
 }
+
+// SuperuserCertificateLifetime is how long the certificate of one of the
+// manager's superuser sessions is valid (it is needed only to log in).
+const SuperuserCertificateLifetime = time.Hour
+
+// SuperuserCertificate adds to cfg, for login as the superuser of a
+// Database whose server takes client certificates
+// (resources.ClientCertAuth), a certificate for login.User signed by the
+// Database's CA (Secret <name>-ca, read with reader): such a server
+// refuses the superuser's password over TCP. It adds nothing for another
+// login, and a server that asks for no certificate (one started before
+// dbkeeper used them) gets the password as before.
+func SuperuserCertificate(ctx context.Context, reader client.Reader, db *dbv1.Database, login Login, cfg *tls.Config) error {
+	if !login.Superuser || !resources.ClientCertAuth(db, resources.TLSOn) {
+		return nil
+	}
+	name := resources.CASecretName(db)
+	sec := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
+		return fmt.Errorf("getting Secret %s for a client certificate: %w", name, err)
+	}
+	pair, err := pki.IssueClient(pki.KeyPair{Cert: sec.Data[resources.CACertKey], Key: sec.Data[resources.CAKeyKey]},
+		login.User, time.Now(), SuperuserCertificateLifetime)
+	if err != nil {
+		return fmt.Errorf("Secret %s: %w", name, err)
+	}
+	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		return fmt.Errorf("the client certificate just issued: %w", err)
+	}
+	cfg.Certificates = []tls.Certificate{cert}
+	return nil
+}

@@ -32,6 +32,10 @@ var ErrNotReady = errors.New("not ready")
 type Login struct {
 	User     string
 	Password string
+	// Superuser: the server's superuser, which logs in over TCP with a
+	// client certificate of the Database's CA, never its password, where
+	// resources.ClientCertAuth says so (SuperuserCertificate).
+	Superuser bool
 }
 
 // Conn is one session with an instance.
@@ -108,6 +112,9 @@ func (p Pods) Connect(ctx context.Context, db *dbv1.Database, login Login, datab
 		if target.TLS, err = caConfig(ctx, p.Secrets, db, PodHost(db, name)); err != nil {
 			return nil, err
 		}
+		if err := SuperuserCertificate(ctx, p.Secrets, db, login, target.TLS); err != nil {
+			return nil, err
+		}
 	}
 	c, err := sqlconn.Connect(ctx, target)
 	if err != nil {
@@ -146,7 +153,7 @@ func SuperuserLogin(ctx context.Context, reader client.Reader, db *dbv1.Database
 	if err := reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
 		return Login{}, fmt.Errorf("getting Secret %s: %w", name, err)
 	}
-	login := Login{User: string(sec.Data[engine.UsernameKey]), Password: string(sec.Data[engine.PasswordKey])}
+	login := Login{User: string(sec.Data[engine.UsernameKey]), Password: string(sec.Data[engine.PasswordKey]), Superuser: true}
 	if login.User == "" || login.Password == "" {
 		return Login{}, fmt.Errorf("Secret %s lacks the key %s or %s", name, engine.UsernameKey, engine.PasswordKey)
 	}

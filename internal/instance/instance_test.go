@@ -81,5 +81,5 @@ func TestSuperuserLogin(t *testing.T) {
 	require.NoError(t, c.Update(context.Background(), sec))
 	login, err := instance.SuperuserLogin(context.Background(), c, db)
 	require.NoError(t, err)
-	assert.Equal(t, instance.Login{User: "postgres", Password: "pw-of-the-superuser"}, login)
+	assert.Equal(t, instance.Login{User: "postgres", Password: "pw-of-the-superuser", Superuser: true}, login)
 }

@@ -76,8 +76,36 @@ func IssueServer(ca KeyPair, dnsNames []string, now time.Time, lifetime time.Dur
 	if len(dnsNames) == 0 {
 		return KeyPair{}, errors.New("issuing a server certificate: no DNS names")
 	}
+	return issue(ca, "server", &x509.Certificate{
+		Subject:  pkix.Name{CommonName: dnsNames[0]},
+		DNSNames: dnsNames,
+		// clientAuth too: the instances present it to each other's
+		// pgBackRest TLS server (a base backup from a standby), and to
+		// each other's PostgreSQL as the replication role.
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}, now, lifetime)
+}
+
+// IssueClient signs a client certificate whose common name is commonName
+// (the role it logs in as, for PostgreSQL's cert authentication) with the
+// CA, valid from now for lifetime (backdated as IssueServer's); it can
+// authenticate a client only.
+func IssueClient(ca KeyPair, commonName string, now time.Time, lifetime time.Duration) (KeyPair, error) {
+	if commonName == "" {
+		return KeyPair{}, errors.New("issuing a client certificate: no common name")
+	}
+	return issue(ca, "client", &x509.Certificate{
+		Subject:     pkix.Name{CommonName: commonName},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, now, lifetime)
+}
+
+// issue signs tmpl's subject, names and extended key usages with the CA
+// and a new key, valid from now for lifetime (no longer than the CA),
+// backdated by a tenth of it, at most maxBackdate.
+func issue(ca KeyPair, kind string, tmpl *x509.Certificate, now time.Time, lifetime time.Duration) (KeyPair, error) {
 	if lifetime <= 0 {
-		return KeyPair{}, fmt.Errorf("issuing a server certificate: lifetime %s is not positive", lifetime)
+		return KeyPair{}, fmt.Errorf("issuing a %s certificate: lifetime %s is not positive", kind, lifetime)
 	}
 	caCert, caKey, err := parseCA(ca)
 	if err != nil {
@@ -85,31 +113,21 @@ func IssueServer(ca KeyPair, dnsNames []string, now time.Time, lifetime time.Dur
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return KeyPair{}, fmt.Errorf("generating server key: %w", err)
+		return KeyPair{}, fmt.Errorf("generating %s key: %w", kind, err)
 	}
-	serial, err := newSerial()
-	if err != nil {
+	if tmpl.SerialNumber, err = newSerial(); err != nil {
 		return KeyPair{}, err
 	}
-	notAfter := now.Add(lifetime)
-	if notAfter.After(caCert.NotAfter) {
-		notAfter = caCert.NotAfter
+	tmpl.NotBefore = now.Add(-min(maxBackdate, lifetime/10))
+	tmpl.NotAfter = now.Add(lifetime)
+	if tmpl.NotAfter.After(caCert.NotAfter) {
+		tmpl.NotAfter = caCert.NotAfter
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: dnsNames[0]},
-		DNSNames:     dnsNames,
-		NotBefore:    now.Add(-min(maxBackdate, lifetime/10)),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		// clientAuth too: the instances present it to each other's
-		// pgBackRest TLS server (a base backup from a standby).
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-	}
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	tmpl.BasicConstraintsValid = true
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
-		return KeyPair{}, fmt.Errorf("signing server certificate: %w", err)
+		return KeyPair{}, fmt.Errorf("signing %s certificate: %w", kind, err)
 	}
 	return encode(der, key)
 }
@@ -174,6 +192,22 @@ func CheckServer(pair KeyPair, caPEM []byte, dnsNames []string, now time.Time) (
 		}
 	}
 	return cert, nil
+}
+
+// ClientAuthUsable says whether cert may authenticate a TLS client: it
+// has no extended key usage (any), or clientAuth among them. Certificates
+// dbkeeper issued before backups from standbys carry serverAuth only, and
+// OpenSSL refuses them as a client's ("unsupported certificate").
+func ClientAuthUsable(cert *x509.Certificate) bool {
+	if len(cert.ExtKeyUsage) == 0 {
+		return true
+	}
+	for _, u := range cert.ExtKeyUsage {
+		if u == x509.ExtKeyUsageClientAuth || u == x509.ExtKeyUsageAny {
+			return true
+		}
+	}
+	return false
 }
 
 // matches reports whether the PEM private key is the key of cert.

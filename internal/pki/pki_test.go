@@ -111,3 +111,59 @@ func TestCA(t *testing.T) {
 		t.Errorf("server NotAfter %s after the CA's %s", sc.NotAfter, cert.NotAfter)
 	}
 }
+
+// TestClientAuthUsable: a certificate with serverAuth only (dbkeeper's
+// before backups from standbys) cannot be a TLS client's.
+func TestClientAuthUsable(t *testing.T) {
+	for _, c := range []struct {
+		usages []x509.ExtKeyUsage
+		want   bool
+	}{
+		{[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, false},
+		{[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, true},
+		{nil, true},
+	} {
+		if got := ClientAuthUsable(&x509.Certificate{ExtKeyUsage: c.usages}); got != c.want {
+			t.Errorf("ClientAuthUsable(%v) = %v, want %v", c.usages, got, c.want)
+		}
+	}
+}
+
+// TestIssueClient: a client certificate names the role in its common
+// name, chains to the CA for clientAuth only (it can serve nothing), and
+// lives no longer than asked.
+func TestIssueClient(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	ca, err := NewCA("orders CA", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := IssueClient(ca, "postgres", now, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ParseCertificate(pair.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Subject.CommonName != "postgres" {
+		t.Errorf("common name %q, want postgres", cert.Subject.CommonName)
+	}
+	if got := cert.NotAfter.Sub(now); got != 10*time.Minute {
+		t.Errorf("valid for %s after now, want 10m", got)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.Cert)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("does not verify as a client's: %v", err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
+		t.Error("verifies as a server's")
+	}
+	if _, err := tls.X509KeyPair(pair.Cert, pair.Key); err != nil {
+		t.Errorf("not a usable key pair: %v", err)
+	}
+	if _, err := IssueClient(ca, "", now, time.Minute); err == nil {
+		t.Error("issued a certificate without a common name")
+	}
+}

@@ -184,6 +184,9 @@ func agentEnv(db *dbv1.Database, tls ServerTLS) []corev1.EnvVar {
 		// The TLS volume holds tls.crt, tls.key and ca.crt (addServerTLS).
 		env = append(env, corev1.EnvVar{Name: agent.EnvTLSDir, Value: TLSMountPath})
 	}
+	if ClientCertAuth(db, tls) {
+		env = append(env, corev1.EnvVar{Name: agent.EnvClientCertAuth, Value: "true"})
+	}
 	return env
 }
 

@@ -55,6 +55,11 @@ const AnnotationCASHA256 = "tls.dbkeeper.io/ca-sha256"
 // the metadata cache.
 const AnnotationSerial = "tls.dbkeeper.io/serial"
 
+// AnnotationClientAuth, "true" on dbkeeper's certificate Secret, says its
+// certificate authenticates a client too (the instances to each other);
+// one without it was issued by an earlier dbkeeper and is read again.
+const AnnotationClientAuth = "tls.dbkeeper.io/client-auth"
+
 // CASHA256 is the value of AnnotationCASHA256 for the PEM CA certificate.
 func CASHA256(caPEM []byte) string {
 	sum := sha256.Sum256(caPEM)
@@ -185,7 +190,7 @@ func CASecret(db *dbv1.Database, certPEM, keyPEM []byte) *corev1.Secret {
 func TLSSecret(db *dbv1.Database, certPEM, keyPEM, caPEM []byte, serial string) *corev1ac.SecretApplyConfiguration {
 	return corev1ac.Secret(TLSSecretName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentTLS)).
-		WithAnnotations(map[string]string{AnnotationCASHA256: CASHA256(caPEM), AnnotationSerial: serial}).
+		WithAnnotations(map[string]string{AnnotationCASHA256: CASHA256(caPEM), AnnotationSerial: serial, AnnotationClientAuth: "true"}).
 		WithOwnerReferences(OwnerReference(db)).
 		WithType(corev1.SecretTypeTLS).
 		WithData(map[string][]byte{
@@ -204,27 +209,44 @@ func HBAConfigMap(db *dbv1.Database, eng engine.Engine) *corev1ac.ConfigMapApply
 		WithData(map[string]string{engine.PostgresHBAKey: eng.HostBasedAuth()})
 }
 
-// addServerTLS mounts the server certificate, key, CA and authentication
-// rules into the engine container at TLSMountPath (one projected volume,
-// so a renewal swaps the certificate and key together) and starts the
-// engine with TLS required. It must run before the container is added to
-// the pod.
+// ClientCertAuth says whether a Database's server logs in its superuser
+// and replication role over TCP with certificates of the Database's own
+// CA only, never a password: with TLS on and the certificates dbkeeper's
+// (with a cert-manager issuer, whose CA may sign for others too, they log
+// in with TLS and a SCRAM password). The agent writes the rules then
+// (agent.EnvClientCertAuth); the manager signs a certificate for each of
+// its superuser sessions (instance.Pods).
+func ClientCertAuth(db *dbv1.Database, tls ServerTLS) bool {
+	return bool(tls) && (db.Spec.TLS == nil || db.Spec.TLS.IssuerRef == nil)
+}
+
+// addServerTLS mounts the server certificate, key and CA into the engine
+// container at TLSMountPath (one projected volume, so a renewal swaps the
+// certificate and key together) and starts the engine with TLS required.
+// Without ClientCertAuth the authentication rules are the ConfigMap's
+// (HBAConfigMap), mounted beside them; with it, the agent's. It must run
+// before the container is added to the pod.
 func addServerTLS(db *dbv1.Database, eng engine.Engine, pod *corev1ac.PodSpecApplyConfiguration, c *corev1ac.ContainerApplyConfiguration) {
+	sources := []*corev1ac.VolumeProjectionApplyConfiguration{
+		corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().
+			WithName(TLSSecretName(db)).
+			WithItems(
+				corev1ac.KeyToPath().WithKey(corev1.TLSCertKey).WithPath(corev1.TLSCertKey),
+				corev1ac.KeyToPath().WithKey(corev1.TLSPrivateKeyKey).WithPath(corev1.TLSPrivateKeyKey),
+				corev1ac.KeyToPath().WithKey(CACertKey).WithPath(CACertKey))),
+	}
+	hba := ""
+	if !ClientCertAuth(db, TLSOn) {
+		sources = append(sources, corev1ac.VolumeProjection().WithConfigMap(corev1ac.ConfigMapProjection().
+			WithName(HBAConfigMapName(db)).
+			WithItems(corev1ac.KeyToPath().WithKey(engine.PostgresHBAKey).WithPath(engine.PostgresHBAKey))))
+		hba = TLSMountPath + "/" + engine.PostgresHBAKey
+	}
 	pod.WithVolumes(corev1ac.Volume().WithName(tlsVolume).WithProjected(corev1ac.ProjectedVolumeSource().
 		WithDefaultMode(tlsFileMode).
-		WithSources(
-			corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().
-				WithName(TLSSecretName(db)).
-				WithItems(
-					corev1ac.KeyToPath().WithKey(corev1.TLSCertKey).WithPath(corev1.TLSCertKey),
-					corev1ac.KeyToPath().WithKey(corev1.TLSPrivateKeyKey).WithPath(corev1.TLSPrivateKeyKey),
-					corev1ac.KeyToPath().WithKey(CACertKey).WithPath(CACertKey))),
-			corev1ac.VolumeProjection().WithConfigMap(corev1ac.ConfigMapProjection().
-				WithName(HBAConfigMapName(db)).
-				WithItems(corev1ac.KeyToPath().WithKey(engine.PostgresHBAKey).WithPath(engine.PostgresHBAKey))))))
+		WithSources(sources...)))
 	c.WithVolumeMounts(corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(TLSMountPath).WithReadOnly(true))
-	c.WithArgs(eng.TLSArgs(TLSMountPath+"/"+corev1.TLSCertKey, TLSMountPath+"/"+corev1.TLSPrivateKeyKey,
-		TLSMountPath+"/"+engine.PostgresHBAKey)...)
+	c.WithArgs(eng.TLSArgs(TLSMountPath+"/"+corev1.TLSCertKey, TLSMountPath+"/"+corev1.TLSPrivateKeyKey, hba)...)
 }
 
 // addClientTLS mounts the CA of the Database's server certificate into a

@@ -64,6 +64,15 @@ func Connect(ctx context.Context, t Target) (*Conn, error) {
 	if sslmode == "" {
 		sslmode = "prefer"
 	}
+	// only SCRAM: a server (or whoever answers at its address) that asks
+	// for the password in clear or as MD5, or for none, is refused before
+	// it gets anything (libpq's require_auth); with a client certificate
+	// over a verified TLS connection, a server that asks for nothing more
+	// (cert authentication) is the one the CA vouched for.
+	requireAuth := "scram-sha-256"
+	if t.TLS != nil && len(t.TLS.Certificates) > 0 {
+		requireAuth += ",none"
+	}
 	// Fields as a keyword/value string, so that sslmode's fallbacks (TLS,
 	// then plain) all get the same host, port and login.
 	kv := []string{
@@ -77,10 +86,7 @@ func Connect(ctx context.Context, t Target) (*Conn, error) {
 		"application_name=" + ApplicationName,
 		"statement_timeout=" + strconv.Itoa(int(StatementTimeout.Milliseconds())),
 		"lock_timeout=" + strconv.Itoa(int(LockTimeout.Milliseconds())),
-		// only SCRAM: a server (or whoever answers at its address) that
-		// asks for the password in clear or as MD5, or for none, is
-		// refused before it gets anything (libpq's require_auth)
-		"require_auth=scram-sha-256",
+		"require_auth=" + requireAuth,
 	}
 	cfg, err := pgx.ParseConfig(strings.Join(kv, " "))
 	if err != nil {

@@ -43,8 +43,8 @@ func restartCount(t require.TestingT, db *dbv1.Database, name string) int32 {
 // podTarget connects straight to one instance's pod IP as the superuser,
 // verifying its certificate for its name under the headless Service.
 func podTarget(t require.TestingT, db *dbv1.Database, name string) sqlconn.Target {
-	target, err := dbtest.PodTarget(context.Background(), k8s, getPod(t, db, name), resources.SuperuserSecretName(db),
-		resources.GeneratedSecretName(db), name+"."+resources.HeadlessServiceName(db)+"."+db.Namespace+".svc")
+	target, err := dbtest.PodTarget(context.Background(), k8s, db, getPod(t, db, name),
+		name+"."+resources.HeadlessServiceName(db)+"."+db.Namespace+".svc")
 	require.NoError(t, err)
 	return target
 }

@@ -128,10 +128,7 @@ func startHA(t *testing.T, name string, sync bool) *ha {
 	waitTopology(t, db, resources.InstanceName(db, 0), haInstances)
 	h := &ha{t: t, db: db, op: op, inj: faults.New(k8s), sync: sync, measured: map[string][]time.Duration{}, lost: map[int64]bool{}}
 	h.rw = serviceTarget(t, db, resources.ClientServiceName(db))
-	h.super = h.rw
-	h.super.User = secretValue(t, ns, resources.SuperuserSecretName(db), "username")
-	h.super.Password = secretValue(t, ns, resources.SuperuserSecretName(db), "password")
-	h.super.Database = "postgres"
+	h.super = superuserTarget(t, db, h.rw)
 	if sync {
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
 			r := dbtest.Get(ct, k8s, db).Status.Replication

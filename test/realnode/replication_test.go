@@ -53,6 +53,15 @@ func serviceTarget(t *testing.T, db *dbv1.Database, service string) sqlconn.Targ
 	return target
 }
 
+// superuserTarget is target as db's superuser (dbtest.AsSuperuser: a
+// client certificate where the server asks for one).
+func superuserTarget(t *testing.T, db *dbv1.Database, target sqlconn.Target) sqlconn.Target {
+	t.Helper()
+	super, err := dbtest.AsSuperuser(context.Background(), k8s, db, target)
+	require.NoError(t, err)
+	return super
+}
+
 // sqlValue runs one query through target, retrying while the server
 // cannot be reached (kube-proxy moves endpoints a moment after a pod's
 // readiness changes).
@@ -274,10 +283,7 @@ func TestScaleKeepsDataAndPrimary(t *testing.T) {
 	p0, p1, p2 := resources.InstanceName(db, 0), resources.InstanceName(db, 1), resources.InstanceName(db, 2)
 	waitTopology(t, db, p0, 1)
 	rw := serviceTarget(t, db, resources.ClientServiceName(db))
-	super := rw
-	super.User = secretValue(t, ns, resources.SuperuserSecretName(db), "username")
-	super.Password = secretValue(t, ns, resources.SuperuserSecretName(db), "password")
-	super.Database = "postgres"
+	super := superuserTarget(t, db, rw)
 	sqlValue(t, rw, "CREATE TABLE items AS SELECT g AS id FROM generate_series(1, 1000) g")
 	count := "SELECT count(*) || '|' || sum(id) FROM items"
 	want := sqlValue(t, rw, count)

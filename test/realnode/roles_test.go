@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
@@ -23,7 +24,8 @@ import (
 // Secret's uri, through the client Service) are a role that owns its
 // database and nothing more: not superuser, no CREATEROLE, no replication,
 // COPY … FROM PROGRAM refused; it creates tables. The superuser's
-// credentials are in another Secret.
+// credentials are in another Secret, and neither they nor the replication
+// role's log in over the network: only a client certificate does.
 func TestAppRoleIsNotSuperuser(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
@@ -56,6 +58,23 @@ func TestAppRoleIsNotSuperuser(t *testing.T) {
 	got := dbtest.Get(t, k8s, db)
 	require.NotNil(t, got.Status.Credentials)
 	assert.Equal(t, super, got.Status.Credentials.SuperuserSecret)
+
+	// Neither the superuser nor the replication role logs in over the
+	// network with its password, even through TLS: the server asks for a
+	// client certificate of the Database's CA; the manager's kind (signed
+	// for the superuser's name) logs in.
+	rw := serviceTarget(t, db, resources.ClientServiceName(db))
+	for _, login := range []struct{ user, secret, key string }{
+		{"postgres", super, "password"},
+		{engine.ReplicationUser, resources.ReplicationSecretName(db), resources.ReplicationPasswordKey},
+	} {
+		byPassword := rw
+		byPassword.User, byPassword.Password, byPassword.Database = login.user, secretValue(t, ns, login.secret, login.key), "postgres"
+		_, err := sqlOnce(byPassword, "SELECT 1")
+		require.Error(t, err, "%s logged in over TCP with its password", login.user)
+		assert.Contains(t, err.Error(), "connection requires a valid client certificate", login.user)
+	}
+	assert.Equal(t, "on", sqlValue(t, superuserTarget(t, db, rw), "SHOW is_superuser"), "the superuser with a certificate of its name")
 }
 
 // TestRotation: a new password in the generated Secret and in a user's

@@ -25,6 +25,7 @@ import (
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
@@ -183,7 +184,9 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	history.OnDemandToken, history.RestoredFrom = token, restoredFrom
 	cond, after := Assess(db, history, s.now())
 	if restoring != nil {
-		cond, after = *restoring, 0
+		// the Job's changes wake the controller; the Secrets the restore
+		// Job's certificate waits for do not
+		cond, after = *restoring, restoringRecheck
 	}
 	if stuck != nil {
 		cond = *stuck
@@ -193,6 +196,10 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	}
 	return facet.Outcome{Condition: cond, Status: statusOf(history), RequeueAfter: after}, nil
 }
+
+// restoringRecheck is how often the controller looks at a restore in
+// progress besides its Job's changes.
+const restoringRecheck = 10 * time.Second
 
 // bootstrap runs spec.bootstrap's restore Job until it has succeeded once,
 // and returns the condition to report meanwhile (nil once restored, see
@@ -205,7 +212,13 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 	if db.Spec.Bootstrap == nil || db.Spec.Bootstrap.FromBackup == nil {
 		return nil, "", nil
 	}
+	certs := resources.ClientCertAuth(db, tls)
 	if db.Status.Backup != nil && db.Status.Backup.RestoredFrom != "" {
+		if certs {
+			if err := s.deleteRestoreClient(ctx, db); err != nil {
+				return nil, "", err
+			}
+		}
 		return nil, db.Status.Backup.RestoredFrom, nil
 	}
 	from := db.Spec.Bootstrap.FromBackup
@@ -214,6 +227,17 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 	desired, err := resources.RestoreJob(db, eng, tls)
 	if err != nil {
 		return nil, "", reconcile.TerminalError(err)
+	}
+	if certs {
+		waiting, err := s.ensureRestoreClient(ctx, db)
+		if err != nil {
+			return nil, "", err
+		}
+		if waiting != "" {
+			cond := conditions.False(dbv1.ConditionBackupReady, dbv1.ReasonRestoring, fmt.Sprintf(
+				"restoring %s: the restore Job's client certificate waits for Secret %s", source, waiting))
+			return &cond, "", nil
+		}
 	}
 	job, created, err := jobs.Ensure(ctx, s.client, s.writer, desired)
 	if err != nil {

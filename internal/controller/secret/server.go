@@ -270,7 +270,7 @@ func (s *syncer) ensureSuperuser(ctx context.Context, db *dbv1.Database, eng eng
 			return superuser{}, fmt.Errorf("applying metadata of Secret %s: %w", name, err)
 		}
 	}
-	login := instance.Login{User: string(sec.Data[engine.UsernameKey]), Password: string(sec.Data[engine.PasswordKey])}
+	login := instance.Login{User: string(sec.Data[engine.UsernameKey]), Password: string(sec.Data[engine.PasswordKey]), Superuser: true}
 	if login.User == "" || login.Password == "" {
 		cond := conditions.False(dbv1.ConditionCredentialsReady, dbv1.ReasonSecretInvalid, fmt.Sprintf(
 			"Secret %s lacks the key %s or %s: dbkeeper never generates a second superuser password, since the server keeps the first; put it back",

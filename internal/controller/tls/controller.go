@@ -245,6 +245,7 @@ func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database) (cert
 		// server serves another one, and at renewal.
 		if st := db.Status.TLS; st != nil && st.SerialNumber != "" && st.NotAfter != nil && st.RenewalTime != nil &&
 			tlsMeta.Annotations[resources.AnnotationSerial] == st.SerialNumber &&
+			tlsMeta.Annotations[resources.AnnotationClientAuth] == "true" &&
 			caMeta.Annotations[resources.AnnotationCASHA256] != "" &&
 			tlsMeta.Annotations[resources.AnnotationCASHA256] == caMeta.Annotations[resources.AnnotationCASHA256] &&
 			now.Before(st.RenewalTime.Time) {
@@ -269,6 +270,10 @@ func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database) (cert
 				why = err.Error()
 			case !sameCA:
 				why = "its ca.crt is not the CA's"
+			case !pki.ClientAuthUsable(cert):
+				// issued before the instances authenticated to each other
+				// with it (replication, backups from standbys)
+				why = "it cannot authenticate a client"
 			case !now.Before(pki.RenewalTime(cert)):
 				why = "its renewal time has come"
 			default:

@@ -41,6 +41,9 @@ func (r SuperuserReloader) Reload(ctx context.Context, db *dbv1.Database, host s
 	if err != nil {
 		return fmt.Errorf("Secret %s: %w", resources.TLSSecretName(db), err)
 	}
+	if err := instance.SuperuserCertificate(ctx, r.Reader, db, login, cfg); err != nil {
+		return err
+	}
 	conn, err := sqlconn.Connect(ctx, sqlconn.Target{
 		Host: host, Port: port, User: login.User, Password: login.Password, Database: "postgres", TLS: cfg,
 	})

@@ -24,6 +24,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/pki"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
@@ -31,11 +32,13 @@ import (
 )
 
 // TestProbeAndReloadOnALocalServer runs a local PostgreSQL with the
-// engine's TLS arguments and authentication rules, and renews its
-// certificate as the controller does: new files in place, the probe sees
-// the old serial, SuperuserReloader reloads, the probe sees the new one,
-// while a client opens a new verify-full connection every 50 ms and never
-// fails; the postmaster never restarts, and plaintext is refused.
+// engine's TLS arguments and the agent's client certificate rules, and
+// renews its certificate as the controller does: new files in place, the
+// probe sees the old serial, SuperuserReloader reloads (logging in with a
+// certificate it signs), the probe sees the new one, while a client opens
+// a new verify-full connection every 50 ms and never fails; the postmaster
+// never restarts, plaintext is refused, and so is the superuser's
+// password without a certificate.
 func TestProbeAndReloadOnALocalServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a local PostgreSQL server")
@@ -63,10 +66,13 @@ func TestProbeAndReloadOnALocalServer(t *testing.T) {
 	srv := postgres.StartWith(t, postgres.Options{Prepare: func(dir string, uid, gid int) []string {
 		owner = [2]int{uid, gid}
 		certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-		hba := filepath.Join(dir, "pg_hba.conf")
+		hba, ident, caFile := filepath.Join(dir, "pg_hba.conf"), filepath.Join(dir, "pg_ident.conf"), filepath.Join(dir, "ca.crt")
 		write(first, uid, gid)
-		require.NoError(t, os.WriteFile(hba, []byte(engine.Postgres{}.HostBasedAuth()), 0o644))
-		return engine.Postgres{}.TLSArgs(certFile, keyFile, hba)
+		pg := engine.Postgres{}
+		require.NoError(t, os.WriteFile(hba, []byte(pg.CertAuthHBA(postgres.Superuser)), 0o644))
+		require.NoError(t, os.WriteFile(ident, []byte(pg.CertAuthIdent(resources.ClientServiceName(db))), 0o644))
+		require.NoError(t, os.WriteFile(caFile, ca.Cert, 0o644))
+		return append(pg.TLSArgs(certFile, keyFile, ""), pg.CertAuthArgs(caFile, hba, ident)...)
 	}})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(srv.Port))
 	ctx := context.Background()
@@ -92,6 +98,13 @@ func TestProbeAndReloadOnALocalServer(t *testing.T) {
 	roots.AppendCertsFromPEM(ca.Cert)
 	target := sqlconn.Target{Host: "127.0.0.1", Port: int32(srv.Port), User: postgres.Superuser, Password: srv.Password, Database: "postgres",
 		TLS: &tls.Config{RootCAs: roots, ServerName: resources.ClientServiceHost(db), MinVersion: tls.VersionTLS12}}
+	// The superuser's password alone is refused over TCP.
+	_, err = sqlconn.Connect(ctx, target)
+	require.Error(t, err, "the superuser logged in with its password over TCP")
+	assert.Contains(t, err.Error(), "certificate")
+	caSecret := resources.CASecret(db, ca.Cert, ca.Key)
+	require.NoError(t, instance.SuperuserCertificate(ctx, fake.NewClientBuilder().WithObjects(caSecret).Build(), db,
+		instance.Login{User: postgres.Superuser, Superuser: true}, target.TLS))
 
 	// A client that opens a new verified connection for every query.
 	var queries, failures atomic.Int64
@@ -136,7 +149,7 @@ func TestProbeAndReloadOnALocalServer(t *testing.T) {
 
 	superuser := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: resources.SuperuserSecretName(db), Namespace: db.Namespace},
 		Data: map[string][]byte{engine.UsernameKey: []byte(postgres.Superuser), engine.PasswordKey: []byte(srv.Password)}}
-	reloader := SuperuserReloader{Reader: fake.NewClientBuilder().WithObjects(superuser).Build()}
+	reloader := SuperuserReloader{Reader: fake.NewClientBuilder().WithObjects(superuser, resources.CASecret(db, ca.Cert, ca.Key)).Build()}
 	// The reloader verifies the server for pod 0's name, as the controller
 	// reaches it by its IP.
 	require.NoError(t, reloader.Reload(ctx, db, "127.0.0.1", int32(srv.Port), ca.Cert))

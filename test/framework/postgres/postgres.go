@@ -35,6 +35,8 @@ type Server struct {
 	Bin string
 	// logPath is the server's output (stderr logging).
 	logPath string
+	// socketDir is the server's unix socket directory.
+	socketDir string
 }
 
 // Log is what the server has logged so far.
@@ -96,7 +98,7 @@ func StartWith(t testing.TB, o Options) *Server {
 		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		require.NoError(t, os.Chown(dir, uid, gid))
 	}
-	s := &Server{Bin: bin, Password: "pg-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	s := &Server{Bin: bin, Password: "pg-" + strconv.FormatInt(time.Now().UnixNano(), 36), socketDir: dir}
 	pwfile := filepath.Join(dir, "pwfile")
 	require.NoError(t, os.WriteFile(pwfile, []byte(s.Password+"\n"), 0o644))
 	data := filepath.Join(dir, "data")
@@ -159,12 +161,14 @@ func (s *Server) Env(user, password string) []string {
 	return []string{"PGHOST=127.0.0.1", "PGPORT=" + strconv.Itoa(s.Port), "PGUSER=" + user, "PGPASSWORD=" + password}
 }
 
-// SQL runs statements as the superuser in database db and returns psql's
-// unaligned, tuples-only output.
+// SQL runs statements as the superuser in database db, over the unix
+// socket (a server may refuse the superuser's password over TCP), and
+// returns psql's unaligned, tuples-only output.
 func (s *Server) SQL(t testing.TB, db, sql string) string {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(s.Bin, "psql"), "--no-psqlrc", "--set=ON_ERROR_STOP=1", "-At", "-d", db, "-c", sql)
 	cmd.Env = append(os.Environ(), s.Env(Superuser, s.Password)...)
+	cmd.Env = append(cmd.Env, "PGHOST="+s.socketDir)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "psql %q: %s", sql, out)
 	return string(bytes.TrimSpace(out))
