@@ -51,20 +51,28 @@ func (a *Agent) fence(reason string) {
 	a.fencedAt = at
 	a.state, a.message = StateFenced, fmt.Sprintf("fenced at %s: %s", at.UTC().Format(time.RFC3339Nano), reason)
 	a.mu.Unlock()
+	var pid int
+	var backends []process
+	if srv != nil {
+		// The SIGQUIT first: a postmaster thawed after a freeze (or one
+		// that was starved) serves the sessions queued meanwhile at once,
+		// and any moment before the signal is one in which a commit may be
+		// acknowledged. PostgreSQL's backends each run in a session of
+		// their own (setsid), not in the postmaster's process group: a
+		// postmaster that cannot pass the SIGQUIT on (stuck, stopped)
+		// would leave them running, and a statement in progress could
+		// still commit. They are killed by pid below, listed while the
+		// postmaster is alive (it waits for them in an immediate shutdown;
+		// its orphans become the agent's).
+		pid = srv.cmd.Process.Pid
+		_ = syscall.Kill(pid, syscall.SIGQUIT)
+		backends = children(pid)
+	}
 	if err := os.WriteFile(a.fencedMarker(), []byte(at.UTC().Format(time.RFC3339Nano)+" "+reason+"\n"), 0o600); err != nil {
 		a.log.Error(err, "Cannot write the fence marker")
 	}
 	if srv != nil {
-		pid := srv.cmd.Process.Pid
 		a.log.Info("Fencing: immediate shutdown of the server", "pid", pid, "reason", reason)
-		// PostgreSQL's backends each run in a session of their own
-		// (setsid), not in the postmaster's process group: a postmaster
-		// that cannot pass the SIGQUIT on (stuck, stopped) would leave
-		// them running, and a statement in progress could still commit.
-		// They are killed by pid, listed while the postmaster is alive
-		// (its orphans become the agent's).
-		backends := children(pid)
-		_ = syscall.Kill(pid, syscall.SIGQUIT)
 		select {
 		case <-srv.done:
 		case <-time.After(fenceKillAfter):
