@@ -38,6 +38,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.BootstrapRecoveryApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("BootstrapSpec"):
 		return &databasev1.BootstrapSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("CARotationStatus"):
+		return &databasev1.CARotationStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("CredentialsSpec"):
 		return &databasev1.CredentialsSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("CredentialsStatus"):

@@ -55,6 +55,41 @@ const AnnotationCASHA256 = "tls.dbkeeper.io/ca-sha256"
 // the metadata cache.
 const AnnotationSerial = "tls.dbkeeper.io/serial"
 
+// Keys of the CA Secret during a rotation of the CA (AnnotationRotateCA):
+// the next CA while the old one still signs (phase Trusting), the
+// previous CA's certificate once the new one signs (phase Serving).
+const (
+	CANextCertKey     = "next.crt"
+	CANextKeyKey      = "next.key"
+	CAPreviousCertKey = "previous.crt"
+)
+
+// Annotations of the CA Secret: the rotate-ca token of the last rotation
+// (or the one on the Database when the CA was made, which needs none), its
+// phase (a dbv1.CARotationPhase, which the data keys say too: the metadata
+// cache holds annotations only) and when that phase began (RFC 3339).
+const (
+	AnnotationCARotation      = "tls.dbkeeper.io/ca-rotation"
+	AnnotationCARotationPhase = "tls.dbkeeper.io/ca-rotation-phase"
+	AnnotationCARotationSince = "tls.dbkeeper.io/ca-rotation-since"
+)
+
+// CABundle is what the Database's servers and clients trust (the ca.crt
+// of the certificate Secret): the CA Secret's signing CA, and during a
+// rotation the next or the previous CA after it.
+func CABundle(sec *corev1.Secret) []byte {
+	var b []byte
+	for _, k := range []string{CACertKey, CANextCertKey, CAPreviousCertKey} {
+		if c := sec.Data[k]; len(c) > 0 {
+			b = append(b, c...)
+			if c[len(c)-1] != '\n' {
+				b = append(b, '\n')
+			}
+		}
+	}
+	return b
+}
+
 // AnnotationClientAuth, "true" on dbkeeper's certificate Secret, says its
 // certificate authenticates a client too (the instances to each other);
 // one without it was issued by an earlier dbkeeper and is read again.
@@ -172,12 +207,17 @@ func ServerDNSNames(db *dbv1.Database) []string {
 // Database (a new Database gets a new CA; the clients' ca.crt follows
 // through the credentials Secret).
 func CASecret(db *dbv1.Database, certPEM, keyPEM []byte) *corev1.Secret {
+	annotations := map[string]string{AnnotationCASHA256: CASHA256(certPEM)}
+	if token := db.Annotations[dbv1.AnnotationRotateCA]; token != "" {
+		// a new CA needs no rotation for the token already there
+		annotations[AnnotationCARotation] = token
+	}
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            CASecretName(db),
 			Namespace:       db.Namespace,
 			Labels:          Labels(db, ComponentTLS),
-			Annotations:     map[string]string{AnnotationCASHA256: CASHA256(certPEM)},
+			Annotations:     annotations,
 			OwnerReferences: []metav1.OwnerReference{ownerReferenceOf(db)},
 		},
 		Type: corev1.SecretTypeOpaque,

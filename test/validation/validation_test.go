@@ -439,6 +439,16 @@ func TestCreateRefused(t *testing.T) {
 			want: []string{"archiveTimeout must be between 10s and 24h"},
 		},
 		{
+			name: "CA rotation overlap below a minute",
+			spec: map[string]any{"tls": map[string]any{"caRotationOverlap": "30s"}},
+			want: []string{"spec.tls.caRotationOverlap must be at least 1m"},
+		},
+		{
+			name: "CA rotation overlap that is no duration",
+			spec: map[string]any{"tls": map[string]any{"caRotationOverlap": "a day"}},
+			want: []string{"caRotationOverlap"},
+		},
+		{
 			name: "verification with the volume repository Disabled",
 			spec: map[string]any{"backup": map[string]any{"volumeRepository": "Disabled", "verification": map[string]any{"schedule": "@weekly"}}},
 			want: []string{"spec.backup.verification needs a repository"},

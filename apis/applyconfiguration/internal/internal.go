@@ -246,6 +246,23 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: recovery
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.BootstrapRecovery
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.CARotationPhase
+  scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.CARotationStatus
+  map:
+    fields:
+    - name: nextPhaseAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: phase
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.CARotationPhase
+    - name: since
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: token
+      type:
+        scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.CredentialsSpec
   map:
     fields:
@@ -678,6 +695,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.TLSSpec
   map:
     fields:
+    - name: caRotationOverlap
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
     - name: issuerRef
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.IssuerReference
@@ -687,6 +707,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.TLSStatus
   map:
     fields:
+    - name: caRotation
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.CARotationStatus
     - name: notAfter
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time

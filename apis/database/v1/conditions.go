@@ -290,6 +290,16 @@ const Finalizer = "database.dbkeeper.io/cleanup"
 // per token: `kubectl annotate db orders database.dbkeeper.io/backup-now=$(date +%s) --overwrite`.
 const AnnotationBackupNow = "database.dbkeeper.io/backup-now"
 
+// AnnotationRotateCA, set on a Database whose CA is dbkeeper's (no
+// spec.tls.issuerRef) to any new value (a token), rotates that CA once per
+// token, in two halves of spec.tls.caRotationOverlap: the new CA is
+// trusted beside the old one (ca.crt holds both) while the server keeps
+// the old CA's certificate; then the server and the client certificates
+// come from the new CA while the old one is still trusted; then the old CA
+// is dropped: `kubectl annotate db orders database.dbkeeper.io/rotate-ca=$(date +%s) --overwrite`.
+// status.tls.caRotation follows it.
+const AnnotationRotateCA = "database.dbkeeper.io/rotate-ca"
+
 // AnnotationBackupVerifyNow, set on a Database with an object store to any
 // new value (a token), runs one verification restore
 // (spec.backup.verification) per token.

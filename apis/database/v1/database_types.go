@@ -289,6 +289,19 @@ type TLSSpec struct {
 	// Database's own (Secret <name>-ca).
 	// +optional
 	IssuerRef *IssuerReference `json:"issuerRef,omitempty"`
+
+	// CARotationOverlap is how long each half of a rotation of the
+	// Database's CA (annotation database.dbkeeper.io/rotate-ca) lasts:
+	// first the new CA is trusted beside the old one, so that clients take
+	// the two-CA ca.crt before the server presents a certificate of the new
+	// one; then the server presents it while the old CA is still trusted.
+	// Longer than your clients take to read ca.crt again (the kubelet
+	// updates a mounted Secret within about a minute). Default 24h.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="spec.tls.caRotationOverlap must be at least 1m"
+	// +optional
+	CARotationOverlap *metav1.Duration `json:"caRotationOverlap,omitempty"`
 }
 
 // IssuerReference names a cert-manager Issuer or ClusterIssuer.
@@ -987,6 +1000,41 @@ type TLSStatus struct {
 	// SerialNumber while a renewed certificate waits to be loaded.
 	// +optional
 	ServedSerialNumber string `json:"servedSerialNumber,omitempty"`
+
+	// CARotation is the last rotation of the Database's CA
+	// (annotation database.dbkeeper.io/rotate-ca).
+	// +optional
+	CARotation *CARotationStatus `json:"caRotation,omitempty"`
+}
+
+// CARotationPhase is where a rotation of the Database's CA is.
+// +kubebuilder:validation:Enum=Trusting;Serving;Done
+type CARotationPhase string
+
+// The CA rotation phases.
+const (
+	// CARotationTrusting: ca.crt holds the old and the new CA; the server
+	// and the client certificates still come from the old one.
+	CARotationTrusting CARotationPhase = "Trusting"
+	// CARotationServing: the server and the client certificates come from
+	// the new CA; ca.crt still holds the old one too.
+	CARotationServing CARotationPhase = "Serving"
+	// CARotationDone: ca.crt holds the new CA only.
+	CARotationDone CARotationPhase = "Done"
+)
+
+// CARotationStatus is a rotation of the Database's CA.
+type CARotationStatus struct {
+	// Token is the value of the rotate-ca annotation this rotation ran for.
+	Token string `json:"token"`
+	// Phase is where the rotation is.
+	Phase CARotationPhase `json:"phase"`
+	// Since is when the phase began.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// NextPhaseAt is when the next phase begins (none once Done).
+	// +optional
+	NextPhaseAt *metav1.Time `json:"nextPhaseAt,omitempty"`
 }
 
 // BackupStatus is the truth about the last backups, read from the backup

@@ -61,3 +61,14 @@ func sizeOr(q *resource.Quantity, def string) resource.Quantity {
 	}
 	return *q
 }
+
+// DefaultCARotationOverlap is spec.tls.caRotationOverlap's default.
+const DefaultCARotationOverlap = 24 * time.Hour
+
+// CARotationOverlap is spec.tls.caRotationOverlap, or its default.
+func (s *DatabaseSpec) CARotationOverlap() time.Duration {
+	if s.TLS != nil && s.TLS.CARotationOverlap != nil {
+		return s.TLS.CARotationOverlap.Duration
+	}
+	return DefaultCARotationOverlap
+}

@@ -179,11 +179,25 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if db.Spec.TLS != nil && db.Spec.TLS.IssuerRef != nil {
 		return s.syncCertManager(ctx, db, eng)
 	}
+	rotation, rotationAfter, err := s.rotateCA(ctx, db)
+	if err != nil {
+		return facet.Outcome{}, err
+	}
 	info, err := s.ensureCertificate(ctx, db)
 	if err != nil {
 		return facet.Outcome{}, err
 	}
-	return s.observeServer(ctx, db, eng, info)
+	out, err := s.observeServer(ctx, db, eng, info)
+	if err != nil {
+		return out, err
+	}
+	if rotation != nil {
+		out.Status.TLS.WithCARotation(rotation)
+	}
+	if rotationAfter > 0 && (out.RequeueAfter == 0 || rotationAfter < out.RequeueAfter) {
+		out.RequeueAfter = rotationAfter
+	}
+	return out, nil
 }
 
 // certInfo is what the controller knows of the Secret's certificate:
@@ -284,7 +298,7 @@ func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database) (cert
 			}
 		}
 	}
-	ca, err := s.ensureCA(ctx, db)
+	ca, bundle, err := s.ensureCA(ctx, db)
 	if err != nil {
 		return certInfo{}, err
 	}
@@ -300,17 +314,18 @@ func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database) (cert
 		"serial", pki.Serial(cert), "notAfter", cert.NotAfter.UTC().Format(time.RFC3339), "why", why)
 	// Applied without a live object, so it is always sent: the new key
 	// must reach the Secret.
-	if _, err := s.writer.Apply(ctx, nil, resources.TLSSecret(db, pair.Cert, pair.Key, ca.Cert, pki.Serial(cert))); err != nil {
+	if _, err := s.writer.Apply(ctx, nil, resources.TLSSecret(db, pair.Cert, pair.Key, bundle, pki.Serial(cert))); err != nil {
 		return certInfo{}, fmt.Errorf("applying Secret %s: %w", name, err)
 	}
 	s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonCertificateIssued, "IssueCertificate",
 		"Issued server certificate %s into Secret %s (%s)", pki.Serial(cert), name, why)
-	return infoOf(cert, ca.Cert), nil
+	return infoOf(cert, bundle), nil
 }
 
-// isCA reports whether caPEM is the certificate of the Database's CA: by
-// the CA Secret's AnnotationCASHA256 in the cache, or, when the cache does
-// not have it (yet), by reading the CA Secret.
+// isCA reports whether caPEM is what the Database's CA Secret says to
+// trust (resources.CABundle): by the CA Secret's AnnotationCASHA256 in the
+// cache, or, when the cache does not have it (yet), by reading the CA
+// Secret.
 func (s *syncer) isCA(ctx context.Context, db *dbv1.Database, caMeta *metav1.PartialObjectMetadata, caPEM []byte) (bool, error) {
 	if caMeta != nil && caMeta.Annotations[resources.AnnotationCASHA256] != "" {
 		return caMeta.Annotations[resources.AnnotationCASHA256] == resources.CASHA256(caPEM), nil
@@ -320,7 +335,7 @@ func (s *syncer) isCA(ctx context.Context, db *dbv1.Database, caMeta *metav1.Par
 	if err != nil {
 		return false, fmt.Errorf("getting Secret %s: %w", name, err)
 	}
-	return live != nil && bytes.Equal(live.Data[resources.CACertKey], caPEM), nil
+	return live != nil && bytes.Equal(resources.CABundle(live), caPEM), nil
 }
 
 // verified is a certificate Secret as last verified: the resourceVersions
@@ -347,42 +362,49 @@ func (s *syncer) metadata(ctx context.Context, db *dbv1.Database, name string) (
 	return live, nil
 }
 
-// ensureCA reads the CA Secret, creating it once when it does not exist.
-// A CA Secret somebody broke is reported, not replaced: the clients trust
+// ensureCA reads the CA Secret, creating it once when it does not exist,
+// and returns the CA that signs and what to trust (resources.CABundle). A
+// CA Secret somebody broke is reported, not replaced: the clients trust
 // it.
-func (s *syncer) ensureCA(ctx context.Context, db *dbv1.Database) (pki.KeyPair, error) {
+func (s *syncer) ensureCA(ctx context.Context, db *dbv1.Database) (pki.KeyPair, []byte, error) {
 	name := resources.CASecretName(db)
 	live, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
 	if err != nil {
-		return pki.KeyPair{}, fmt.Errorf("getting Secret %s: %w", name, err)
+		return pki.KeyPair{}, nil, fmt.Errorf("getting Secret %s: %w", name, err)
 	}
 	if live != nil {
 		// a CA Secret somebody planted before the Database existed would
 		// have every certificate issued by a key they hold
 		if err := facet.OurSecret(db, live); err != nil {
-			return pki.KeyPair{}, err
+			return pki.KeyPair{}, nil, err
 		}
 		ca := pki.KeyPair{Cert: live.Data[resources.CACertKey], Key: live.Data[resources.CAKeyKey]}
 		if _, err := pki.ParseCertificate(ca.Cert); err != nil {
-			return pki.KeyPair{}, reconcile.TerminalError(fmt.Errorf("secret %s: %s: %w; delete it to get a new CA (clients must then take the new ca.crt)", name, resources.CACertKey, err))
+			return pki.KeyPair{}, nil, reconcile.TerminalError(fmt.Errorf("secret %s: %s: %w; delete it to get a new CA (clients must then take the new ca.crt)", name, resources.CACertKey, err))
 		}
-		return ca, nil
+		return ca, resources.CABundle(live), nil
 	}
-	ca, err := pki.NewCA(fmt.Sprintf("%s.%s dbkeeper CA", db.Name, db.Namespace), s.now())
+	ca, err := pki.NewCA(caCommonName(db), s.now())
 	if err != nil {
-		return pki.KeyPair{}, err
+		return pki.KeyPair{}, nil, err
 	}
 	sec := resources.CASecret(db, ca.Cert, ca.Key)
 	log.FromContext(ctx).Info("Creating CA Secret", "Secret", klog.KObj(sec))
 	err = s.client.Create(ctx, sec, client.FieldOwner(facet.FieldOwner(Name)))
 	if apierrors.IsAlreadyExists(err) {
 		// Made by a reconcile the cache had not seen: read that one.
-		return pki.KeyPair{}, fmt.Errorf("creating Secret %s: it appeared meanwhile, reading it next time: %w", name, err)
+		return pki.KeyPair{}, nil, fmt.Errorf("creating Secret %s: it appeared meanwhile, reading it next time: %w", name, err)
 	}
 	if err != nil {
-		return pki.KeyPair{}, fmt.Errorf("creating Secret %s: %w", name, err)
+		return pki.KeyPair{}, nil, fmt.Errorf("creating Secret %s: %w", name, err)
 	}
-	return ca, nil
+	return ca, resources.CABundle(sec), nil
+}
+
+// caCommonName is the subject of the Database's CA (and of the next one
+// in a rotation).
+func caCommonName(db *dbv1.Database) string {
+	return fmt.Sprintf("%s.%s dbkeeper CA", db.Name, db.Namespace)
 }
 
 func (s *syncer) certLifetime() time.Duration {
@@ -508,6 +530,9 @@ func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyCon
 	}
 	if st.RenewalTime != nil {
 		ac.WithRenewalTime(*st.RenewalTime)
+	}
+	if r := st.CARotation; r != nil {
+		ac.WithCARotation(caRotationApply(*r))
 	}
 	return dbv1ac.DatabaseStatus().WithTLS(ac)
 }

@@ -10,6 +10,7 @@ package v1
 
 import (
 	databasev1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TLSSpecApplyConfiguration represents a declarative configuration of the TLSSpec type for use
@@ -27,6 +28,14 @@ type TLSSpecApplyConfiguration struct {
 	// server certificate; unset, dbkeeper issues it from a CA of the
 	// Database's own (Secret <name>-ca).
 	IssuerRef *IssuerReferenceApplyConfiguration `json:"issuerRef,omitempty"`
+	// CARotationOverlap is how long each half of a rotation of the
+	// Database's CA (annotation database.dbkeeper.io/rotate-ca) lasts:
+	// first the new CA is trusted beside the old one, so that clients take
+	// the two-CA ca.crt before the server presents a certificate of the new
+	// one; then the server presents it while the old CA is still trusted.
+	// Longer than your clients take to read ca.crt again (the kubelet
+	// updates a mounted Secret within about a minute). Default 24h.
+	CARotationOverlap *metav1.Duration `json:"caRotationOverlap,omitempty"`
 }
 
 // TLSSpecApplyConfiguration constructs a declarative configuration of the TLSSpec type for use with
@@ -48,5 +57,13 @@ func (b *TLSSpecApplyConfiguration) WithMode(value databasev1.TLSMode) *TLSSpecA
 // If called multiple times, the IssuerRef field is set to the value of the last call.
 func (b *TLSSpecApplyConfiguration) WithIssuerRef(value *IssuerReferenceApplyConfiguration) *TLSSpecApplyConfiguration {
 	b.IssuerRef = value
+	return b
+}
+
+// WithCARotationOverlap sets the CARotationOverlap field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CARotationOverlap field is set to the value of the last call.
+func (b *TLSSpecApplyConfiguration) WithCARotationOverlap(value metav1.Duration) *TLSSpecApplyConfiguration {
+	b.CARotationOverlap = &value
 	return b
 }

@@ -32,6 +32,9 @@ type TLSStatusApplyConfiguration struct {
 	// server presented when dbkeeper last looked, in hex; it differs from
 	// SerialNumber while a renewed certificate waits to be loaded.
 	ServedSerialNumber *string `json:"servedSerialNumber,omitempty"`
+	// CARotation is the last rotation of the Database's CA
+	// (annotation database.dbkeeper.io/rotate-ca).
+	CARotation *CARotationStatusApplyConfiguration `json:"caRotation,omitempty"`
 }
 
 // TLSStatusApplyConfiguration constructs a declarative configuration of the TLSStatus type for use with
@@ -77,5 +80,13 @@ func (b *TLSStatusApplyConfiguration) WithSerialNumber(value string) *TLSStatusA
 // If called multiple times, the ServedSerialNumber field is set to the value of the last call.
 func (b *TLSStatusApplyConfiguration) WithServedSerialNumber(value string) *TLSStatusApplyConfiguration {
 	b.ServedSerialNumber = &value
+	return b
+}
+
+// WithCARotation sets the CARotation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CARotation field is set to the value of the last call.
+func (b *TLSStatusApplyConfiguration) WithCARotation(value *CARotationStatusApplyConfiguration) *TLSStatusApplyConfiguration {
+	b.CARotation = value
 	return b
 }
