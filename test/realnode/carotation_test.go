@@ -5,69 +5,101 @@ import (
 	"crypto/tls"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/pki"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
-// TestCARotationWithoutFailedQuery rotates the CA of a Database of two
-// instances with a one-minute overlap while a client pod opens a new
-// verify-full connection every 200 ms with the credentials Secret's
-// ca.crt as the kubelet updates it: no query fails; the standby streams
-// throughout and afterwards; the manager and the superuser log in with
-// certificates of the new CA; and a superuser certificate signed with the
-// old CA's key (the one a rotation is for: a key that leaked) is refused
-// once the rotation is done.
-func TestCARotationWithoutFailedQuery(t *testing.T) {
+// TestTLSRenewalAndCARotationWithoutFailedQuery runs the operator with
+// 90-second certificates and rotates the CA of a Database of two instances
+// with a one-minute overlap, while a client pod opens a new verify-full
+// connection every 200 ms with the credentials Secret's ca.crt as the
+// kubelet updates it (verifyFullLoop), across renewals and every phase of
+// the rotation: no query fails, the served certificate changes (each
+// renewal and rotation step reloads the server) and the server never
+// restarts; the standby streams throughout and afterwards; the manager
+// and the superuser log in with certificates of the new CA; and a
+// superuser certificate signed with the old CA's key (the one a rotation
+// is for: a key that leaked) is refused once the rotation is done.
+func TestTLSRenewalAndCARotationWithoutFailedQuery(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
-	startOperator(t, ns)
+	operator.Start(t, local.Config, operator.Options{
+		Namespaces:      []string{ns},
+		Engines:         images,
+		Logger:          operator.FileLogger(t, 60),
+		TLSCertDuration: 90 * time.Second,
+		RealInstances:   true,
+		AgentImage:      local.ManagerImage(),
+	})
 	overlap := time.Minute
 	db := replicated(ns, "rotca", 2)
 	db.Spec.TLS = &dbv1.TLSSpec{CARotationOverlap: &metav1.Duration{Duration: overlap}}
 	create(t, db)
 	waitReady(t, db)
 	waitTopology(t, db, resources.InstanceName(db, 0), 2)
+	waitCondition(t, db, dbv1.ConditionTLSReady, metav1.ConditionTrue, dbv1.ReasonTLSReady)
 	oldCA := pki.KeyPair{
 		Cert: []byte(secretValue(t, ns, resources.CASecretName(db), resources.CACertKey)),
 		Key:  []byte(secretValue(t, ns, resources.CASecretName(db), resources.CAKeyKey)),
 	}
+	conn := generated(db)
+	started := queryEventually(t, conn, "SELECT pg_postmaster_start_time()")
 	rw := serviceTarget(t, db, resources.ClientServiceName(db))
 	sqlValue(t, rw, "CREATE TABLE rotation (id int)")
 
+	// Every distinct served serial, as the operator sees them.
+	var mu sync.Mutex
+	served := map[string]bool{}
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Second):
+			}
+			cur := &dbv1.Database{}
+			if k8s.Get(context.Background(), client.ObjectKeyFromObject(db), cur) != nil {
+				continue
+			}
+			if st := cur.Status.TLS; st != nil && st.ServedSerialNumber != "" {
+				mu.Lock()
+				if !served[st.ServedSerialNumber] {
+					t.Logf("%s: served serial %s (Secret's %s)", time.Now().Format(time.TimeOnly), st.ServedSerialNumber, st.SerialNumber)
+				}
+				served[st.ServedSerialNumber] = true
+				mu.Unlock()
+			}
+		}
+	}()
 	const window = 200
-	script := `end=$((SECONDS+$1)) ok=0 failed=0
-while (( SECONDS < end )); do
-	if out=$(psql "$PGURI" --no-psqlrc --no-password -At --set=ON_ERROR_STOP=1 --command="` + sslQuery + `" 2>&1) && [[ $out == t ]]; then
-		ok=$((ok+1))
-	else
-		failed=$((failed+1)); echo "failed at $(date -u +%T): $out"
-	fi
-	sleep 0.2
-done
-echo "ok=$ok failed=$failed"`
-	conn := generated(db)
 	type result struct {
 		out string
 		err error
 	}
 	client := make(chan result, 1)
 	go func() {
-		out, err := psql.RunWithCA(context.Background(), ns, conn.Secret, envOf(conn), script, []string{fmt.Sprint(window)}, (window+90)*time.Second)
+		out, err := psql.RunWithCA(context.Background(), ns, conn.Secret, envOf(conn), verifyFullLoop, []string{fmt.Sprint(window)}, (window+90)*time.Second)
 		client <- result{out, err}
 	}()
 	time.Sleep(10 * time.Second) // the client pod runs
 
-	started := time.Now()
+	rotating := time.Now()
 	dbtest.Patch(t, k8s, db, func(d *dbv1.Database) {
 		d.Annotations = map[string]string{dbv1.AnnotationRotateCA: "leaked-1"}
 	})
@@ -77,15 +109,22 @@ echo "ok=$ok failed=$failed"`
 			assert.Equal(ct, dbv1.CARotationDone, st.CARotation.Phase)
 		}
 	}, 2*overlap+2*time.Minute, time.Second)
-	t.Logf("rotation done after %s", time.Since(started).Round(time.Second))
+	t.Logf("rotation done after %s", time.Since(rotating).Round(time.Second))
 	newCA := secretValue(t, ns, resources.CASecretName(db), resources.CACertKey)
 	assert.NotEqual(t, string(oldCA.Cert), newCA, "the CA did not change")
 	assert.Equal(t, newCA, secretValue(t, ns, resources.TLSSecretName(db), resources.CACertKey), "ca.crt holds the new CA only")
 
 	res := <-client
+	close(stop)
+	<-watched
 	require.NoError(t, res.err, res.out)
 	t.Logf("client: %s", lastLine(res.out))
-	assert.Contains(t, res.out, " failed=0", "queries failed across the rotation:\n%s", res.out)
+	assert.Contains(t, res.out, " failed=0", "queries failed across the renewals and the rotation:\n%s", res.out)
+	assert.NotContains(t, res.out, "ok=0 ")
+	mu.Lock()
+	assert.GreaterOrEqual(t, len(served), 3, "the served certificate changed with the renewals and the rotation: %v", served)
+	mu.Unlock()
+	assert.Equal(t, started, query(t, conn, "SELECT pg_postmaster_start_time()"), "the server restarted")
 
 	// replication, the manager's and the superuser's logins, on the new CA
 	// (a client reads ca.crt again, as the client pod did)
@@ -108,10 +147,6 @@ echo "ok=$ok failed=$failed"`
 	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
 	require.NoError(t, err)
 	leaked.TLS.Certificates = []tls.Certificate{cert}
-	// the server's certificate is the new CA's: verify it with the new ca.crt
-	verify, err := pki.ClientConfig([]byte(newCA), leaked.TLS.ServerName)
-	require.NoError(t, err)
-	leaked.TLS.RootCAs = verify.RootCAs
 	require.Eventually(t, func() bool {
 		_, err := sqlOnce(leaked, "SELECT 1")
 		return err != nil && (strings.Contains(err.Error(), "certificate") || sqlconn.AuthFailed(err))
