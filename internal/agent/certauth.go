@@ -56,14 +56,3 @@ func (a *Agent) writeCertAuth() error {
 	}
 	return nil
 }
-
-// clientCertConninfo are the libpq settings that present the instance's
-// certificate, for the replication role's connections to the primary
-// (empty without Config.ClientCertAuth: a password then).
-func (a *Agent) clientCertConninfo() string {
-	if !a.cfg.ClientCertAuth {
-		return ""
-	}
-	return " sslcert=" + conninfoValue(filepath.Join(a.cfg.TLSDir, "tls.crt")) +
-		" sslkey=" + conninfoValue(filepath.Join(a.cfg.TLSDir, "tls.key"))
-}

@@ -86,12 +86,7 @@ func (a *Agent) queryPrimaryHost(ctx context.Context) (recovery bool, systemID s
 	ci := fmt.Sprintf("host=%s port=%d user=%s passfile=%s dbname=postgres application_name=%s connect_timeout=%d",
 		conninfoValue(a.cfg.PrimaryHost), a.cfg.PrimaryPort, ReplicationUser, conninfoValue(a.pgpass),
 		conninfoValue(a.cfg.Pod+"-check"), int(connectTimeout/time.Second))
-	if a.cfg.TLSDir != "" {
-		ci += " sslmode=verify-full sslrootcert=" + conninfoValue(a.cfg.TLSDir+"/ca.crt") + a.clientCertConninfo()
-	} else {
-		ci += " sslmode=prefer"
-	}
-	cfg, err := pgx.ParseConfig(ci)
+	cfg, err := pgx.ParseConfig(ci + a.sslConninfo())
 	if err != nil {
 		return false, "", err
 	}

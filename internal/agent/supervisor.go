@@ -159,24 +159,36 @@ func (a *Agent) replicationConninfo(app, dbname string) string {
 	if dbname != "" {
 		ci += " dbname=" + conninfoValue(dbname)
 	}
-	if a.cfg.TLSDir != "" {
-		return ci + " sslmode=verify-full sslrootcert=" + conninfoValue(a.cfg.TLSDir+"/ca.crt") + a.clientCertConninfo()
+	return ci + a.sslConninfo()
+}
+
+// sslConninfo is the TLS part of the replication role's connection
+// strings: the primary verified with the Database's CA (verify-full) and,
+// with client certificate authentication, the instance's certificate
+// presented; without TLS, prefer.
+func (a *Agent) sslConninfo() string {
+	if a.cfg.TLSDir == "" {
+		return " sslmode=prefer"
 	}
-	return ci + " sslmode=prefer"
+	ci := " sslmode=verify-full sslrootcert=" + conninfoValue(a.cfg.TLSDir+"/ca.crt")
+	if a.cfg.ClientCertAuth {
+		ci += " sslcert=" + conninfoValue(a.cfg.TLSDir+"/tls.crt") + " sslkey=" + conninfoValue(a.cfg.TLSDir+"/tls.key")
+	}
+	return ci
 }
 
 // sslEnv is libpq's TLS environment for pg_basebackup, and its connect
 // timeout.
 func (a *Agent) sslEnv() []string {
 	timeout := fmt.Sprintf("PGCONNECT_TIMEOUT=%d", int(connectTimeout/time.Second))
+	if a.cfg.TLSDir == "" {
+		return []string{"PGSSLMODE=prefer", timeout}
+	}
+	env := []string{"PGSSLMODE=verify-full", "PGSSLROOTCERT=" + a.cfg.TLSDir + "/ca.crt", timeout}
 	if a.cfg.ClientCertAuth {
-		return []string{"PGSSLMODE=verify-full", "PGSSLROOTCERT=" + a.cfg.TLSDir + "/ca.crt",
-			"PGSSLCERT=" + a.cfg.TLSDir + "/tls.crt", "PGSSLKEY=" + a.cfg.TLSDir + "/tls.key", timeout}
+		env = append(env, "PGSSLCERT="+a.cfg.TLSDir+"/tls.crt", "PGSSLKEY="+a.cfg.TLSDir+"/tls.key")
 	}
-	if a.cfg.TLSDir != "" {
-		return []string{"PGSSLMODE=verify-full", "PGSSLROOTCERT=" + a.cfg.TLSDir + "/ca.crt", timeout}
-	}
-	return []string{"PGSSLMODE=prefer", timeout}
+	return env
 }
 
 // startServer runs the image's command (which runs initdb first on an

@@ -197,15 +197,9 @@ func SuperuserCertificate(ctx context.Context, reader client.Reader, db *dbv1.Da
 	if !login.Superuser || !resources.ClientCertAuth(db, resources.TLSOn) {
 		return nil
 	}
-	name := resources.CASecretName(db)
-	sec := &corev1.Secret{}
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
-		return fmt.Errorf("getting Secret %s for a client certificate: %w", name, err)
-	}
-	pair, err := pki.IssueClient(pki.KeyPair{Cert: sec.Data[resources.CACertKey], Key: sec.Data[resources.CAKeyKey]},
-		login.User, time.Now(), SuperuserCertificateLifetime)
+	pair, err := IssueClient(ctx, reader, db, login.User, time.Now(), SuperuserCertificateLifetime)
 	if err != nil {
-		return fmt.Errorf("Secret %s: %w", name, err)
+		return err
 	}
 	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
 	if err != nil {
@@ -213,4 +207,21 @@ func SuperuserCertificate(ctx context.Context, reader client.Reader, db *dbv1.Da
 	}
 	cfg.Certificates = []tls.Certificate{cert}
 	return nil
+}
+
+// IssueClient signs a client certificate for role with the CA of db
+// (Secret <name>-ca, read with reader, which must read from the API
+// server), valid from now for lifetime. A missing CA Secret is an error
+// that apierrors.IsNotFound recognizes.
+func IssueClient(ctx context.Context, reader client.Reader, db *dbv1.Database, role string, now time.Time, lifetime time.Duration) (pki.KeyPair, error) {
+	name := resources.CASecretName(db)
+	sec := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
+		return pki.KeyPair{}, fmt.Errorf("getting Secret %s for a client certificate: %w", name, err)
+	}
+	pair, err := pki.IssueClient(pki.KeyPair{Cert: sec.Data[resources.CACertKey], Key: sec.Data[resources.CAKeyKey]}, role, now, lifetime)
+	if err != nil {
+		return pki.KeyPair{}, fmt.Errorf("Secret %s: %w", name, err)
+	}
+	return pair, nil
 }

@@ -214,11 +214,6 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 	}
 	certs := resources.ClientCertAuth(db, tls)
 	if db.Status.Backup != nil && db.Status.Backup.RestoredFrom != "" {
-		if certs {
-			if err := s.deleteRestoreClient(ctx, db); err != nil {
-				return nil, "", err
-			}
-		}
 		return nil, db.Status.Backup.RestoredFrom, nil
 	}
 	from := db.Spec.Bootstrap.FromBackup
@@ -248,6 +243,13 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 	}
 	if cond := RestoreProgress(db, job, source); cond != nil {
 		return cond, "", nil
+	}
+	// before status.backup.restoredFrom is written, so that no later sync
+	// needs to look for it
+	if certs {
+		if err := s.deleteRestoreClient(ctx, db); err != nil {
+			return nil, "", err
+		}
 	}
 	log.FromContext(ctx).Info("Restore finished", "Job", klog.KRef(db.Namespace, name), "from", source)
 	return nil, source, nil

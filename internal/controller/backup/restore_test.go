@@ -129,9 +129,12 @@ func TestRestoreJobLogsInWithACertificate(t *testing.T) {
 	require.NoError(t, c.Get(ctx, key(resources.RestoreClientSecretName(db)), again))
 	assert.Equal(t, sec.Data, again.Data, "a sync issued another certificate")
 
-	db.Status.Backup = &dbv1.BackupStatus{RestoredFrom: "old/latest"}
-	_, err = s.Sync(ctx, db)
+	job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	require.NoError(t, c.Status().Update(ctx, job))
+	out, err = s.Sync(ctx, db)
 	require.NoError(t, err)
+	require.NotNil(t, out.Status.Backup)
+	assert.Equal(t, "old/latest", *out.Status.Backup.RestoredFrom, "the restore finished")
 	assert.True(t, apierrors.IsNotFound(c.Get(ctx, key(resources.RestoreClientSecretName(db)), &corev1.Secret{})),
 		"the certificate outlived the restore")
 }

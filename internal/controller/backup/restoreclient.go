@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -13,7 +14,6 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
-	"github.com/dbkeeper/dbkeeper/internal/pki"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -36,26 +36,19 @@ func (s *syncer) ensureRestoreClient(ctx context.Context, db *dbv1.Database) (wa
 		_, err := s.writer.Apply(ctx, live, resources.RestoreClientSecret(db, live.Data[corev1.TLSCertKey], live.Data[corev1.TLSPrivateKeyKey]))
 		return "", err
 	}
-	superName, caName := resources.SuperuserSecretName(db), resources.CASecretName(db)
-	for _, n := range []string{superName, caName} {
-		if sec, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: n}, &corev1.Secret{}); err != nil {
-			return "", fmt.Errorf("getting Secret %s: %w", n, err)
-		} else if sec == nil {
-			return n, nil
-		}
-	}
 	login, err := instance.SuperuserLogin(ctx, s.reader, db)
+	if apierrors.IsNotFound(err) {
+		return resources.SuperuserSecretName(db), nil
+	}
 	if err != nil {
 		return "", err
 	}
-	ca := &corev1.Secret{}
-	if err := s.reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: caName}, ca); err != nil {
-		return "", fmt.Errorf("getting Secret %s: %w", caName, err)
+	pair, err := instance.IssueClient(ctx, s.reader, db, login.User, s.now(), resources.RestoreClientLifetime)
+	if apierrors.IsNotFound(err) {
+		return resources.CASecretName(db), nil
 	}
-	pair, err := pki.IssueClient(pki.KeyPair{Cert: ca.Data[resources.CACertKey], Key: ca.Data[resources.CAKeyKey]},
-		login.User, s.now(), resources.RestoreClientLifetime)
 	if err != nil {
-		return "", fmt.Errorf("Secret %s: %w", caName, err)
+		return "", err
 	}
 	log.FromContext(ctx).Info("Issuing the restore Job's client certificate", "Secret", klog.KRef(db.Namespace, name), "role", login.User)
 	if _, err := s.writer.Apply(ctx, live, resources.RestoreClientSecret(db, pair.Cert, pair.Key)); err != nil {
