@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -151,6 +152,12 @@ func pointInTimeRecovery(ctx context.Context, c *cluster.Cluster, kubectl func(.
 			return ctx.Err()
 		case <-time.After(time.Second):
 		}
+	}
+
+	consent := []string{"annotate", "database", "--namespace=default", "ledger", dbv1.AnnotationRestoreAllowedNamespaces + "=default"}
+	fmt.Printf("\ndemo: ledger's owner lets Databases of namespace default restore its data (without it the recovery below is refused)\n$ kubectl %s\n", strings.Join(consent, " "))
+	if err := kubectl(consent...); err != nil {
+		return fmt.Errorf("annotating Database ledger: %w", err)
 	}
 
 	restored := ledgerYAML("ledger-restored", endpoint, fmt.Sprintf(`  bootstrap:

@@ -112,45 +112,61 @@ func TestCopySelf(t *testing.T) {
 }
 
 // With a TLS directory the endpoint serves HTTPS with its certificate,
-// and a certificate renewed in place is served without a restart.
+// and a certificate renewed in place is served without a restart; the
+// same with the API's own directory when the server has no TLS
+// (spec.tls.mode Disabled: before, the token travelled in clear). A plain
+// HTTP request is refused.
 func TestEndpointServesRenewedCertificate(t *testing.T) {
-	dir := t.TempDir()
-	writeCert(t, dir, 1, time.Now().Add(-time.Hour))
-	port, err := framework.FreePort()
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a := newAgent(ctx, Config{Listen: "127.0.0.1:" + strconv.Itoa(port), TLSDir: dir, PGData: t.TempDir(), Token: "tok"}, logr.Discard())
-	hs, err := a.listen()
-	require.NoError(t, err)
-	go func() { _ = a.serve(hs) }()
-	defer hs.Close()
+	for name, dirOf := range map[string]func(cfg *Config, dir string){
+		"server TLS":   func(cfg *Config, dir string) { cfg.TLSDir = dir },
+		"API TLS only": func(cfg *Config, dir string) { cfg.APITLSDir = dir },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeCert(t, dir, 1, time.Now().Add(-time.Hour))
+			port, err := framework.FreePort()
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cfg := Config{Listen: "127.0.0.1:" + strconv.Itoa(port), PGData: t.TempDir(), Token: "tok"}
+			dirOf(&cfg, dir)
+			a := newAgent(ctx, cfg, logr.Discard())
+			hs, err := a.listen()
+			require.NoError(t, err)
+			go func() { _ = a.serve(hs) }()
+			defer hs.Close()
 
-	serial := func() int64 {
-		conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reads the certificate served
-		require.NoError(t, err)
-		defer conn.Close()
-		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+			serial := func() int64 {
+				conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reads the certificate served
+				require.NoError(t, err)
+				defer conn.Close()
+				return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+			}
+			require.Eventually(t, func() bool {
+				c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+				if err == nil {
+					c.Close()
+				}
+				return err == nil
+			}, 5*time.Second, 20*time.Millisecond)
+			assert.EqualValues(t, 1, serial())
+			writeCert(t, dir, 2, time.Now())
+			assert.EqualValues(t, 2, serial(), "the renewed certificate is served")
+
+			// and the token is still needed over HTTPS.
+			hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // test
+			resp, err := hc.Get("https://127.0.0.1:" + strconv.Itoa(port) + StatusPath)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+			_, err = Client{HTTP: hc, Token: "tok"}.Status(ctx, "https://127.0.0.1:"+strconv.Itoa(port))
+			require.NoError(t, err)
+
+			_, err = Client{HTTP: &http.Client{}, Token: "tok"}.Status(ctx, "http://127.0.0.1:"+strconv.Itoa(port))
+			require.Error(t, err, "the token was taken in clear")
+			assert.Contains(t, err.Error(), "400")
+		})
 	}
-	require.Eventually(t, func() bool {
-		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}, 5*time.Second, 20*time.Millisecond)
-	assert.EqualValues(t, 1, serial())
-	writeCert(t, dir, 2, time.Now())
-	assert.EqualValues(t, 2, serial(), "the renewed certificate is served")
-
-	// and the token is still needed over HTTPS.
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // test
-	resp, err := hc.Get("https://127.0.0.1:" + strconv.Itoa(port) + StatusPath)
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-	_, err = Client{HTTP: hc, Token: "tok"}.Status(ctx, "https://127.0.0.1:"+strconv.Itoa(port))
-	require.NoError(t, err)
 }
 
 func writeCert(t *testing.T, dir string, serial int64, mtime time.Time) {

@@ -76,6 +76,12 @@ const (
 	// TLS: the endpoint serves that certificate, and streaming verifies
 	// the primary with that CA (verify-full). Empty: plaintext.
 	EnvTLSDir = "DBKEEPER_TLS_DIR"
+	// EnvAPITLSDir holds tls.crt, tls.key and ca.crt for the endpoint
+	// alone when the server has no TLS (EnvTLSDir unset: spec.tls.mode
+	// Disabled, or plaintext kept): the endpoint serves that certificate
+	// and the instances verify each other's with that CA, so the token
+	// never travels in clear; PostgreSQL stays plaintext.
+	EnvAPITLSDir = "DBKEEPER_API_TLS_DIR"
 	// EnvClientCertAuth, "true" with EnvTLSDir when the Database's CA is
 	// dbkeeper's own, makes the server ask TCP clients for a certificate
 	// of that CA and log in the superuser and ReplicationUser only with

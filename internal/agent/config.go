@@ -37,6 +37,9 @@ type Config struct {
 	ReplicationPassword string
 	PrimaryHost         string
 	TLSDir              string
+	// APITLSDir ($DBKEEPER_API_TLS_DIR, EnvAPITLSDir) holds the
+	// endpoint's certificate when TLSDir is empty (see apiTLSDir).
+	APITLSDir string
 	// ClientCertAuth ($DBKEEPER_CLIENT_CERT_AUTH): no password logs in
 	// the superuser or ReplicationUser over TCP (EnvClientCertAuth).
 	ClientCertAuth bool
@@ -97,7 +100,7 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 	if bind != nil {
 		bind(fs)
 	}
-	fs.StringVar(&c.Listen, "listen", fmt.Sprintf(":%d", Port), "Address of the agent's endpoint (HTTPS when $"+EnvTLSDir+" is set).")
+	fs.StringVar(&c.Listen, "listen", fmt.Sprintf(":%d", Port), "Address of the agent's endpoint (HTTPS when $"+EnvTLSDir+" or $"+EnvAPITLSDir+" is set).")
 	fs.StringVar(&c.SocketDir, "socket-dir", "/var/run/postgresql", "The server's unix socket directory.")
 	fs.IntVar(&c.Port, "port", 5432, "The local server's port.")
 	fs.IntVar(&c.PrimaryPort, "primary-port", 5432, "The port of $"+EnvPrimaryHost+", which standbys stream from and clone.")
@@ -123,6 +126,7 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 	c.ReplicationPassword = os.Getenv(EnvReplicationPassword)
 	c.PrimaryHost = os.Getenv(EnvPrimaryHost)
 	c.TLSDir = os.Getenv(EnvTLSDir)
+	c.APITLSDir = os.Getenv(EnvAPITLSDir)
 	c.ClientCertAuth = c.TLSDir != "" && os.Getenv(EnvClientCertAuth) == "true"
 	c.PeerDomain = os.Getenv(EnvPeerDomain)
 	c.User = os.Getenv("POSTGRES_USER")
@@ -142,4 +146,14 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 		c.Repository = &repo
 	}
 	return c, nil
+}
+
+// apiTLSDir is where the endpoint's certificate, key and CA are: TLSDir
+// when the server has TLS, else APITLSDir; empty: plain HTTP (a pod
+// built before the endpoint always had TLS).
+func (c Config) apiTLSDir() string {
+	if c.TLSDir != "" {
+		return c.TLSDir
+	}
+	return c.APITLSDir
 }

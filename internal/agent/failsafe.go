@@ -202,7 +202,7 @@ func (p *peerAsker) address(pod string) (base, serverName string, err error) {
 	}
 	host := pod + "." + p.cfg.PeerDomain
 	scheme := "http"
-	if p.cfg.TLSDir != "" {
+	if p.cfg.apiTLSDir() != "" {
 		scheme = "https"
 	}
 	return scheme + "://" + net.JoinHostPort(host, p.port), host, nil
@@ -220,7 +220,7 @@ func (p *peerAsker) ask(ctx context.Context, pod string, req FailsafeRequest) er
 	transport.Proxy = nil
 	transport.DisableKeepAlives = true
 	if strings.HasPrefix(base, "https://") {
-		caPEM, err := os.ReadFile(filepath.Join(p.cfg.TLSDir, "ca.crt"))
+		caPEM, err := os.ReadFile(filepath.Join(p.cfg.apiTLSDir(), "ca.crt"))
 		if err != nil {
 			return fmt.Errorf("reading the CA: %w", err)
 		}

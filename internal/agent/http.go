@@ -14,7 +14,7 @@ import (
 )
 
 // listen opens the endpoint's socket (HTTPS with the Database's server
-// certificate when EnvTLSDir is set).
+// certificate when EnvTLSDir or EnvAPITLSDir is set).
 func (a *Agent) listen() (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+HealthPath, func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
@@ -32,8 +32,8 @@ func (a *Agent) listen() (*http.Server, error) {
 	// a demote or promote, runs within requestContext's 3 minutes)
 	hs := &http.Server{Addr: a.cfg.Listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 4 * time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 16}
-	if a.cfg.TLSDir != "" {
-		certs := &certFiles{cert: filepath.Join(a.cfg.TLSDir, "tls.crt"), key: filepath.Join(a.cfg.TLSDir, "tls.key")}
+	if a.cfg.apiTLSDir() != "" {
+		certs := &certFiles{cert: filepath.Join(a.cfg.apiTLSDir(), "tls.crt"), key: filepath.Join(a.cfg.apiTLSDir(), "tls.key")}
 		if _, err := certs.get(nil); err != nil {
 			return nil, err
 		}

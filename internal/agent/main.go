@@ -55,7 +55,7 @@ func Main(cfg Config, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("Starting the agent", "pod", cfg.Pod, "listen", hs.Addr, "pgdata", cfg.PGData, "tls", cfg.TLSDir != "")
+	log.Info("Starting the agent", "pod", cfg.Pod, "listen", hs.Addr, "pgdata", cfg.PGData, "tls", cfg.TLSDir != "", "apiTLS", cfg.apiTLSDir() != "")
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- a.serve(hs) }()
 

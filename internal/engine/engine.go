@@ -52,20 +52,24 @@ type Engine interface {
 	// (/dev/shm), given a memory-backed volume instead of the runtime's
 	// small default; empty when the engine needs none.
 	SharedMemoryPath() string
-	// BackupEnv is the environment of the backup container, which connects
-	// to host over the network with the credentials of the named Secret.
-	BackupEnv(host, secretName string) []corev1.EnvVar
-	// RestoreEnv is the environment of the restore container, which
-	// connects to host as the superuser of superuserSecret and restores
-	// as the application's role of appSecret, into its database.
-	RestoreEnv(host, superuserSecret, appSecret string) []corev1.EnvVar
+	// ClientEnv is the environment of the dump and restore containers,
+	// which connect to host over the network as the application's role
+	// of the named Secret, into its database: a dump reads only what the
+	// application may, and a restore (statements someone wrote into a
+	// file) can do no more than the application.
+	ClientEnv(host, secretName string) []corev1.EnvVar
+	// VerificationEnv is the environment of the verification restore's
+	// server (on a local socket, no password): the superuser's name of
+	// superuserSecret, and the application's database and role of
+	// appSecret, which the checks run in.
+	VerificationEnv(superuserSecret, appSecret string) []corev1.EnvVar
 	// BackupCommand is the backup container's command. It dumps the
 	// database into dir, keeps the newest retention dumps and exits non-zero
 	// on any failure, leaving no partial dump behind.
 	BackupCommand(dir, prefix string, retention int32) []string
 	// RestoreCommand restores the dump file of dir (written by
 	// BackupCommand with prefix; "latest" means the newest) into the
-	// database of the BackupEnv credentials, once the server answers and
+	// database of the ClientEnv credentials, once the server answers and
 	// the checksum matches, and only into a database that has never held
 	// data: one that carries the mark of an earlier restore (kept in the
 	// database itself) is left alone with exit 0, one that holds data

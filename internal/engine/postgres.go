@@ -83,8 +83,8 @@ func (Postgres) ScratchMounts() []string { return []string{"/var/run/postgresql"
 // shared memory segment".
 func (Postgres) SharedMemoryPath() string { return "/dev/shm" }
 
-// BackupEnv implements Engine with libpq's environment variables.
-func (Postgres) BackupEnv(host, secretName string) []corev1.EnvVar {
+// ClientEnv implements Engine with libpq's environment variables.
+func (Postgres) ClientEnv(host, secretName string) []corev1.EnvVar {
 	return []corev1.EnvVar{
 		{Name: "PGHOST", Value: host},
 		{Name: "PGPORT", Value: strconv.Itoa(postgresPort)},
@@ -95,19 +95,14 @@ func (Postgres) BackupEnv(host, secretName string) []corev1.EnvVar {
 	}
 }
 
-// RestoreEnv implements Engine: the superuser's login, the application's
-// database (the credentials Secret's optional database key; the script
-// falls back to the role's name) and role (DBKEEPER_APP_ROLE), which
-// postgresRestoreScript restores as.
-func (Postgres) RestoreEnv(host, superuserSecret, appSecret string) []corev1.EnvVar {
+// VerificationEnv implements Engine: PGUSER, PGDATABASE (the credentials
+// Secret's optional database key; the verification falls back to the
+// role's name) and DBKEEPER_APP_ROLE.
+func (Postgres) VerificationEnv(superuserSecret, appSecret string) []corev1.EnvVar {
 	return []corev1.EnvVar{
-		{Name: "PGHOST", Value: host},
-		{Name: "PGPORT", Value: strconv.Itoa(postgresPort)},
 		secretEnv("PGUSER", superuserSecret, UsernameKey),
-		secretEnv("PGPASSWORD", superuserSecret, PasswordKey),
 		optionalSecretEnv("PGDATABASE", appSecret, DatabaseKey),
 		secretEnv("DBKEEPER_APP_ROLE", appSecret, UsernameKey),
-		{Name: "PGCONNECT_TIMEOUT", Value: "10"},
 	}
 }
 
@@ -165,18 +160,19 @@ WHERE d LIKE 'dbkeeper: restored from %'`
 
 // postgresRestoreScript takes the backup directory, the source's dump
 // prefix, the dump file name (or latest) and the refusal exit code as $1
-// to $4. With DBKEEPER_APP_ROLE set (issue 17: the Job connects as the
-// superuser), it waits until that role and the database exist, which
-// dbkeeper makes once the server answers, restores with SET ROLE to it, so
-// the application owns every restored object, and the database defaults
-// to the role's name. The restore statements come from pg_restore as a script and run
-// through psql between an explicit BEGIN and a COMMIT that is only sent
-// once pg_restore has succeeded: if pg_restore dies, psql reaches the end
-// of its input inside the transaction and the server rolls it back.
+// to $4. It logs in as the application's role (ClientEnv), into its
+// database (which defaults to the role's name), and waits until it can:
+// dbkeeper makes the role and the database once the server answers. So
+// the application owns every restored object, and the statements of the
+// dump, which whoever wrote the file chose, can do no more than the
+// application (a superuser session with SET ROLE could RESET it). The
+// restore statements come from pg_restore as a script and run through
+// psql between an explicit BEGIN and a COMMIT that is only sent once
+// pg_restore has succeeded: if pg_restore dies, psql reaches the end of
+// its input inside the transaction and the server rolls it back.
 const postgresRestoreScript = `set -euo pipefail
 dir=$1 prefix=$2 name=$3 refused=$4
-app=${DBKEEPER_APP_ROLE:-}
-db=${PGDATABASE:-${app:-$PGUSER}}
+db=${PGDATABASE:-$PGUSER}
 sql() { psql --no-psqlrc --no-password --quiet --set=ON_ERROR_STOP=1 --dbname="$db" "$@"; }
 marked="` + postgresMarkOf + `"
 objects="` + postgresUserObjects + `"
@@ -185,15 +181,11 @@ for i in $(seq 1 60); do
 	[[ $i == 60 ]] && { echo "server $PGHOST:$PGPORT not ready" >&2; exit 1; }
 	sleep 5
 done
-owner=()
-if [[ -n $app ]]; then
-	for i in $(seq 1 60); do
-		[[ $(sql --tuples-only --no-align --set=role="$app" <<<"SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = :'role'" 2>/dev/null) == 1 ]] && break
-		[[ $i == 60 ]] && { echo "role $app or database $db not there after 5 minutes (dbkeeper makes them once the server answers)" >&2; exit 1; }
-		sleep 5
-	done
-	owner=(--role="$app")
-fi
+for i in $(seq 1 60); do
+	sql --command="SELECT 1" >/dev/null 2>&1 && break
+	[[ $i == 60 ]] && { sql --command="SELECT 1" >&2 || true; echo "cannot log in as $PGUSER into database $db after 5 minutes (dbkeeper makes them once the server answers)" >&2; exit 1; }
+	sleep 5
+done
 mark=$(sql --tuples-only --no-align --command="$marked")
 if [[ -n $mark ]]; then
 	echo "database $db was already ${mark#dbkeeper: }: not restoring again"
@@ -219,7 +211,7 @@ echo "restoring $file into database $db on $PGHOST:$PGPORT"
 	echo "BEGIN;"
 	echo "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('dbkeeper restore'));"
 	echo "DO \$dbkeeper\$ BEGIN IF EXISTS ($marked) OR EXISTS ($objects) THEN RAISE EXCEPTION 'database % got data or a mark since it was checked: not restoring', pg_catalog.current_database(); END IF; END \$dbkeeper\$;"
-	pg_restore --no-owner ${owner[@]+"${owner[@]}"} --file=- "$file"
+	pg_restore --no-owner --file=- "$file"
 	echo "$marking"
 	echo "COMMIT;"
 } | sql --output=/dev/null --file=-

@@ -143,7 +143,7 @@ func (a PodAgents) client(ctx context.Context, db *dbv1.Database, pod *corev1.Po
 	// One transport per call: no idle connection may outlive it.
 	transport.DisableKeepAlives = true
 	base := "http://" + host
-	if resources.PodServesTLS(pod) {
+	if resources.PodAgentServesTLS(pod) {
 		cfg, err := a.serverTLS(ctx, db, PodHost(db, pod.Name))
 		if err != nil {
 			return agent.Client{}, "", err

@@ -86,9 +86,7 @@ func TestEnginePodRunsTheAgent(t *testing.T) {
 			*env[agent.EnvReplicationPassword].ValueFrom.SecretKeyRef)
 		assert.Equal(t, "orders.shop.svc", env[agent.EnvPrimaryHost].Value)
 
-		scheme := corev1.URISchemeHTTP
 		if tls {
-			scheme = corev1.URISchemeHTTPS
 			dir, ok := env[agent.EnvTLSDir]
 			require.True(t, ok, "no %s with TLS", agent.EnvTLSDir)
 			assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "tls", MountPath: dir.Value, ReadOnly: true}, "the directory is the certificate's")
@@ -105,13 +103,29 @@ func TestEnginePodRunsTheAgent(t *testing.T) {
 				}
 			}
 			assert.ElementsMatch(t, []string{"tls.crt", "tls.key", "ca.crt"}, files)
+			assert.NotContains(t, env, agent.EnvAPITLSDir)
 		} else {
 			assert.NotContains(t, env, agent.EnvTLSDir, "plaintext")
+			// the agent's endpoint serves the Database's certificate
+			// still: its token never travels in clear
+			dir, ok := env[agent.EnvAPITLSDir]
+			require.True(t, ok, "no %s without the server's TLS", agent.EnvAPITLSDir)
+			assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "agent-tls", MountPath: dir.Value, ReadOnly: true})
+			var files []string
+			for _, v := range pod.Volumes {
+				if v.Name == "agent-tls" {
+					assert.Equal(t, "orders-tls", v.Secret.SecretName)
+					for _, item := range v.Secret.Items {
+						files = append(files, item.Path)
+					}
+				}
+			}
+			assert.ElementsMatch(t, []string{"tls.crt", "tls.key", "ca.crt"}, files)
 		}
 		assert.Contains(t, c.Ports, corev1.ContainerPort{Name: agent.PortName, ContainerPort: agent.Port, Protocol: corev1.ProtocolTCP})
 		for probe, path := range map[*corev1.Probe]string{c.ReadinessProbe: agent.ReadyPath, c.LivenessProbe: agent.HealthPath} {
 			require.NotNil(t, probe)
-			assert.Equal(t, &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(agent.PortName), Scheme: scheme}, probe.HTTPGet)
+			assert.Equal(t, &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(agent.PortName), Scheme: corev1.URISchemeHTTPS}, probe.HTTPGet)
 			assert.Nil(t, probe.Exec, "no pg_isready: the agent owns the server")
 		}
 		assert.Nil(t, c.StartupProbe)

@@ -127,7 +127,7 @@ func backupJobSpec(db *dbv1.Database, eng engine.Engine, tls ServerTLS) (*batchv
 	pod, err := dumpPodTemplate(db, eng, dumpRun{
 		container: backupContainer,
 		command:   eng.BackupCommand(BackupMountPath, db.Name, db.Spec.Backup.Retention),
-		env:       eng.BackupEnv(ClientServiceHost(db), CredentialsSecretName(db)),
+		env:       eng.ClientEnv(ClientServiceHost(db), CredentialsSecretName(db)),
 		claim:     BackupName(db),
 		tls:       tls,
 	})

@@ -87,9 +87,9 @@ func TestBuildersRenderWhatTheEngineDeclares(t *testing.T) {
 			}
 			for kind, pod := range jobs {
 				require.Len(t, pod.Containers, 1, kind)
-				want := eng.BackupEnv(host, secret)
+				want := eng.ClientEnv(host, secret)
 				if kind == "restore" {
-					want = eng.RestoreEnv(resources.RestorePodHost(db), resources.SuperuserSecretName(db), secret)
+					want = eng.ClientEnv(resources.RestorePodHost(db), secret)
 				}
 				assert.Equal(t, want, pod.Containers[0].Env, "%s env", kind)
 				assertMounts(t, pod, nil, pod.Containers[0], resources.BackupMountPath, "/tmp")

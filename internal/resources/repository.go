@@ -31,15 +31,6 @@ func RepositoryPath(db *dbv1.Database, store *dbv1.ObjectStoreSpec) string {
 	return path.Join("/", store.Path, db.Namespace, db.Name, string(db.UID))
 }
 
-// RecoveryRefusedError says why a recovery source cannot be used.
-type RecoveryRefusedError struct{ msg string }
-
-func (e *RecoveryRefusedError) Error() string { return e.msg }
-
-func refuse(format string, args ...any) error {
-	return &RecoveryRefusedError{msg: fmt.Sprintf(format, args...)}
-}
-
 // RecoveryStore is the repository spec.bootstrap.recovery restores: the
 // object store with path set to the whole repository path. source is the
 // Database recovery.database names (nil for an objectStore source); a
@@ -62,9 +53,8 @@ func RecoveryStore(db, source *dbv1.Database) (*dbv1.ObjectStoreSpec, error) {
 	if source.UID == db.UID {
 		return nil, refuse("spec.bootstrap.recovery.database: a Database cannot recover from its own archive")
 	}
-	if ns != db.Namespace && !allowsRestoreInto(source, db.Namespace) {
-		return nil, refuse("spec.bootstrap.recovery.database: Database %s does not allow recoveries into namespace %s: its annotation %s must list it",
-			ref, db.Namespace, dbv1.AnnotationRestoreAllowedNamespaces)
+	if err := notConsented("spec.bootstrap.recovery.database", db, source); err != nil {
+		return nil, err
 	}
 	if source.Spec.Backup.ObjectStore != nil {
 		store := *source.Spec.Backup.ObjectStore
@@ -84,17 +74,6 @@ func RecoveryStore(db, source *dbv1.Database) (*dbv1.ObjectStoreSpec, error) {
 	store := VolumeStore(source)
 	store.Path = source.Status.Backup.RepositoryPath
 	return store, nil
-}
-
-// allowsRestoreInto says whether source's annotation lets Databases of
-// namespace ns recover from its archive.
-func allowsRestoreInto(source *dbv1.Database, ns string) bool {
-	for _, v := range strings.Split(source.Annotations[dbv1.AnnotationRestoreAllowedNamespaces], ",") {
-		if v = strings.TrimSpace(v); v == "*" || v == ns {
-			return true
-		}
-	}
-	return false
 }
 
 // agentRepository is the agent's view of store at repository path repo,

@@ -72,8 +72,8 @@ func TestStatefulSetCarriesTheRepository(t *testing.T) {
 	}
 }
 
-// TestRecoveryStoreNeedsConsent: a source in another namespace must name
-// the new Database's namespace in its annotation; a missing source, one
+// TestRecoveryStoreNeedsConsent: a source must name the new Database's
+// namespace in its annotation, its own namespace too; a missing source, one
 // without an object store and the Database itself are refused with a
 // message naming the field; the repository recovered is the source's own
 // path.
@@ -122,6 +122,10 @@ func TestRecoveryStoreNeedsConsent(t *testing.T) {
 	refused(t, err, "only Databases of namespace prod")
 	sameNS := restore("prod")
 	sameNS.Namespace = "prod"
+	source.Annotations = nil
+	_, err = resources.RecoveryStore(sameNS, source)
+	refused(t, err, "kubectl annotate database -n prod orders "+dbv1.AnnotationRestoreAllowedNamespaces+"=prod")
+	source.Annotations = map[string]string{dbv1.AnnotationRestoreAllowedNamespaces: "prod"}
 	store, err = resources.RecoveryStore(sameNS, source)
 	require.NoError(t, err)
 	assert.Equal(t, "orders-repository.prod.svc:9000", store.Endpoint)

@@ -83,8 +83,8 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 		WithEnv(envApply(eng.Env(SuperuserSecretName(db)))...).
 		WithEnv(envApply(agentEnv(db, tls))...).
 		WithResources(resourcesApply(db.Spec.Resources)).
-		WithReadinessProbe(readinessProbe(tls)).
-		WithLivenessProbe(agentProbe(agent.HealthPath, tls, 6)).
+		WithReadinessProbe(readinessProbe()).
+		WithLivenessProbe(agentProbe(agent.HealthPath, 6)).
 		WithSecurityContext(restrictedContainer(eng.User())).
 		WithVolumeMounts(
 			corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(eng.DataMountPath()),
@@ -105,6 +105,8 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 	addSharedMemory(pod, container, eng.SharedMemoryPath(), db.Spec.Resources)
 	if tls {
 		addServerTLS(db, eng, pod, container)
+	} else {
+		addAgentTLS(db, pod, container)
 	}
 	if err := addRepository(db, tls, pod, container); err != nil {
 		return nil, err
@@ -183,6 +185,9 @@ func agentEnv(db *dbv1.Database, tls ServerTLS) []corev1.EnvVar {
 	if tls {
 		// The TLS volume holds tls.crt, tls.key and ca.crt (addServerTLS).
 		env = append(env, corev1.EnvVar{Name: agent.EnvTLSDir, Value: TLSMountPath})
+	} else {
+		// the endpoint's alone (addAgentTLS)
+		env = append(env, corev1.EnvVar{Name: agent.EnvAPITLSDir, Value: AgentTLSMountPath})
 	}
 	if ClientCertAuth(db, tls) {
 		env = append(env, corev1.EnvVar{Name: agent.EnvClientCertAuth, Value: "true"})
@@ -202,22 +207,18 @@ const (
 )
 
 // readinessProbe is the agent's ReadyPath at the readiness pace.
-func readinessProbe(tls ServerTLS) *corev1ac.ProbeApplyConfiguration {
-	return agentProbe(agent.ReadyPath, tls, readinessFailures).
+func readinessProbe() *corev1ac.ProbeApplyConfiguration {
+	return agentProbe(agent.ReadyPath, readinessFailures).
 		WithPeriodSeconds(readinessPeriod).
 		WithTimeoutSeconds(readinessTimeout)
 }
 
-// agentProbe is an HTTP probe of the agent's path, over HTTPS when the
-// agent serves the Database's certificate (the kubelet does not verify
+// agentProbe is an HTTP probe of the agent's path, over HTTPS: the agent
+// always serves the Database's certificate (the kubelet does not verify
 // it).
-func agentProbe(path string, tls ServerTLS, failures int32) *corev1ac.ProbeApplyConfiguration {
-	scheme := corev1.URISchemeHTTP
-	if tls {
-		scheme = corev1.URISchemeHTTPS
-	}
+func agentProbe(path string, failures int32) *corev1ac.ProbeApplyConfiguration {
 	return corev1ac.Probe().
-		WithHTTPGet(corev1ac.HTTPGetAction().WithPath(path).WithPort(intstr.FromString(agent.PortName)).WithScheme(scheme)).
+		WithHTTPGet(corev1ac.HTTPGetAction().WithPath(path).WithPort(intstr.FromString(agent.PortName)).WithScheme(corev1.URISchemeHTTPS)).
 		WithPeriodSeconds(10).
 		WithTimeoutSeconds(5).
 		WithFailureThreshold(failures)

@@ -34,10 +34,12 @@ const (
 // CA and authentication rules; TLSCAMountPath is where backup and restore
 // containers find the CA.
 const (
-	TLSMountPath   = "/etc/dbkeeper/tls"
-	TLSCAMountPath = "/etc/dbkeeper/tls-ca"
-	tlsVolume      = "tls"
-	tlsCAVolume    = "tls-ca"
+	TLSMountPath      = "/etc/dbkeeper/tls"
+	TLSCAMountPath    = "/etc/dbkeeper/tls-ca"
+	AgentTLSMountPath = "/etc/dbkeeper/agent-tls"
+	tlsVolume         = "tls"
+	tlsCAVolume       = "tls-ca"
+	agentTLSVolume    = "agent-tls"
 	// tlsFileMode is readable by root (the kubelet owns the files) and
 	// the pod's fsGroup, which PostgreSQL accepts for a root-owned key.
 	tlsFileMode = 0o640
@@ -153,6 +155,14 @@ func TLSFor(db *dbv1.Database, live *appsv1.StatefulSet) TLSState {
 // and a client verifies it with the CA of TLSSecretName.
 func PodServesTLS(pod *corev1.Pod) bool {
 	return slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == tlsVolume })
+}
+
+// PodAgentServesTLS reports whether an engine pod's agent serves its
+// endpoint over HTTPS with the certificate of TLSSecretName: with the
+// server's TLS, or with its own mount when the server has none
+// (addAgentTLS). A pod built before either serves plain HTTP.
+func PodAgentServesTLS(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == tlsVolume || v.Name == agentTLSVolume })
 }
 
 func hasTLSVolume(sts *appsv1.StatefulSet) bool {
@@ -287,6 +297,22 @@ func addServerTLS(db *dbv1.Database, eng engine.Engine, pod *corev1ac.PodSpecApp
 		WithSources(sources...)))
 	c.WithVolumeMounts(corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(TLSMountPath).WithReadOnly(true))
 	c.WithArgs(eng.TLSArgs(TLSMountPath+"/"+corev1.TLSCertKey, TLSMountPath+"/"+corev1.TLSPrivateKeyKey, hba)...)
+}
+
+// addAgentTLS mounts the Database's certificate (TLSSecretName, which the
+// tls controller issues from the Database's CA whatever spec.tls.mode
+// says) at AgentTLSMountPath for the agent's endpoint alone, when the
+// server itself has no TLS: the agent's token and the manager's requests
+// never travel in clear, while PostgreSQL stays as the user asked.
+func addAgentTLS(db *dbv1.Database, pod *corev1ac.PodSpecApplyConfiguration, c *corev1ac.ContainerApplyConfiguration) {
+	pod.WithVolumes(corev1ac.Volume().WithName(agentTLSVolume).WithSecret(corev1ac.SecretVolumeSource().
+		WithSecretName(TLSSecretName(db)).
+		WithDefaultMode(tlsFileMode).
+		WithItems(
+			corev1ac.KeyToPath().WithKey(corev1.TLSCertKey).WithPath(corev1.TLSCertKey),
+			corev1ac.KeyToPath().WithKey(corev1.TLSPrivateKeyKey).WithPath(corev1.TLSPrivateKeyKey),
+			corev1ac.KeyToPath().WithKey(CACertKey).WithPath(CACertKey))))
+	c.WithVolumeMounts(corev1ac.VolumeMount().WithName(agentTLSVolume).WithMountPath(AgentTLSMountPath).WithReadOnly(true))
 }
 
 // addClientTLS mounts the CA of the Database's server certificate into a

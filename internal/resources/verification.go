@@ -1,7 +1,6 @@
 package resources
 
 import (
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -79,14 +78,9 @@ func VerificationJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentI
 		scratch = *spec.ScratchSize
 	}
 	timeout := VerificationTimeout(db)
-	// the superuser's name (PGUSER) and the application's database; not
-	// the password nor the host: the server is local and trusts its socket.
-	var env []corev1.EnvVar
-	for _, e := range eng.RestoreEnv("", SuperuserSecretName(db), CredentialsSecretName(db)) {
-		if slices.Contains([]string{"PGUSER", "PGDATABASE", "DBKEEPER_APP_ROLE"}, e.Name) {
-			env = append(env, e)
-		}
-	}
+	// not the password nor the host: the server is local and trusts its
+	// socket.
+	env := eng.VerificationEnv(SuperuserSecretName(db), CredentialsSecretName(db))
 	env = append(env, corev1.EnvVar{Name: "PGDATA", Value: verificationMountPath + "/pgdata"})
 
 	container := corev1ac.Container().

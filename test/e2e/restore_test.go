@@ -20,6 +20,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
 // endpoints counts the addresses the EndpointSlices of a Service publish.
@@ -39,7 +40,7 @@ func selects(svc *corev1.Service, pod *corev1.Pod) bool {
 }
 
 // withSource runs an operator in a new namespace with a Ready Database
-// "src", and returns the namespace and a maker of Databases bootstrapped
+// "src" that consents to restores into its namespace, and returns the namespace and a maker of Databases bootstrapped
 // from src's backups (none scheduled in the test's lifetime).
 func withSource(t *testing.T) (string, func(name string) *dbv1.Database) {
 	t.Helper()
@@ -48,6 +49,7 @@ func withSource(t *testing.T) (string, func(name string) *dbv1.Database) {
 	source := newDatabase(ns, "src", func(d *dbv1.Database) { d.Spec.Backup.Schedule = "0 0 1 1 *" })
 	require.NoError(t, k8s.Create(context.Background(), source))
 	waitReady(t, source)
+	dbtest.AllowRestoresInto(t, k8s, source, ns)
 	return ns, func(name string) *dbv1.Database {
 		return newDatabase(ns, name, func(d *dbv1.Database) {
 			d.Spec.Backup.Schedule = "0 0 1 1 *"

@@ -48,9 +48,6 @@ func TestNamesTakenAreLeftAlone(t *testing.T) {
 	specs := map[string]func(db *dbv1.Database){
 		"PodDisruptionBudget": func(db *dbv1.Database) { db.Spec.Replicas = ptr.To[int32](2) },
 		"repository Secret":   func(db *dbv1.Database) { db.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled },
-		"restore client Secret": func(db *dbv1.Database) {
-			db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: "elsewhere"}}
-		},
 	}
 	for _, tc := range []struct {
 		kind      string
@@ -128,9 +125,6 @@ func TestNamesTakenAreLeftAlone(t *testing.T) {
 		}},
 		{"repository Secret", dbv1.ConditionBackupReady, func(db *dbv1.Database) client.Object {
 			return secret(resources.VolumeRepositoryName(db))
-		}},
-		{"restore client Secret", dbv1.ConditionBackupReady, func(db *dbv1.Database) client.Object {
-			return secret(resources.RestoreClientSecretName(db))
 		}},
 		{"backup PersistentVolumeClaim", dbv1.ConditionBackupReady, func(db *dbv1.Database) client.Object {
 			return &corev1.PersistentVolumeClaim{ObjectMeta: theirs(resources.BackupName(db)), Spec: corev1.PersistentVolumeClaimSpec{

@@ -161,6 +161,8 @@ func TestPointInTimeRecoveryFromTheObjectStore(t *testing.T) {
 		return d
 	}
 	early := recover(ns, "before-switchover", before)
+	cond = waitCondition(t, early, dbv1.ConditionBackupReady, metav1.ConditionFalse, dbv1.ReasonRecoveryRefused)
+	assert.Contains(t, cond.Message, "kubectl annotate database -n "+ns+" "+src.Name, "the same namespace is no consent")
 	// the other recovery in another namespace, with credentials of its
 	// own for the store: refused until the source consents.
 	objectStore(t, other)
@@ -168,12 +170,7 @@ func TestPointInTimeRecoveryFromTheObjectStore(t *testing.T) {
 	cond = waitCondition(t, late, dbv1.ConditionBackupReady, metav1.ConditionFalse, dbv1.ReasonRecoveryRefused)
 	assert.Contains(t, cond.Message, dbv1.AnnotationRestoreAllowedNamespaces)
 	t.Logf("%s/%s before the source's consent: %s", other, late.Name, cond.Message)
-	dbtest.Patch(t, k8s, src, func(d *dbv1.Database) {
-		if d.Annotations == nil {
-			d.Annotations = map[string]string{}
-		}
-		d.Annotations[dbv1.AnnotationRestoreAllowedNamespaces] = other
-	})
+	dbtest.AllowRestoresInto(t, k8s, src, ns, other)
 	for _, c := range []struct {
 		db   *dbv1.Database
 		rows int
@@ -465,6 +462,7 @@ func TestPointInTimeRecoveryFromTheBackupVolume(t *testing.T) {
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: resources.BackupName(src)}, cron))
 	assert.True(t, *cron.Spec.Suspend, "the archive and base backups replace the scheduled dumps")
 
+	dbtest.AllowRestoresInto(t, k8s, src, ns)
 	restored := newDatabase(ns, "journal-restored", "17", func(d *dbv1.Database) {
 		d.Spec.Backup.VolumeRepository = ""
 		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{Database: src.Name,
@@ -540,6 +538,7 @@ func TestOperatorStoppedDuringABaseBackupAndARecovery(t *testing.T) {
 	assert.Equal(t, before.BaseBackups+1, after.BaseBackups, "one base backup for the token, counted once")
 	assert.Len(t, backups(), len(old)+1, "one new backup in the store")
 
+	dbtest.AllowRestoresInto(t, k8s, src, ns)
 	restored := newDatabase(ns, "bulk-restored", "17", func(d *dbv1.Database) {
 		d.Spec.Backup.ObjectStore = store
 		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{Database: src.Name}}

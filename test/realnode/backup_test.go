@@ -70,6 +70,7 @@ func TestBackupRestoresIntoANewDatabase(t *testing.T) {
 	done, failed := backupNow(t, src, "first")
 	require.False(t, failed, "backup failed: %s", done.Status.Backup.LastFailureMessage)
 
+	dbtest.AllowRestoresInto(t, k8s, src, ns)
 	dst := newDatabase(ns, "dst", "15", func(d *dbv1.Database) {
 		d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: src.Name}}
 	})
@@ -78,8 +79,8 @@ func TestBackupRestoresIntoANewDatabase(t *testing.T) {
 	require.NotNil(t, restored.Status.Backup)
 	assert.Contains(t, restored.Status.Backup.RestoredFrom, src.Name+"/", "status names the dump")
 	assert.Equal(t, rows, countItems(t, generated(dst)), "the restored Database has the source's rows")
-	// Restored as the superuser with SET ROLE to the application's role:
-	// the application owns what was restored, and can change it.
+	// Restored logged in as the application's role: it owns what was
+	// restored, and can change it.
 	assert.Equal(t, "app|f", query(t, generated(dst), "SELECT tableowner, (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) "+
 		"FROM pg_tables WHERE tablename = 'items'"))
 	query(t, generated(dst), "ALTER TABLE items ADD COLUMN restored boolean; INSERT INTO items VALUES (1000, 'after the restore', true)")

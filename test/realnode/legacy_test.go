@@ -2,6 +2,11 @@ package realnode
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/secret"
 	"github.com/dbkeeper/dbkeeper/internal/controller/statefulset"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
@@ -88,6 +95,8 @@ func TestLegacyDatabaseUpgrade(t *testing.T) {
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(pod), after))
 	assert.NotEqual(t, pod.UID, after.UID, "the pod was restarted onto the agent")
 	assert.False(t, resources.PodPredatesAgent(after), "the pod runs the agent")
+	// plaintext kept for the server, but not for the agent's endpoint
+	agentServesTheDatabaseCertificate(t, db, after)
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(sts), sts))
 	var env []corev1.EnvVar
 	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
@@ -118,4 +127,23 @@ func TestLegacyDatabaseUpgrade(t *testing.T) {
 	onAgent := after.UID
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(pod), after))
 	assert.Equal(t, onAgent, after.UID, "the pod was replaced by the demotion")
+}
+
+// agentServesTheDatabaseCertificate: the agent of pod serves its endpoint
+// over TLS with a certificate of the Database's CA for the pod's name, and
+// refuses a plain HTTP request, whether or not the server itself has TLS
+// (its token never travels in clear).
+func agentServesTheDatabaseCertificate(t *testing.T, db *dbv1.Database, pod *corev1.Pod) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM([]byte(secretValue(t, db.Namespace, resources.TLSSecretName(db), resources.CACertKey))))
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(agent.Port)))
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+		&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: instance.PodHost(db, pod.Name)})
+	require.NoError(t, err, "the agent's endpoint with the Database's CA")
+	require.NoError(t, conn.Close())
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + agent.StatusPath)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "plain HTTP reached the agent")
 }

@@ -218,9 +218,9 @@ const (
 	// ReasonRecoveryFailed: the recovery failed (no backup before the
 	// target, a target past the archive's end); the message has why.
 	ReasonRecoveryFailed = "RecoveryFailed"
-	// ReasonRecoveryRefused: the recovery's source cannot be used (it does
-	// not exist, has no object store, or, in another namespace, does not
-	// allow this one).
+	// ReasonRecoveryRefused: spec.bootstrap's source cannot be used (it
+	// does not exist, has no archive, or does not consent to restores into
+	// this namespace: its restore-allowed-namespaces annotation).
 	ReasonRecoveryRefused = "RecoveryRefused"
 	// ReasonVerificationFailed: the newest verification restore
 	// (spec.backup.verification) failed; the message has why (a corrupted
@@ -305,10 +305,12 @@ const AnnotationRotateCA = "database.dbkeeper.io/rotate-ca"
 // (spec.backup.verification) per token.
 const AnnotationBackupVerifyNow = "database.dbkeeper.io/backup-verify-now"
 
-// AnnotationRestoreAllowedNamespaces, on a Database with an object store,
-// lists (comma-separated, or "*") the other namespaces whose Databases may
-// recover from its archive (spec.bootstrap.recovery.namespace). Without
-// it, only Databases of its own namespace may.
+// AnnotationRestoreAllowedNamespaces, on a Database, lists
+// (comma-separated, or "*") the namespaces whose Databases may fill
+// themselves with its data: recover from its archive
+// (spec.bootstrap.recovery) or restore its dumps
+// (spec.bootstrap.fromBackup). Its own namespace must be listed too:
+// without the annotation, no other Database may.
 const AnnotationRestoreAllowedNamespaces = "database.dbkeeper.io/restore-allowed-namespaces"
 
 // AnnotationDemoteAppRole, set to "true" on a Database created before

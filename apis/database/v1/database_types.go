@@ -353,14 +353,14 @@ type BootstrapSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.namespace) || has(self.database)",message="spec.bootstrap.recovery.namespace names the namespace of spec.bootstrap.recovery.database: set database too"
 type BootstrapRecovery struct {
 	// Database is the Database whose archive (status.backup.repositoryPath
-	// in its object store) is restored.
+	// in its object store) is restored; it must consent (see namespace).
 	// +optional
 	// +kubebuilder:validation:MaxLength=45
 	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
 	Database string `json:"database,omitempty"`
 
 	// Namespace is the source Database's namespace, empty for this one's.
-	// A source in another namespace must consent: its annotation
+	// The source must consent, in this namespace too: its annotation
 	// database.dbkeeper.io/restore-allowed-namespaces lists this namespace
 	// (or "*"). The object store's credentials Secret (the source's
 	// spec.backup.objectStore.credentialsSecret, same name) and CA Secret
@@ -485,8 +485,13 @@ type ObjectStoreSpec struct {
 
 // BootstrapFromBackup names a dump to restore.
 type BootstrapFromBackup struct {
-	// Database is the Database whose backup volume (<database>-backup)
-	// holds the dump.
+	// Database is the Database of this namespace whose backup volume
+	// (<database>-backup) holds the dump. Another Database that exists
+	// must consent: its annotation
+	// database.dbkeeper.io/restore-allowed-namespaces lists this namespace
+	// (or "*"). This Database's own name (a Retained predecessor) and a
+	// Database that no longer exists (its Retained backup volume) need no
+	// consent. The restore logs in as this Database's application role.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=45
 	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`

@@ -6,6 +6,7 @@ package backup
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -184,8 +185,8 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	history.OnDemandToken, history.RestoredFrom = token, restoredFrom
 	cond, after := Assess(db, history, s.now())
 	if restoring != nil {
-		// the Job's changes wake the controller; the Secrets the restore
-		// Job's certificate waits for do not
+		// the Job's changes wake the controller; a source's consent does
+		// not
 		cond, after = *restoring, restoringRecheck
 	}
 	if stuck != nil {
@@ -203,16 +204,17 @@ const restoringRecheck = 10 * time.Second
 
 // bootstrap runs spec.bootstrap's restore Job until it has succeeded once,
 // and returns the condition to report meanwhile (nil once restored, see
-// RestoreProgress) and status.backup.restoredFrom. A failed restore is
-// reported, not retried: delete the Job to try again. Without
-// restoredFrom (a Database re-created without its status) the Job runs
-// again; the restore command finds its mark in the data and touches
-// nothing.
+// RestoreProgress) and status.backup.restoredFrom. The Job is only made
+// while the source consents (facet.DumpSourceRefused); a refusal is
+// looked at again every restoringRecheck (the source's annotation wakes
+// nothing here). A failed restore is reported, not retried: delete the
+// Job to try again. Without restoredFrom (a Database re-created without
+// its status) the Job runs again; the restore command finds its mark in
+// the data and touches nothing.
 func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.Engine, tls resources.ServerTLS) (*metav1.Condition, string, error) {
 	if db.Spec.Bootstrap == nil || db.Spec.Bootstrap.FromBackup == nil {
 		return nil, "", nil
 	}
-	certs := resources.ClientCertAuth(db, tls)
 	if db.Status.Backup != nil && db.Status.Backup.RestoredFrom != "" {
 		return nil, db.Status.Backup.RestoredFrom, nil
 	}
@@ -223,15 +225,18 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 	if err != nil {
 		return nil, "", reconcile.TerminalError(err)
 	}
-	if certs {
-		waiting, err := s.ensureRestoreClient(ctx, db)
-		if err != nil {
-			return nil, "", err
-		}
-		if waiting != "" {
-			cond := conditions.False(dbv1.ConditionBackupReady, dbv1.ReasonRestoring, fmt.Sprintf(
-				"restoring %s: the restore Job's client certificate waits for Secret %s", source, waiting))
+	live, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: name}, &batchv1.Job{})
+	if err != nil {
+		return nil, "", fmt.Errorf("getting Job %s: %w", name, err)
+	}
+	if live == nil {
+		// a consent withdrawn after the Job started does not stop it
+		var refused *resources.RecoveryRefusedError
+		if err := facet.DumpSourceRefused(ctx, s.reader, db); errors.As(err, &refused) {
+			cond := conditions.False(dbv1.ConditionBackupReady, dbv1.ReasonRecoveryRefused, refused.Error())
 			return &cond, "", nil
+		} else if err != nil {
+			return nil, "", err
 		}
 	}
 	job, created, err := jobs.Ensure(ctx, s.client, s.writer, desired)
@@ -243,13 +248,6 @@ func (s *syncer) bootstrap(ctx context.Context, db *dbv1.Database, eng engine.En
 	}
 	if cond := RestoreProgress(db, job, source); cond != nil {
 		return cond, "", nil
-	}
-	// before status.backup.restoredFrom is written, so that no later sync
-	// needs to look for it
-	if certs {
-		if err := s.deleteRestoreClient(ctx, db); err != nil {
-			return nil, "", err
-		}
 	}
 	log.FromContext(ctx).Info("Restore finished", "Job", klog.KRef(db.Namespace, name), "from", source)
 	return nil, source, nil

@@ -2,8 +2,6 @@ package backup
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"testing"
 	"time"
 
@@ -19,7 +17,6 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
-	"github.com/dbkeeper/dbkeeper/internal/pki"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -73,68 +70,88 @@ func TestRestoreProgress(t *testing.T) {
 	}
 }
 
-// TestRestoreJobLogsInWithACertificate: the server takes no superuser
-// password over TCP, so the dump restore Job gets a client certificate for
-// the superuser, signed by the Database's CA, before it is created (it
-// waits, named in the condition, for the Secrets that needs); a sync keeps
-// the certificate, and once the restore has finished it is deleted.
-func TestRestoreJobLogsInWithACertificate(t *testing.T) {
+// TestRestoreNeedsTheSourcesConsent: a dump restore from another
+// Database of the same namespace starts only once the source's annotation
+// lists the namespace (before, any Database could copy another's data);
+// a refusal names the annotation and the command, makes no Job, and is
+// looked at again; consent withdrawn after the Job started does not stop
+// it. The Job logs in as the application, not the superuser (no
+// superuser Secret, no client certificate). A Database's own predecessor
+// and a source that no longer exists (its Retained volume) need no
+// consent.
+func TestRestoreNeedsTheSourcesConsent(t *testing.T) {
 	ctx := context.Background()
-	db := facettest.Database()
-	db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: "old", File: "latest"}}
-	c := facettest.Client(t, db)
-	now := time.Now()
-	s := newSyncer(c, facet.WriterFor(c, &events.FakeRecorder{}, Name), func() time.Time { return now })
-	key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: db.Namespace, Name: name} }
-
-	out, err := s.Sync(ctx, db)
-	require.NoError(t, err)
-	assert.Equal(t, dbv1.ReasonRestoring, out.Condition.Reason)
-	assert.Contains(t, out.Condition.Message, "waits for Secret "+resources.SuperuserSecretName(db))
-	assert.Equal(t, restoringRecheck, out.RequeueAfter)
-	assert.True(t, apierrors.IsNotFound(c.Get(ctx, key(resources.RestoreJobName(db)), &batchv1.Job{})), "the Job started without its certificate")
-
-	ca, err := pki.NewCA("test CA", now)
-	require.NoError(t, err)
-	require.NoError(t, c.Create(ctx, resources.CASecret(db, ca.Cert, ca.Key)))
-	require.NoError(t, c.Create(ctx, resources.SuperuserSecret(db, "postgres", "pw")))
-	_, err = s.Sync(ctx, db)
-	require.NoError(t, err)
-	sec := &corev1.Secret{}
-	require.NoError(t, c.Get(ctx, key(resources.RestoreClientSecretName(db)), sec))
-	cert, err := pki.ParseCertificate(sec.Data[corev1.TLSCertKey])
-	require.NoError(t, err)
-	assert.Equal(t, "postgres", cert.Subject.CommonName)
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(ca.Cert)
-	_, err = cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now.Add(resources.RestoreClientLifetime - time.Minute),
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-	assert.NoError(t, err, "a client certificate of the CA, valid for the Job's deadline")
-	_, err = tls.X509KeyPair(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey])
-	assert.NoError(t, err)
-	assert.True(t, resources.Belongs(db, sec))
-
-	job := &batchv1.Job{}
-	require.NoError(t, c.Get(ctx, key(resources.RestoreJobName(db)), job))
-	env := map[string]string{}
-	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
-		env[e.Name] = e.Value
+	key := func(db *dbv1.Database) client.ObjectKey {
+		return client.ObjectKey{Namespace: db.Namespace, Name: resources.RestoreJobName(db)}
 	}
-	assert.Equal(t, "/etc/dbkeeper/tls-client/tls.crt", env["PGSSLCERT"])
-	assert.Equal(t, "/etc/dbkeeper/tls-client/tls.key", env["PGSSLKEY"])
+	restoring := func(from string) *dbv1.Database {
+		db := facettest.Database()
+		db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: from, File: "latest"}}
+		return db
+	}
 
-	_, err = s.Sync(ctx, db)
-	require.NoError(t, err)
-	again := &corev1.Secret{}
-	require.NoError(t, c.Get(ctx, key(resources.RestoreClientSecretName(db)), again))
-	assert.Equal(t, sec.Data, again.Data, "a sync issued another certificate")
+	t.Run("another Database", func(t *testing.T) {
+		db := restoring("old")
+		source := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: "old", UID: "old-uid"},
+			Spec: dbv1.DatabaseSpec{Engine: dbv1.EnginePostgres, Version: "17"}}
+		c := facettest.Client(t, db, source)
+		s := newSyncer(c, facet.WriterFor(c, &events.FakeRecorder{}, Name), time.Now)
 
-	job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-	require.NoError(t, c.Status().Update(ctx, job))
-	out, err = s.Sync(ctx, db)
-	require.NoError(t, err)
-	require.NotNil(t, out.Status.Backup)
-	assert.Equal(t, "old/latest", *out.Status.Backup.RestoredFrom, "the restore finished")
-	assert.True(t, apierrors.IsNotFound(c.Get(ctx, key(resources.RestoreClientSecretName(db)), &corev1.Secret{})),
-		"the certificate outlived the restore")
+		out, err := s.Sync(ctx, db)
+		require.NoError(t, err)
+		assert.Equal(t, dbv1.ReasonRecoveryRefused, out.Condition.Reason)
+		for _, says := range []string{"spec.bootstrap.fromBackup.database", "shop/old", dbv1.AnnotationRestoreAllowedNamespaces,
+			"kubectl annotate database -n shop old " + dbv1.AnnotationRestoreAllowedNamespaces + "=shop"} {
+			assert.Contains(t, out.Condition.Message, says)
+		}
+		assert.Equal(t, restoringRecheck, out.RequeueAfter)
+		assert.True(t, apierrors.IsNotFound(c.Get(ctx, key(db), &batchv1.Job{})), "the restore started without consent")
+
+		source.Annotations = map[string]string{dbv1.AnnotationRestoreAllowedNamespaces: "dev, shop"}
+		require.NoError(t, c.Update(ctx, source))
+		out, err = s.Sync(ctx, db)
+		require.NoError(t, err)
+		assert.Equal(t, dbv1.ReasonRestoring, out.Condition.Reason)
+		job := &batchv1.Job{}
+		require.NoError(t, c.Get(ctx, key(db), job))
+		pod := job.Spec.Template.Spec
+		for _, e := range pod.Containers[0].Env {
+			assert.NotContains(t, []string{"PGSSLCERT", "PGSSLKEY"}, e.Name)
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				assert.Equal(t, resources.CredentialsSecretName(db), e.ValueFrom.SecretKeyRef.Name, "env %s", e.Name)
+			}
+		}
+		for _, v := range pod.Volumes {
+			if v.Secret != nil {
+				assert.Equal(t, resources.TLSSecretName(db), v.Secret.SecretName, "volume %s", v.Name)
+				assert.Equal(t, []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}, v.Secret.Items, "volume %s: only the CA", v.Name)
+			}
+		}
+
+		source.Annotations = nil
+		require.NoError(t, c.Update(ctx, source))
+		out, err = s.Sync(ctx, db)
+		require.NoError(t, err)
+		assert.Equal(t, dbv1.ReasonRestoring, out.Condition.Reason, "a started restore goes on")
+		job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+		require.NoError(t, c.Status().Update(ctx, job))
+		out, err = s.Sync(ctx, db)
+		require.NoError(t, err)
+		require.NotNil(t, out.Status.Backup)
+		assert.Equal(t, "old/latest", *out.Status.Backup.RestoredFrom, "the restore finished")
+	})
+
+	for name, db := range map[string]*dbv1.Database{
+		"its own predecessor":            restoring("orders"),
+		"a source that no longer exists": restoring("dropped"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := facettest.Client(t, db)
+			s := newSyncer(c, facet.WriterFor(c, &events.FakeRecorder{}, Name), time.Now)
+			out, err := s.Sync(ctx, db)
+			require.NoError(t, err)
+			assert.Equal(t, dbv1.ReasonRestoring, out.Condition.Reason)
+			assert.NoError(t, c.Get(ctx, key(db), &batchv1.Job{}))
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package facet
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -20,17 +21,35 @@ func RecoveryStore(ctx context.Context, r client.Reader, db *dbv1.Database) (*db
 	rec := db.Spec.Bootstrap.Recovery
 	var source *dbv1.Database
 	if rec.Database != "" {
-		ns := rec.Namespace
-		if ns == "" {
-			ns = db.Namespace
-		}
-		source = &dbv1.Database{}
-		if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: rec.Database}, source); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("getting the recovery source %s/%s: %w", ns, rec.Database, err)
-			}
-			source = nil
+		var err error
+		if source, err = sourceDatabase(ctx, r, cmp.Or(rec.Namespace, db.Namespace), rec.Database); err != nil {
+			return nil, err
 		}
 	}
 	return resources.RecoveryStore(db, source)
+}
+
+// DumpSourceRefused says why db may not restore the dumps of the Database
+// spec.bootstrap.fromBackup names (resources.DumpSourceRefused), reading
+// it with r: a *resources.RecoveryRefusedError, nil when it may; other
+// errors are the API server's.
+func DumpSourceRefused(ctx context.Context, r client.Reader, db *dbv1.Database) error {
+	source, err := sourceDatabase(ctx, r, db.Namespace, db.Spec.Bootstrap.FromBackup.Database)
+	if err != nil {
+		return err
+	}
+	return resources.DumpSourceRefused(db, source)
+}
+
+// sourceDatabase reads the Database namespace/name, nil when there is
+// none.
+func sourceDatabase(ctx context.Context, r client.Reader, namespace, name string) (*dbv1.Database, error) {
+	source := &dbv1.Database{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, source); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("getting the restore source %s/%s: %w", namespace, name, err)
+	}
+	return source, nil
 }

@@ -163,14 +163,27 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	}
 	t := dbv1.ConditionTLSReady
 	switch state {
-	case resources.TLSDisabled:
-		return facet.Outcome{Condition: conditions.True(t, dbv1.ReasonTLSDisabled,
-			"spec.tls.mode is Disabled: the server takes plaintext connections")}, nil
-	case resources.TLSPlaintextKept:
-		return facet.Outcome{Condition: conditions.True(t, dbv1.ReasonPlaintextKept, fmt.Sprintf(
-			"this Database was created before dbkeeper had TLS, so its server keeps plaintext and its clients work unchanged; "+
+	case resources.TLSDisabled, resources.TLSPlaintextKept:
+		// The server takes plaintext, but the agents' endpoint serves
+		// the Database's certificate all the same (resources.addAgentTLS):
+		// the manager's requests and the agents' token never travel in
+		// clear. No hba rules, no server to reload, no CA rotation.
+		info, err := s.ensureCertificate(ctx, db)
+		if err != nil {
+			return facet.Outcome{}, err
+		}
+		msg := "spec.tls.mode is Disabled: the server takes plaintext connections"
+		reason := dbv1.ReasonTLSDisabled
+		if state == resources.TLSPlaintextKept {
+			reason = dbv1.ReasonPlaintextKept
+			msg = fmt.Sprintf("this Database was created before dbkeeper had TLS, so its server keeps plaintext and its clients work unchanged; "+
 				"set spec.tls.mode: Required to turn TLS on: the server restarts once, and clients must then connect with TLS, "+
-				"verifying the server with the ca.crt of Secret %s", resources.TLSSecretName(db)))}, nil
+				"verifying the server with the ca.crt of Secret %s", resources.TLSSecretName(db))
+		}
+		msg += fmt.Sprintf("; the instances' agents serve certificate %s of Secret %s (renewed at %s)",
+			info.serial, resources.TLSSecretName(db), info.renewal.UTC().Format(time.RFC3339))
+		return facet.Outcome{Condition: conditions.True(t, reason, msg), Status: statusOf(db, info),
+			RequeueAfter: max(info.renewal.Sub(s.now()), time.Second)}, nil
 	}
 
 	if err := s.applyHBA(ctx, db, eng); err != nil {

@@ -160,8 +160,11 @@ func TestReloadUntilServed(t *testing.T) {
 
 // TestWithoutTLS: a Database whose StatefulSet predates TLS keeps
 // plaintext and is told how to turn it on; spec.tls.mode Disabled is
-// reported as such; neither gets a certificate.
+// reported as such. Both get the CA and a certificate all the same, for
+// the agents' endpoint (before, none: the agents' token travelled in
+// clear), renewed in time; no server is asked to reload it.
 func TestWithoutTLS(t *testing.T) {
+	ctx := context.Background()
 	legacy := facettest.Database()
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: legacy.Name}}
 	f := newFixture(t, legacy, sts)
@@ -169,15 +172,32 @@ func TestWithoutTLS(t *testing.T) {
 	assert.Equal(t, metav1.ConditionTrue, out.Condition.Status)
 	assert.Equal(t, dbv1.ReasonPlaintextKept, out.Condition.Reason)
 	assert.Contains(t, out.Condition.Message, "spec.tls.mode: Required")
-	assert.Nil(t, out.Status)
-	assert.Error(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: resources.CASecretName(legacy)}, &corev1.Secret{}))
+	assert.Contains(t, out.Condition.Message, "the instances' agents serve certificate")
+	require.NoError(t, f.c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: resources.CASecretName(legacy)}, &corev1.Secret{}))
 
 	disabled := facettest.Database()
 	disabled.Spec.TLS = &dbv1.TLSSpec{Mode: dbv1.TLSModeDisabled}
 	f = newFixture(t, disabled)
 	out = f.sync(t, disabled)
 	assert.Equal(t, dbv1.ReasonTLSDisabled, out.Condition.Reason)
-	assert.Error(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: resources.TLSSecretName(disabled)}, &corev1.Secret{}))
+	sec := &corev1.Secret{}
+	require.NoError(t, f.c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: resources.TLSSecretName(disabled)}, sec))
+	ca := &corev1.Secret{}
+	require.NoError(t, f.c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: resources.CASecretName(disabled)}, ca))
+	cert, err := pki.CheckServer(pki.KeyPair{Cert: sec.Data[corev1.TLSCertKey], Key: sec.Data[corev1.TLSPrivateKeyKey]},
+		ca.Data[resources.CACertKey], resources.ServerDNSNames(disabled), f.now)
+	require.NoError(t, err, "a certificate of the Database's CA for the pods' names")
+	assert.Contains(t, out.Condition.Message, pki.Serial(cert))
+	require.NotNil(t, out.Status.TLS)
+	assert.Equal(t, pki.Serial(cert), *out.Status.TLS.SerialNumber)
+	assert.Equal(t, pki.RenewalTime(cert).Sub(f.now), out.RequeueAfter, "looked at again at its renewal")
+	assert.Zero(t, f.reloader.reloads, "no server to reload")
+
+	f.now = pki.RenewalTime(cert).Add(time.Minute)
+	f.sync(t, disabled)
+	renewed := &corev1.Secret{}
+	require.NoError(t, f.c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: resources.TLSSecretName(disabled)}, renewed))
+	assert.NotEqual(t, sec.Data[corev1.TLSCertKey], renewed.Data[corev1.TLSCertKey], "renewed at its renewal time")
 }
 
 // TestBrokenSecretIsReissued: a certificate Secret somebody broke (a key

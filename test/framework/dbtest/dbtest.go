@@ -6,6 +6,7 @@ package dbtest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,6 +98,18 @@ func Patch(t require.TestingT, c client.Client, db *dbv1.Database, mutate func(*
 	mutate(live)
 	require.NoError(t, c.Patch(context.Background(), live, patch))
 	return live
+}
+
+// AllowRestoresInto gives db's owner's consent to restores of its data
+// into Databases of namespaces (its restore-allowed-namespaces
+// annotation, replaced).
+func AllowRestoresInto(t require.TestingT, c client.Client, db *dbv1.Database, namespaces ...string) *dbv1.Database {
+	return Patch(t, c, db, func(d *dbv1.Database) {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[dbv1.AnnotationRestoreAllowedNamespaces] = strings.Join(namespaces, ",")
+	})
 }
 
 // ChildKind is one kind of a Database's children: how many each Database

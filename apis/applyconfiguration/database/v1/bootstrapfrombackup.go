@@ -13,8 +13,13 @@ package v1
 //
 // BootstrapFromBackup names a dump to restore.
 type BootstrapFromBackupApplyConfiguration struct {
-	// Database is the Database whose backup volume (<database>-backup)
-	// holds the dump.
+	// Database is the Database of this namespace whose backup volume
+	// (<database>-backup) holds the dump. Another Database that exists
+	// must consent: its annotation
+	// database.dbkeeper.io/restore-allowed-namespaces lists this namespace
+	// (or "*"). This Database's own name (a Retained predecessor) and a
+	// Database that no longer exists (its Retained backup volume) need no
+	// consent. The restore logs in as this Database's application role.
 	Database *string `json:"database,omitempty"`
 	// File is a dump file name in that volume, such as
 	// orders-20261202T030000Z.dump, or "latest" for the newest.

@@ -15,10 +15,10 @@ package v1
 // how far to replay it.
 type BootstrapRecoveryApplyConfiguration struct {
 	// Database is the Database whose archive (status.backup.repositoryPath
-	// in its object store) is restored.
+	// in its object store) is restored; it must consent (see namespace).
 	Database *string `json:"database,omitempty"`
 	// Namespace is the source Database's namespace, empty for this one's.
-	// A source in another namespace must consent: its annotation
+	// The source must consent, in this namespace too: its annotation
 	// database.dbkeeper.io/restore-allowed-namespaces lists this namespace
 	// (or "*"). The object store's credentials Secret (the source's
 	// spec.backup.objectStore.credentialsSecret, same name) and CA Secret
