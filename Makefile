@@ -31,6 +31,10 @@ all: build
 tools: ## Build the test control plane and code generators (cached; minutes only the first time).
 	test/tools/install.sh >/dev/null
 
+.PHONY: host-deps
+host-deps: ## Install from apt the Debian packages the tests and the demo need (PostgreSQL, pgBackRest; as root the real node's containerd, runc, CNI plugins, nftables, mmdebstrap, umoci, skopeo); names them when it cannot.
+	@hack/host-deps.sh
+
 .PHONY: images
 images: ## Build the real node's images without Docker (pause, PostgreSQL 15 and 17 from Debian, the manager; cached by content).
 	images/build.sh >/dev/null
@@ -56,7 +60,7 @@ vet: ## Vet the Go code.
 	go vet ./...
 
 .PHONY: test
-test: tools ## Run every test: unit, integration on a real kube-apiserver, end-to-end on a fake and on a real node, failover fault injection, with the race detector.
+test: host-deps tools ## Run every test: unit, integration on a real kube-apiserver, end-to-end on a fake and on a real node, failover fault injection, with the race detector.
 	@# the real node's images first (their Debian root filesystems take minutes once), so no test waits on them
 	@if [ "$$(id -u)" = 0 ]; then images/build.sh >/dev/null; else echo "not root: no real node here; its suites will say so and skip"; fi
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -101,7 +105,7 @@ helm-lint: tools ## Lint the Helm chart and render it with each values file of t
 	@for f in test/helm/testdata/*.values.yaml; do echo "helm template -f $$f"; $(HELM) template dbkeeper $(CHART) -f $$f >/dev/null; done
 
 .PHONY: demo
-demo: tools build ## Start a local cluster (a real node as root, else a fake one; NODE=real|fake|auto) with the operator and a sample Database; Ctrl-C tears it down.
+demo: host-deps tools build ## Start a local cluster (a real node as root, else a fake one; NODE=real|fake|auto) with the operator and a sample Database; Ctrl-C tears it down.
 	@# the real node's images (mmdebstrap needs root; without it the demo uses the fake node)
 	@if [ "$$(id -u)" = 0 ] && [ "$(NODE)" != fake ]; then $(MAKE) --no-print-directory images; fi
 	go run ./cmd/demo --manager=bin/manager --node=$(NODE)

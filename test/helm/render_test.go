@@ -6,10 +6,13 @@ package helm
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,6 +22,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/dbkeeper/dbkeeper/internal/controller"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
@@ -277,6 +281,56 @@ func TestSchemaRefusesTypos(t *testing.T) {
 		assert.Error(t, err, "--set %s accepted", set)
 		assert.Contains(t, out, "values don't meet the specifications of the schema", "--set %s", set)
 	}
+}
+
+// TestChartListsEachControllerOnce: the chart's values and schema name
+// every controller of the manager once (values.yaml and its schema named
+// replication twice, which YAML and JSON parsers take silently).
+func TestChartListsEachControllerOnce(t *testing.T) {
+	_, chart, _ := paths(t)
+	raw, err := os.ReadFile(filepath.Join(chart, "values.yaml"))
+	require.NoError(t, err)
+	asJSON, err := yaml.YAMLToJSONStrict(raw)
+	require.NoError(t, err, "values.yaml holds a key twice")
+	values := struct {
+		Controllers map[string]any `json:"controllers"`
+	}{}
+	require.NoError(t, json.Unmarshal(asJSON, &values))
+	assert.ElementsMatch(t, controller.Names(), slices.Collect(maps.Keys(values.Controllers)), "values.yaml's controllers")
+
+	raw, err = os.ReadFile(filepath.Join(chart, "values.schema.json"))
+	require.NoError(t, err)
+	schema := struct {
+		Properties struct {
+			Controllers struct {
+				Properties objectKeys `json:"properties"`
+			} `json:"controllers"`
+		} `json:"properties"`
+	}{}
+	require.NoError(t, json.Unmarshal(raw, &schema))
+	assert.ElementsMatch(t, controller.Names(), schema.Properties.Controllers.Properties, "values.schema.json's controllers")
+}
+
+// objectKeys are a JSON object's keys in order, repeated ones too.
+type objectKeys []string
+
+func (k *objectKeys) UnmarshalJSON(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if _, err := dec.Token(); err != nil { // {
+		return err
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		*k = append(*k, tok.(string))
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // TestChartMatchesConfig: the chart's CRD and RBAC come from the same
