@@ -74,6 +74,25 @@ func (ca *testCA) writeTLS(t *testing.T, dir string, cert tls.Certificate, uid, 
 	}
 }
 
+// writeClientTLS writes the Database's own CA and the instances' client
+// certificate it signed into dir, as the pod's TLS volume holds them with
+// a cert-manager issuer (agent.ClientCAFile, ClientCertFile,
+// ClientKeyFile).
+func (ca *testCA) writeClientTLS(t *testing.T, dir string, cert tls.Certificate, uid, gid int) {
+	t.Helper()
+	kder, err := x509.MarshalECPrivateKey(cert.PrivateKey.(*ecdsa.PrivateKey))
+	require.NoError(t, err)
+	for name, b := range map[string][]byte{
+		agent.ClientCAFile:   ca.pem,
+		agent.ClientCertFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
+		agent.ClientKeyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
+	} {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, b, 0o600))
+		require.NoError(t, os.Chown(p, uid, gid))
+	}
+}
+
 // manifestOption is an option pgBackRest recorded in the manifest of the
 // base backup label ("option-backup-standby"), read from the store's
 // files.

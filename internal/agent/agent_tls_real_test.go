@@ -94,18 +94,36 @@ func servedSerial(t *testing.T, in *instance, ca *testCA, caFile string) int64 {
 // certificate of its name, and the application's role with its password;
 // the agent writes the rules outside PGDATA; a certificate renewed in
 // place is loaded by the server without a restart.
-func TestAgentsOverTLS(t *testing.T) {
+func TestAgentsOverTLS(t *testing.T) { agentsOverTLS(t, false) }
+
+// TestAgentsOverTLSWithACertManagerIssuer: the same when another CA (a
+// cert-manager issuer, which may sign for others too) signs the server
+// certificate: client certificates are the Database's own CA's
+// (agent.ClientCAFile), the instances present the client certificate it
+// signed (agent.ClientCertFile), and a superuser certificate the server's
+// issuer signed is refused (before, both roles logged in with their
+// passwords over TCP).
+func TestAgentsOverTLSWithACertManagerIssuer(t *testing.T) { agentsOverTLS(t, true) }
+
+func agentsOverTLS(t *testing.T, certManager bool) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL; skipped under -short")
 	}
 	c := newCluster(t)
-	ca := newTestCA(t)
+	issuer := newTestCA(t) // signs the server certificate
+	ca := issuer           // signs the client certificates
 	c.tlsDir = filepath.Join(c.dir, "tls")
 	c.mkdir(c.tlsDir, 0o755)
-	ca.writeTLS(t, c.tlsDir, ca.databaseCert(t, 1), c.uid, c.gid)
+	issuer.writeTLS(t, c.tlsDir, issuer.databaseCert(t, 1), c.uid, c.gid)
+	replicationDN := "/CN=orders"
+	if certManager {
+		ca = newTestCA(t)
+		ca.writeClientTLS(t, c.tlsDir, ca.clientCert(t, agent.ReplicationUser), c.uid, c.gid)
+		replicationDN = "/CN=" + agent.ReplicationUser
+	}
 	c.serverArgs = []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + c.tlsDir + "/tls.crt", "-c", "ssl_key_file=" + c.tlsDir + "/tls.key"}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.pem)
+	pool.AppendCertsFromPEM(issuer.pem)
 	c.client.HTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	caFile := filepath.Join(c.tlsDir, "ca.crt")
 	ctx := context.Background()
@@ -138,6 +156,10 @@ func TestAgentsOverTLS(t *testing.T) {
 	require.Error(t, err, "a certificate for another role logged in the superuser")
 	_, err = tcpLogin(ctx, a, caFile, "postgres", "", newTestCA(t).clientCert(t, "postgres"))
 	require.Error(t, err, "a certificate of another CA logged in the superuser")
+	if certManager {
+		_, err = tcpLogin(ctx, a, caFile, "postgres", "", issuer.clientCert(t, "postgres"))
+		require.Error(t, err, "a certificate of the server's issuer logged in the superuser")
+	}
 	conn, err := tcpLogin(ctx, a, caFile, "postgres", "", ca.clientCert(t, "postgres"))
 	require.NoError(t, err, "the superuser with a certificate of its name")
 	conn.Close(ctx)
@@ -153,7 +175,7 @@ func TestAgentsOverTLS(t *testing.T) {
 	})
 	assert.Equal(t, "true", stringQuery(t, pa, "SELECT s.ssl::text FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid) WHERE r.application_name = $1", b.name),
 		"the standby streams over TLS")
-	assert.Equal(t, "/CN=orders", stringQuery(t, pa, "SELECT s.client_dn FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid) WHERE r.application_name = $1", b.name),
+	assert.Equal(t, replicationDN, stringQuery(t, pa, "SELECT s.client_dn FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid) WHERE r.application_name = $1", b.name),
 		"the standby logs in with the instances' certificate")
 	assert.Equal(t, 10, count(t, sql(t, b), "SELECT count(*) FROM t"))
 	for _, in := range []*instance{a, b} {
@@ -166,7 +188,7 @@ func TestAgentsOverTLS(t *testing.T) {
 	// restart, and the standby streams on with it.
 	pid := postmasterPID(a.pgdata)
 	assert.EqualValues(t, 1, servedSerial(t, a, ca, caFile))
-	ca.writeTLS(t, c.tlsDir, ca.databaseCert(t, 2), c.uid, c.gid)
+	issuer.writeTLS(t, c.tlsDir, issuer.databaseCert(t, 2), c.uid, c.gid)
 	renewed := time.Now()
 	waitFor(t, func() bool { return servedSerial(t, a, ca, caFile) == 2 }, 40*time.Second, "the server presents the renewed certificate")
 	t.Logf("renewed certificate served after %s", time.Since(renewed).Round(time.Millisecond))

@@ -82,11 +82,12 @@ const (
 	// and the instances verify each other's with that CA, so the token
 	// never travels in clear; PostgreSQL stays plaintext.
 	EnvAPITLSDir = "DBKEEPER_API_TLS_DIR"
-	// EnvClientCertAuth, "true" with EnvTLSDir when the Database's CA is
-	// dbkeeper's own, makes the server ask TCP clients for a certificate
-	// of that CA and log in the superuser and ReplicationUser only with
-	// one (the agent writes the rules, engine.Postgres.CertAuthHBA); the
-	// instances present their own certificate to each other.
+	// EnvClientCertAuth, "true" with EnvTLSDir, makes the server ask TCP
+	// clients for a certificate of the Database's CA (ClientCAFile, else
+	// ca.crt) and log in the superuser and ReplicationUser only with one
+	// (the agent writes the rules, engine.Postgres.CertAuthHBA); the
+	// instances present their client certificate to each other
+	// (ClientCertFile, else their own tls.crt).
 	EnvClientCertAuth = "DBKEEPER_CLIENT_CERT_AUTH"
 	// EnvPeerDomain is the domain of the instances' own DNS names,
 	// <headless Service>.<namespace>.svc: the primary reaches a standby's

@@ -16,25 +16,62 @@ const (
 	certAuthIdentFile = "pg_ident.conf"
 )
 
+// The files a TLS directory holds besides tls.crt, tls.key and ca.crt
+// when the server certificate is not signed by the Database's own CA (a
+// cert-manager issuer, which may sign for others too): the Database's CA,
+// which alone signs client certificates the server accepts, and the
+// instances' client certificate it signed, which they present to each
+// other. Without them the server certificate and its CA serve both.
+const (
+	ClientCAFile   = "client-ca.crt"
+	ClientCertFile = "client.crt"
+	ClientKeyFile  = "client.key"
+)
+
+// clientCA is the file of the CA whose client certificates the server
+// accepts (ssl_ca_file).
+func (a *Agent) clientCA() string {
+	if p := filepath.Join(a.cfg.TLSDir, ClientCAFile); fileExists(p) {
+		return p
+	}
+	return filepath.Join(a.cfg.TLSDir, "ca.crt")
+}
+
+// clientCert is the certificate and key an instance presents to another
+// as ReplicationUser.
+func (a *Agent) clientCert() (cert, key string) {
+	if p := filepath.Join(a.cfg.TLSDir, ClientCertFile); fileExists(p) {
+		return p, filepath.Join(a.cfg.TLSDir, ClientKeyFile)
+	}
+	return filepath.Join(a.cfg.TLSDir, "tls.crt"), filepath.Join(a.cfg.TLSDir, "tls.key")
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 // certAuthArgs are the server options of client certificate
 // authentication (Config.ClientCertAuth), none without it.
 func (a *Agent) certAuthArgs() []string {
 	if !a.cfg.ClientCertAuth {
 		return nil
 	}
-	return engine.Postgres{}.CertAuthArgs(filepath.Join(a.cfg.TLSDir, "ca.crt"),
+	return engine.Postgres{}.CertAuthArgs(a.clientCA(),
 		filepath.Join(a.runtimeDir, certAuthHBAFile), filepath.Join(a.runtimeDir, certAuthIdentFile))
 }
 
 // writeCertAuth writes the authentication rules of certAuthArgs: the
 // superuser (Config.User) by a certificate of its name, ReplicationUser by
-// the certificate the instances serve, whose common name it reads from the
-// TLS directory (every instance of a Database serves the same one).
+// the certificate the instances present (clientCert), whose common name
+// it reads from the TLS directory (every instance of a Database presents
+// the same one).
 func (a *Agent) writeCertAuth() error {
 	if !a.cfg.ClientCertAuth {
 		return nil
 	}
-	b, err := os.ReadFile(filepath.Join(a.cfg.TLSDir, "tls.crt"))
+	certFile, _ := a.clientCert()
+	b, err := os.ReadFile(certFile)
 	if err != nil {
 		return fmt.Errorf("reading the instance certificate: %w", err)
 	}

@@ -164,15 +164,16 @@ func (a *Agent) replicationConninfo(app, dbname string) string {
 
 // sslConninfo is the TLS part of the replication role's connection
 // strings: the primary verified with the Database's CA (verify-full) and,
-// with client certificate authentication, the instance's certificate
-// presented; without TLS, prefer.
+// with client certificate authentication, the instances' client
+// certificate presented (clientCert); without TLS, prefer.
 func (a *Agent) sslConninfo() string {
 	if a.cfg.TLSDir == "" {
 		return " sslmode=prefer"
 	}
 	ci := " sslmode=verify-full sslrootcert=" + conninfoValue(a.cfg.TLSDir+"/ca.crt")
 	if a.cfg.ClientCertAuth {
-		ci += " sslcert=" + conninfoValue(a.cfg.TLSDir+"/tls.crt") + " sslkey=" + conninfoValue(a.cfg.TLSDir+"/tls.key")
+		cert, key := a.clientCert()
+		ci += " sslcert=" + conninfoValue(cert) + " sslkey=" + conninfoValue(key)
 	}
 	return ci
 }
@@ -186,7 +187,8 @@ func (a *Agent) sslEnv() []string {
 	}
 	env := []string{"PGSSLMODE=verify-full", "PGSSLROOTCERT=" + a.cfg.TLSDir + "/ca.crt", timeout}
 	if a.cfg.ClientCertAuth {
-		env = append(env, "PGSSLCERT="+a.cfg.TLSDir+"/tls.crt", "PGSSLKEY="+a.cfg.TLSDir+"/tls.key")
+		cert, key := a.clientCert()
+		env = append(env, "PGSSLCERT="+cert, "PGSSLKEY="+key)
 	}
 	return env
 }

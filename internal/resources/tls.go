@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 )
 
@@ -261,20 +263,49 @@ func HBAConfigMap(db *dbv1.Database, eng engine.Engine) *corev1ac.ConfigMapApply
 
 // ClientCertAuth says whether a Database's server logs in its superuser
 // and replication role over TCP with certificates of the Database's own
-// CA only, never a password: with TLS on and the certificates dbkeeper's
-// (with a cert-manager issuer, whose CA may sign for others too, they log
-// in with TLS and a SCRAM password). The agent writes the rules then
+// CA (<name>-ca) only, never a password: whenever it has TLS. With a
+// cert-manager issuer, whose CA may sign for others too, the server's
+// certificate is cert-manager's but client certificates are still only
+// the Database's CA's (addServerTLS mounts that CA and the instances'
+// client certificate beside it). The agent writes the rules
 // (agent.EnvClientCertAuth); the manager signs a certificate for each of
 // its superuser sessions (instance.Pods).
-func ClientCertAuth(db *dbv1.Database, tls ServerTLS) bool {
-	return bool(tls) && (db.Spec.TLS == nil || db.Spec.TLS.IssuerRef == nil)
+func ClientCertAuth(_ *dbv1.Database, tls ServerTLS) bool {
+	return bool(tls)
 }
+
+// ReplicationClientSecretName is the kubernetes.io/tls Secret of the
+// client certificate the instances of a Database with a cert-manager
+// issuer present to each other as the replication role
+// (ReplicationClientSecret).
+func ReplicationClientSecretName(db *dbv1.Database) string { return db.Name + "-replication-tls" }
+
+// ReplicationClientSecret holds the instances' client certificate for the
+// replication role, signed by the Database's CA (<name>-ca) when a
+// cert-manager issuer signs the server certificate; caPEM is that CA's
+// bundle, whose hash it records with the certificate's renewal time, so
+// that a converged Database reads no Secret (AnnotationCASHA256,
+// AnnotationRenewal).
+func ReplicationClientSecret(db *dbv1.Database, certPEM, keyPEM, caPEM []byte, renewal time.Time) *corev1ac.SecretApplyConfiguration {
+	return corev1ac.Secret(ReplicationClientSecretName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentTLS)).
+		WithAnnotations(map[string]string{AnnotationCASHA256: CASHA256(caPEM), AnnotationRenewal: renewal.UTC().Format(time.RFC3339)}).
+		WithOwnerReferences(OwnerReference(db)).
+		WithType(corev1.SecretTypeTLS).
+		WithData(map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM})
+}
+
+// AnnotationRenewal, on ReplicationClientSecret, is when its certificate
+// is renewed (RFC 3339).
+const AnnotationRenewal = "tls.dbkeeper.io/renewal"
 
 // addServerTLS mounts the server certificate, key and CA into the engine
 // container at TLSMountPath (one projected volume, so a renewal swaps the
 // certificate and key together) and starts the engine with TLS required.
-// Without ClientCertAuth the authentication rules are the ConfigMap's
-// (HBAConfigMap), mounted beside them; with it, the agent's. It must run
+// With a cert-manager issuer the volume holds the Database's own CA
+// (agent.ClientCAFile) and the instances' client certificate
+// (ReplicationClientSecret, agent.ClientCertFile and ClientKeyFile) too.
+// The agent writes the authentication rules (ClientCertAuth). It must run
 // before the container is added to the pod.
 func addServerTLS(db *dbv1.Database, eng engine.Engine, pod *corev1ac.PodSpecApplyConfiguration, c *corev1ac.ContainerApplyConfiguration) {
 	sources := []*corev1ac.VolumeProjectionApplyConfiguration{
@@ -285,18 +316,22 @@ func addServerTLS(db *dbv1.Database, eng engine.Engine, pod *corev1ac.PodSpecApp
 				corev1ac.KeyToPath().WithKey(corev1.TLSPrivateKeyKey).WithPath(corev1.TLSPrivateKeyKey),
 				corev1ac.KeyToPath().WithKey(CACertKey).WithPath(CACertKey))),
 	}
-	hba := ""
-	if !ClientCertAuth(db, TLSOn) {
-		sources = append(sources, corev1ac.VolumeProjection().WithConfigMap(corev1ac.ConfigMapProjection().
-			WithName(HBAConfigMapName(db)).
-			WithItems(corev1ac.KeyToPath().WithKey(engine.PostgresHBAKey).WithPath(engine.PostgresHBAKey))))
-		hba = TLSMountPath + "/" + engine.PostgresHBAKey
+	if db.Spec.TLS != nil && db.Spec.TLS.IssuerRef != nil {
+		sources = append(sources,
+			corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().
+				WithName(CASecretName(db)).
+				WithItems(corev1ac.KeyToPath().WithKey(CACertKey).WithPath(agent.ClientCAFile))),
+			corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().
+				WithName(ReplicationClientSecretName(db)).
+				WithItems(
+					corev1ac.KeyToPath().WithKey(corev1.TLSCertKey).WithPath(agent.ClientCertFile),
+					corev1ac.KeyToPath().WithKey(corev1.TLSPrivateKeyKey).WithPath(agent.ClientKeyFile))))
 	}
 	pod.WithVolumes(corev1ac.Volume().WithName(tlsVolume).WithProjected(corev1ac.ProjectedVolumeSource().
 		WithDefaultMode(tlsFileMode).
 		WithSources(sources...)))
 	c.WithVolumeMounts(corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(TLSMountPath).WithReadOnly(true))
-	c.WithArgs(eng.TLSArgs(TLSMountPath+"/"+corev1.TLSCertKey, TLSMountPath+"/"+corev1.TLSPrivateKeyKey, hba)...)
+	c.WithArgs(eng.TLSArgs(TLSMountPath+"/"+corev1.TLSCertKey, TLSMountPath+"/"+corev1.TLSPrivateKeyKey, "")...)
 }
 
 // addAgentTLS mounts the Database's certificate (TLSSecretName, which the

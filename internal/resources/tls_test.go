@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -128,4 +129,52 @@ func TestCertificateGolden(t *testing.T) {
 	want, err := os.ReadFile(golden)
 	require.NoError(t, err, "run go test ./internal/resources -update to create it")
 	assert.Equal(t, string(want), string(got))
+}
+
+// TestServerTLSVolumeNeedsNoPasswordRules: the server's TLS volume holds
+// the certificate, key and CA, and no password rules (the agent writes
+// the rules of client certificates); with a cert-manager issuer it holds
+// the Database's own CA and the instances' client certificate besides
+// (before: the ConfigMap's rules, which let the superuser and the
+// replication role in with passwords over TCP).
+func TestServerTLSVolumeNeedsNoPasswordRules(t *testing.T) {
+	eng, _ := engine.For(dbv1.EnginePostgres)
+	for name, tc := range map[string]struct {
+		mutate func(*dbv1.Database)
+		want   map[string][]string // Secret -> paths
+	}{
+		"dbkeeper's CA": {nil, map[string][]string{"orders-tls": {"tls.crt", "tls.key", "ca.crt"}}},
+		"cert-manager": {func(db *dbv1.Database) {
+			db.Spec.TLS = &dbv1.TLSSpec{IssuerRef: &dbv1.IssuerReference{Name: "team-ca", Kind: "ClusterIssuer"}}
+		}, map[string][]string{
+			"orders-tls":             {"tls.crt", "tls.key", "ca.crt"},
+			"orders-ca":              {agent.ClientCAFile},
+			"orders-replication-tls": {agent.ClientCertFile, agent.ClientKeyFile},
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := sample("orders", tc.mutate)
+			ac, err := resources.StatefulSet(db, eng, resources.TLSOn, "agent:1")
+			require.NoError(t, err)
+			pod := decode[appsv1.StatefulSet](t, ac).Spec.Template.Spec
+			got := map[string][]string{}
+			for _, v := range pod.Volumes {
+				if v.Name != "tls" {
+					continue
+				}
+				for _, src := range v.Projected.Sources {
+					require.Nil(t, src.ConfigMap, "password rules mounted: %s", src.ConfigMap)
+					for _, item := range src.Secret.Items {
+						got[src.Secret.Name] = append(got[src.Secret.Name], item.Path)
+					}
+				}
+			}
+			assert.Equal(t, tc.want, got)
+			c := pod.Containers[0]
+			for _, arg := range c.Args {
+				assert.NotContains(t, arg, "hba_file", "the agent's rules, not a mounted file")
+			}
+			assert.Contains(t, c.Env, corev1.EnvVar{Name: agent.EnvClientCertAuth, Value: "true"})
+		})
+	}
 }

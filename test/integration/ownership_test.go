@@ -48,6 +48,9 @@ func TestNamesTakenAreLeftAlone(t *testing.T) {
 	specs := map[string]func(db *dbv1.Database){
 		"PodDisruptionBudget": func(db *dbv1.Database) { db.Spec.Replicas = ptr.To[int32](2) },
 		"repository Secret":   func(db *dbv1.Database) { db.Spec.Backup.VolumeRepository = dbv1.VolumeRepositoryEnabled },
+		"replication client Secret": func(db *dbv1.Database) {
+			db.Spec.TLS = &dbv1.TLSSpec{IssuerRef: &dbv1.IssuerReference{Name: "team-ca", Kind: "ClusterIssuer"}}
+		},
 	}
 	for _, tc := range []struct {
 		kind      string
@@ -122,6 +125,9 @@ func TestNamesTakenAreLeftAlone(t *testing.T) {
 		}},
 		{"replication Secret", dbv1.ConditionCredentialsReady, func(db *dbv1.Database) client.Object {
 			return secret(resources.ReplicationSecretName(db))
+		}},
+		{"replication client Secret", dbv1.ConditionTLSReady, func(db *dbv1.Database) client.Object {
+			return secret(resources.ReplicationClientSecretName(db))
 		}},
 		{"repository Secret", dbv1.ConditionBackupReady, func(db *dbv1.Database) client.Object {
 			return secret(resources.VolumeRepositoryName(db))

@@ -9,9 +9,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
@@ -29,8 +32,82 @@ const certManagerRecheck = 30 * time.Second
 // spec.tls.issuerRef and reports from the Secret cert-manager fills (and
 // the Certificate's Ready condition while it has not): the server then
 // serves, and is reloaded to, cert-manager's certificate as it is for
-// dbkeeper's own.
+// dbkeeper's own. Client certificates stay the Database's own CA's
+// (ensureReplicationClient): an issuer that signs for others cannot sign
+// a login of the superuser or the replication role.
 func (s *syncer) syncCertManager(ctx context.Context, db *dbv1.Database, eng engine.Engine) (facet.Outcome, error) {
+	clientRenewal, err := s.ensureReplicationClient(ctx, db)
+	if err != nil {
+		return facet.Outcome{}, err
+	}
+	out, err := s.syncCertificate(ctx, db, eng)
+	if err == nil && (out.RequeueAfter == 0 || clientRenewal < out.RequeueAfter) {
+		out.RequeueAfter = clientRenewal
+	}
+	return out, err
+}
+
+// ensureReplicationClient keeps the instances' client certificate for the
+// replication role (resources.ReplicationClientSecret), signed by the
+// Database's CA, which it makes when there is none: issued when missing,
+// when the CA changed or at its renewal time, and returns how long until
+// that renewal. A converged Database reads no Secret (the annotations in
+// the metadata cache say enough).
+func (s *syncer) ensureReplicationClient(ctx context.Context, db *dbv1.Database) (time.Duration, error) {
+	now := s.now()
+	name := resources.ReplicationClientSecretName(db)
+	caMeta, err := s.metadata(ctx, db, resources.CASecretName(db))
+	if err != nil {
+		return 0, err
+	}
+	liveMeta, err := s.metadata(ctx, db, name)
+	if err != nil {
+		return 0, err
+	}
+	why := "there is none"
+	if liveMeta != nil {
+		renewal, perr := time.Parse(time.RFC3339, liveMeta.Annotations[resources.AnnotationRenewal])
+		sum := liveMeta.Annotations[resources.AnnotationCASHA256]
+		switch {
+		case caMeta == nil || sum == "" || sum != caMeta.Annotations[resources.AnnotationCASHA256]:
+			why = "it is not the CA's"
+		case perr != nil || !now.Before(renewal):
+			why = "its renewal time has come"
+		default:
+			return renewal.Sub(now), nil
+		}
+	}
+	ca, bundle, err := s.ensureCA(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	pair, err := pki.IssueClient(ca, agent.ReplicationUser, now, s.certLifetime())
+	if err != nil {
+		return 0, fmt.Errorf("issuing the replication client certificate: %w", err)
+	}
+	cert, err := pki.ParseCertificate(pair.Cert)
+	if err != nil {
+		return 0, fmt.Errorf("reading the certificate just issued: %w", err)
+	}
+	live, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
+	if err != nil {
+		return 0, fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	renewal := pki.RenewalTime(cert)
+	// the Writer refuses a live Secret that is not the Database's
+	if _, err := s.writer.Apply(ctx, live, resources.ReplicationClientSecret(db, pair.Cert, pair.Key, bundle, renewal)); err != nil {
+		return 0, fmt.Errorf("applying Secret %s: %w", name, err)
+	}
+	log.FromContext(ctx).Info("Issuing the replication client certificate", "Secret", klog.KRef(db.Namespace, name),
+		"serial", pki.Serial(cert), "why", why)
+	s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonCertificateIssued, "IssueCertificate",
+		"Issued the instances' replication client certificate %s into Secret %s (%s)", pki.Serial(cert), name, why)
+	return max(renewal.Sub(now), time.Second), nil
+}
+
+// syncCertificate is syncCertManager's part that keeps the Certificate
+// and follows the Secret cert-manager fills.
+func (s *syncer) syncCertificate(ctx context.Context, db *dbv1.Database, eng engine.Engine) (facet.Outcome, error) {
 	t := dbv1.ConditionTLSReady
 	desired := resources.Certificate(db)
 	name := resources.CertificateName(db)

@@ -2,6 +2,8 @@ package tls
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agent"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/pki"
@@ -48,8 +51,8 @@ func TestCertManagerNotInstalled(t *testing.T) {
 	assert.Equal(t, dbv1.ReasonIssuerNotInstalled, out.Condition.Reason)
 	assert.Contains(t, out.Condition.Message, "not installed")
 	assert.Equal(t, certManagerRecheck, out.RequeueAfter)
-	assert.Error(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: resources.CASecretName(db)}, &corev1.Secret{}),
-		"dbkeeper issues nothing itself for an issuerRef")
+	assert.Error(t, f.c.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: resources.TLSSecretName(db)}, &corev1.Secret{}),
+		"dbkeeper issues no server certificate itself for an issuerRef")
 }
 
 // TestCertManagerIssues: the Certificate is applied with the Database's
@@ -99,4 +102,58 @@ func TestCertManagerIssues(t *testing.T) {
 	assert.Equal(t, metav1.ConditionTrue, out.Condition.Status, out.Condition.Message)
 	served, _ := pki.ParseCertificate(pair.Cert)
 	assert.Equal(t, pki.Serial(served), *out.Status.TLS.SerialNumber)
+}
+
+// TestCertManagerKeepsClientCertificatesTheDatabases: with a cert-manager
+// issuer the instances still get a client certificate for the replication
+// role from the Database's own CA (before: none, and the superuser and
+// the replication role logged in with passwords over TCP, since the
+// issuer may sign for others too); a second sync reissues nothing and
+// reads no Secret, its renewal time reissues it from the same CA.
+func TestCertManagerKeepsClientCertificatesTheDatabases(t *testing.T) {
+	db := issuerDatabase()
+	scheme := facettest.Scheme(t)
+	scheme.AddKnownTypeWithName(resources.CertificateGVK, &unstructured.Unstructured{})
+	scheme.AddKnownTypeWithName(resources.CertificateGVK.GroupVersion().WithKind("CertificateList"), &unstructured.UnstructuredList{})
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&dbv1.Database{}).WithObjects(db).Build()
+	f := newFixture(t)
+	f.c = c
+	f.s.client, f.s.reader, f.s.writer = c, c, facet.WriterFor(c, f.events, Name)
+
+	out := f.sync(t, db)
+	assert.Equal(t, dbv1.ReasonTLSIssuing, out.Condition.Reason, "cert-manager has not filled its Secret yet")
+	ca := f.secret(t, resources.CASecretName(db))
+	sec := f.secret(t, resources.ReplicationClientSecretName(db))
+	cert, err := pki.ParseCertificate(sec.Data[corev1.TLSCertKey])
+	require.NoError(t, err)
+	assert.Equal(t, agent.ReplicationUser, cert.Subject.CommonName)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.Data[resources.CACertKey])
+	_, err = cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: f.now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.NoError(t, err, "a client certificate of the Database's CA")
+	_, err = tls.X509KeyPair(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey])
+	require.NoError(t, err)
+	assert.True(t, resources.Belongs(db, sec))
+	assert.LessOrEqual(t, out.RequeueAfter, pki.RenewalTime(cert).Sub(f.now))
+
+	reads := 0
+	f.s.reader = interceptor.NewClient(c, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.Secret); ok && key.Name != resources.TLSSecretName(db) {
+				reads++
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	f.sync(t, db)
+	assert.Equal(t, sec.Data, f.secret(t, resources.ReplicationClientSecretName(db)).Data, "reissued without a reason")
+	assert.Zero(t, reads, "a converged Database read the CA or the client certificate")
+
+	f.now = pki.RenewalTime(cert).Add(time.Second)
+	f.sync(t, db)
+	renewed, err := pki.ParseCertificate(f.secret(t, resources.ReplicationClientSecretName(db)).Data[corev1.TLSCertKey])
+	require.NoError(t, err)
+	assert.NotEqual(t, pki.Serial(cert), pki.Serial(renewed), "renewed at its renewal time")
+	_, err = renewed.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: f.now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.NoError(t, err, "by the same CA")
 }
