@@ -246,7 +246,7 @@ func affinity(db *dbv1.Database) *corev1ac.AffinityApplyConfiguration {
 // until the replication controller has switched over to a lower ordinal;
 // spec.replicas 0 stops every pod, the primary's included.
 func Instances(db *dbv1.Database) int32 {
-	want := ptr.Deref(db.Spec.Replicas, 1)
+	want := db.Spec.ReplicaCount()
 	if want <= 0 {
 		return 0
 	}
@@ -261,14 +261,16 @@ func Instances(db *dbv1.Database) int32 {
 }
 
 // InstanceOrdinal is the ordinal of the Database's engine pod named pod
-// (InstanceName), false when pod is not one.
+// (InstanceName), false when pod is not one: the StatefulSet's name, a
+// dash and a decimal ordinal as the StatefulSet controller writes it (no
+// sign, no leading zero, below MaxInt32).
 func InstanceOrdinal(db *dbv1.Database, pod string) (int, bool) {
 	rest, ok := strings.CutPrefix(pod, StatefulSetName(db)+"-")
-	if !ok || rest == "" || (len(rest) > 1 && rest[0] == '0') {
+	if !ok {
 		return 0, false
 	}
 	n, err := strconv.Atoi(rest)
-	if err != nil || n < 0 || n > math.MaxInt32-1 {
+	if err != nil || n < 0 || n > math.MaxInt32-1 || strconv.Itoa(n) != rest {
 		return 0, false
 	}
 	return n, true

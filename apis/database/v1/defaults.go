@@ -37,6 +37,14 @@ func (s *DatabaseSpec) MaxFailoverLag() int64 {
 	return q.Value()
 }
 
+// ReplicaCount is spec.replicas, or its default (1).
+func (s *DatabaseSpec) ReplicaCount() int32 {
+	if s.Replicas == nil {
+		return 1
+	}
+	return *s.Replicas
+}
+
 // DataSize is spec.storage.size, or its default.
 func (s *DatabaseSpec) DataSize() resource.Quantity {
 	return sizeOr(s.Storage.Size, DefaultStorageSize)

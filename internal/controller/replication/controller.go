@@ -466,7 +466,7 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database, lostNow ...stri
 	count := replicas(db)
 	for i := range list.Items {
 		pod := &list.Items[i]
-		if ord := Ordinal(db, pod.Name); ord >= 0 {
+		if ord, ok := resources.InstanceOrdinal(db, pod.Name); ok {
 			pods[pod.Name] = pod
 			count = max(count, ord+1)
 		}
@@ -528,8 +528,8 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database, lostNow ...stri
 	// not answer (a switchover or failover that runs has its own steps).
 	silent := false
 	if r := db.Status.Replication; r != nil && r.CurrentPrimary != "" && r.TargetPrimary == r.CurrentPrimary {
-		ord := Ordinal(db, r.CurrentPrimary)
-		silent = ord >= 0 && ord < count && in.Instances[ord].Exists && in.Instances[ord].Agent == nil
+		ord, ok := resources.InstanceOrdinal(db, r.CurrentPrimary)
+		silent = ok && ord < count && in.Instances[ord].Exists && in.Instances[ord].Agent == nil
 	}
 	if silent {
 		in.PrimaryLease = s.watchPrimaryLease(ctx, db)

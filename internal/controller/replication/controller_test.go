@@ -70,7 +70,9 @@ func (f *fixture) pods() {
 	db := f.get()
 	want := int(*db.Spec.Replicas)
 	if r := db.Status.Replication; r != nil && r.CurrentPrimary != "" {
-		want = max(want, Ordinal(db, r.CurrentPrimary)+1)
+		if ord, ok := resources.InstanceOrdinal(db, r.CurrentPrimary); ok {
+			want = max(want, ord+1)
+		}
 	}
 	for ord := range 9 {
 		name := resources.InstanceName(db, ord)

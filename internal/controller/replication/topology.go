@@ -3,7 +3,6 @@ package replication
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -160,25 +159,7 @@ type Plan struct {
 	SynchronousPending string
 }
 
-func replicas(db *dbv1.Database) int {
-	if db.Spec.Replicas == nil {
-		return 1
-	}
-	return int(*db.Spec.Replicas)
-}
-
-// Ordinal is the ordinal of the instance named pod of db, or -1.
-func Ordinal(db *dbv1.Database, pod string) int {
-	rest, ok := strings.CutPrefix(pod, resources.StatefulSetName(db)+"-")
-	if !ok {
-		return -1
-	}
-	n, err := strconv.Atoi(rest)
-	if err != nil || n < 0 || strconv.Itoa(n) != rest {
-		return -1
-	}
-	return n
-}
+func replicas(db *dbv1.Database) int { return int(db.Spec.ReplicaCount()) }
 
 // parseLSN reads a PostgreSQL position ("16/B374D848"); false when it is
 // not one (an instance that reports none).
@@ -485,10 +466,10 @@ func startSwitchover(p *Plan, target, why string) {
 // switchoverRefusal says why target cannot become the primary, "" when it
 // can.
 func switchoverRefusal(db *dbv1.Database, byName map[string]*Instance, prim *Instance, target string) string {
-	ord := Ordinal(db, target)
+	ord, isInstance := resources.InstanceOrdinal(db, target)
 	inst := byName[target]
 	switch {
-	case ord < 0 || inst == nil:
+	case !isInstance || inst == nil:
 		return "it is not an instance of this Database"
 	case ord >= replicas(db):
 		return fmt.Sprintf("its ordinal %d is not below spec.replicas %d", ord, replicas(db))
