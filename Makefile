@@ -105,7 +105,7 @@ helm-lint: tools ## Lint the Helm chart and render it with each values file of t
 	@for f in test/helm/testdata/*.values.yaml; do echo "helm template -f $$f"; $(HELM) template dbkeeper $(CHART) -f $$f >/dev/null; done
 
 .PHONY: demo
-demo: host-deps tools build ## Start a local cluster (a real node as root, else a fake one; NODE=real|fake|auto) with the operator and a sample Database; Ctrl-C tears it down.
+demo: host-deps tools build plugin ## Start a local cluster (a real node as root, else a fake one; NODE=real|fake|auto) with the operator and a sample Database; Ctrl-C tears it down.
 	@# the real node's images (mmdebstrap needs root; without it the demo uses the fake node)
 	@if [ "$$(id -u)" = 0 ] && [ "$(NODE)" != fake ]; then $(MAKE) --no-print-directory images; fi
 	go run ./cmd/demo --manager=bin/manager --node=$(NODE)
@@ -123,6 +123,10 @@ node-down: ## Undo what a crashed real-node cluster (test or demo) left on this 
 .PHONY: build
 build: ## Build the manager binary into bin/.
 	go build -o bin/manager ./cmd/manager
+
+.PHONY: plugin
+plugin: ## Build the kubectl plugin into bin/kubectl-dbkeeper (put bin/ on $PATH: kubectl dbkeeper status NAME).
+	go build -o bin/kubectl-dbkeeper ./cmd/kubectl-dbkeeper
 
 .PHONY: run
 run: ## Run the manager against the current kubeconfig.

@@ -21,7 +21,9 @@ import (
 )
 
 const (
-	engineContainer = "engine"
+	// EngineContainer is the name of the engine pod's container that runs
+	// the agent and the server.
+	EngineContainer = "engine"
 	// agentVolume is the emptyDir holding the agent's binary.
 	agentVolume = "agent-bin"
 )
@@ -37,7 +39,7 @@ const AgentContainer = "agent-bin"
 func PodPredatesAgent(pod *corev1.Pod) bool {
 	engine, agent := false, false
 	for _, c := range pod.Spec.Containers {
-		engine = engine || c.Name == engineContainer
+		engine = engine || c.Name == EngineContainer
 	}
 	for _, c := range pod.Spec.InitContainers {
 		agent = agent || c.Name == AgentContainer
@@ -73,7 +75,7 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 	}
 
 	container := corev1ac.Container().
-		WithName(engineContainer).
+		WithName(EngineContainer).
 		WithImage(image).
 		WithCommand(append([]string{agent.Binary, "agent", "--"}, eng.Entrypoint()...)...).
 		WithArgs(eng.ServerArgs()...).
@@ -326,13 +328,13 @@ func PinLegacyEnv(desired *appsv1ac.StatefulSetApplyConfiguration, live *appsv1.
 	}
 	var liveEnv []corev1.EnvVar
 	for _, c := range live.Spec.Template.Spec.Containers {
-		if c.Name == engineContainer {
+		if c.Name == EngineContainer {
 			liveEnv = c.Env
 		}
 	}
 	var want *corev1ac.ContainerApplyConfiguration
 	for i := range desired.Spec.Template.Spec.Containers {
-		if c := &desired.Spec.Template.Spec.Containers[i]; c.Name != nil && *c.Name == engineContainer {
+		if c := &desired.Spec.Template.Spec.Containers[i]; c.Name != nil && *c.Name == EngineContainer {
 			want = c
 		}
 	}

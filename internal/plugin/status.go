@@ -1,0 +1,215 @@
+package plugin
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+)
+
+// Status writes what a Database's status says, for a person: a summary,
+// each condition, the instances, backups and TLS. It reads nothing but
+// the Database.
+func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
+	w := &errWriter{w: out}
+	ready := "not Ready"
+	for _, c := range db.Status.Conditions {
+		if c.Type == dbv1.ConditionReady && c.Status == metav1.ConditionTrue {
+			ready = "Ready"
+		}
+	}
+	w.printf("Database %s/%s: %s %s, %d of %d instances ready, %s (phase %s)\n",
+		db.Namespace, db.Name, db.Spec.Engine, db.Spec.Version, db.Status.ReadyReplicas, db.Spec.ReplicaCount(), ready, orDash(string(db.Status.Phase)))
+	if db.Status.Endpoint != "" {
+		w.printf("Endpoint:    %s (credentials in Secret %s)\n", db.Status.Endpoint, orDash(db.Status.CredentialsSecret))
+	}
+	if db.Status.ObservedGeneration != db.Generation {
+		w.printf("Note:        the controllers have not seen generation %d yet (observed %d)\n", db.Generation, db.Status.ObservedGeneration)
+	}
+
+	w.printf("\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
+	for _, c := range db.Status.Conditions {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age(now, c.LastTransitionTime.Time), oneLine(c.Message, 160))
+	}
+	w.flush(tw)
+
+	if r := db.Status.Replication; r != nil {
+		w.printf("\nPrimary:     %s", orDash(r.CurrentPrimary))
+		if r.TargetPrimary != "" && r.TargetPrimary != r.CurrentPrimary {
+			w.printf(" (switching over to %s)", r.TargetPrimary)
+		}
+		if r.PrimaryLostSince != nil {
+			w.printf(" (lost for %s)", age(now, r.PrimaryLostSince.Time))
+		}
+		w.printf("\n")
+		if f := r.LastFailover; f != nil {
+			w.printf("Last failover: %s\n", failoverLine(f))
+		}
+		if len(r.Instances) > 0 {
+			w.printf("\n")
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "INSTANCE\tROLE\tSTATE\tREADY\tTIMELINE\tLSN\tLAG\tWAL RECEIVER")
+			for _, in := range r.Instances {
+				lsn := in.CurrentLSN
+				if lsn == "" {
+					lsn = in.ReplayedLSN
+				}
+				lag := "-"
+				if in.LagBytes != nil {
+					lag = bytes(*in.LagBytes)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%s\t%s\n", in.Name, orDash(in.Role), orDash(in.State), in.Ready, in.Timeline,
+					orDash(lsn), lag, orDash(in.WALReceiver))
+			}
+			w.flush(tw)
+		}
+	}
+
+	if b := db.Status.Backup; b != nil {
+		w.printf("\nBackups\n")
+		if b.RepositoryPath != "" {
+			w.printf("  repository:          %s\n", b.RepositoryPath)
+		}
+		if a := b.Archive; a != nil {
+			w.printf("  last archived WAL:   %s %s\n", orDash(a.LastArchivedWAL), ago(now, a.LastArchivedTime))
+			if a.LastFailure != "" {
+				w.printf("  last archive failure: %s %s: %s\n", orDash(a.LastFailedWAL), ago(now, a.LastFailedTime), oneLine(a.LastFailure, 200))
+			}
+			if a.VolumeAvailableBytes > 0 {
+				w.printf("  WAL waiting:         %s (%s free on the volume)\n", bytes(a.PendingWALBytes), bytes(a.VolumeAvailableBytes))
+			}
+		}
+		if bb := b.LastBaseBackup; bb != nil {
+			w.printf("  last base backup:    %s (%s, %s) %s from %s\n", bb.Label, orDash(bb.Type), bytes(bb.Size), ago(now, bb.Finished), orDash(bb.Instance))
+			if bb.Note != "" {
+				w.printf("                       %s\n", oneLine(bb.Note, 200))
+			}
+		}
+		if b.BaseBackups > 0 {
+			w.printf("  base backups kept:   %d\n", b.BaseBackups)
+		}
+		if b.FirstRecoverabilityPoint != nil {
+			w.printf("  recoverable from:    %s\n", b.FirstRecoverabilityPoint.UTC().Format(time.RFC3339))
+		}
+		if b.LastSuccessfulTime != nil {
+			w.printf("  last dump:           %s\n", ago(now, b.LastSuccessfulTime))
+		}
+		if b.LastFailureMessage != "" {
+			w.printf("  last dump failure:   %s\n", oneLine(b.LastFailureMessage, 200))
+		}
+		if v := b.LastVerification; v != nil {
+			outcome := "failed"
+			if v.Succeeded {
+				outcome = fmt.Sprintf("succeeded: %d tables, %d rows in %s", v.Tables, v.Rows, orDash(v.Database))
+			} else if v.Finished == nil {
+				outcome = "running"
+			}
+			w.printf("  last verification:   %s of %s %s", outcome, orDash(v.Backup), ago(now, v.Finished))
+			if v.Message != "" {
+				w.printf(": %s", oneLine(v.Message, 200))
+			}
+			w.printf("\n")
+		}
+		if b.RestoredFrom != "" {
+			w.printf("  restored from:       %s\n", b.RestoredFrom)
+		}
+	}
+
+	if t := db.Status.TLS; t != nil && t.SerialNumber != "" {
+		w.printf("\nTLS: certificate %s in Secret %s, valid until %s, renewed %s", t.SerialNumber, orDash(t.SecretName),
+			timeOr(t.NotAfter), timeOr(t.RenewalTime))
+		if t.ServedSerialNumber != "" && t.ServedSerialNumber != t.SerialNumber {
+			w.printf("; the server still serves %s", t.ServedSerialNumber)
+		}
+		w.printf("\n")
+		if r := t.CARotation; r != nil {
+			w.printf("CA rotation %s: %s since %s\n", r.Token, r.Phase, timeOr(r.Since))
+		}
+	}
+	return w.err
+}
+
+func failoverLine(f *dbv1.FailoverStatus) string {
+	line := fmt.Sprintf("%s -> %s at %s (%s)", f.From, f.To, f.StartedAt.UTC().Format(time.RFC3339), oneLine(f.Reason, 120))
+	if f.FinishedAt != nil {
+		line += fmt.Sprintf(", took %s", f.FinishedAt.Sub(f.StartedAt.Time).Round(100*time.Millisecond))
+	}
+	if f.LostBytes > 0 {
+		line += fmt.Sprintf(", %s of WAL not replicated", bytes(f.LostBytes))
+	}
+	if f.DiscardedTransactions != nil {
+		line += fmt.Sprintf(", %d transactions discarded", *f.DiscardedTransactions)
+	}
+	return line
+}
+
+// errWriter keeps the first write error.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, args...) }
+
+func (e *errWriter) flush(tw *tabwriter.Writer) {
+	if err := tw.Flush(); err != nil && e.err == nil {
+		e.err = err
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > max {
+		s = s[:max-3] + "..."
+	}
+	return s
+}
+
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return now.Sub(t).Round(time.Second).String()
+}
+
+func ago(now time.Time, t *metav1.Time) string {
+	if t == nil {
+		return ""
+	}
+	return "(" + age(now, t.Time) + " ago)"
+}
+
+func timeOr(t *metav1.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func bytes(n int64) string {
+	return resource.NewQuantity(n, resource.BinarySI).String()
+}
