@@ -135,8 +135,16 @@ func run() error {
 	}
 	fmt.Printf("demo: Ready after %s\n\n$ kubectl get databases -o wide\n", time.Since(start).Round(100*time.Millisecond))
 	_ = kubectl("get", "databases", "--namespace=default", "-o", "wide")
-	fmt.Println("\n$ kubectl describe database orders")
-	_ = kubectl("describe", "database", "--namespace=default", "orders")
+	// the plugin (make plugin), else what kubectl alone says
+	if plugin := filepath.Join(root, "bin", "kubectl-dbkeeper"); fileExists(plugin) {
+		fmt.Println("\n$ kubectl dbkeeper status orders")
+		cmd := exec.CommandContext(ctx, plugin, "--kubeconfig="+kubeconfig, "--namespace=default", "status", "orders")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		_ = cmd.Run()
+	} else {
+		fmt.Println("\n$ kubectl describe database orders")
+		_ = kubectl("describe", "database", "--namespace=default", "orders")
+	}
 	if c.Node == cluster.RealNode {
 		if err := clientQuery(ctx, c, kubectl); err != nil {
 			return err
@@ -221,4 +229,9 @@ func freeAddr() (string, error) {
 		return "", err
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
