@@ -55,12 +55,9 @@ func TestCertManagerNotInstalled(t *testing.T) {
 		"dbkeeper issues no server certificate itself for an issuerRef")
 }
 
-// TestCertManagerIssues: the Certificate is applied with the Database's
-// names, Secret and labels; until cert-manager fills the Secret TLSReady
-// waits for it; a filled Secret (the test plays cert-manager) is checked
-// and served.
-func TestCertManagerIssues(t *testing.T) {
-	db := issuerDatabase()
+// certManagerFixture is a fixture whose client serves cert-manager's
+// Certificate kind, holding db.
+func certManagerFixture(t *testing.T, db *dbv1.Database) (*fixture, client.WithWatch) {
 	scheme := facettest.Scheme(t)
 	scheme.AddKnownTypeWithName(resources.CertificateGVK, &unstructured.Unstructured{})
 	scheme.AddKnownTypeWithName(resources.CertificateGVK.GroupVersion().WithKind("CertificateList"), &unstructured.UnstructuredList{})
@@ -68,6 +65,16 @@ func TestCertManagerIssues(t *testing.T) {
 	f := newFixture(t)
 	f.c = c
 	f.s.client, f.s.reader, f.s.writer = c, c, facet.WriterFor(c, f.events, Name)
+	return f, c
+}
+
+// TestCertManagerIssues: the Certificate is applied with the Database's
+// names, Secret and labels; until cert-manager fills the Secret TLSReady
+// waits for it; a filled Secret (the test plays cert-manager) is checked
+// and served.
+func TestCertManagerIssues(t *testing.T) {
+	db := issuerDatabase()
+	f, c := certManagerFixture(t, db)
 
 	out := f.sync(t, db)
 	assert.Equal(t, dbv1.ReasonTLSIssuing, out.Condition.Reason, out.Condition.Message)
@@ -112,13 +119,7 @@ func TestCertManagerIssues(t *testing.T) {
 // reads no Secret, its renewal time reissues it from the same CA.
 func TestCertManagerKeepsClientCertificatesTheDatabases(t *testing.T) {
 	db := issuerDatabase()
-	scheme := facettest.Scheme(t)
-	scheme.AddKnownTypeWithName(resources.CertificateGVK, &unstructured.Unstructured{})
-	scheme.AddKnownTypeWithName(resources.CertificateGVK.GroupVersion().WithKind("CertificateList"), &unstructured.UnstructuredList{})
-	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&dbv1.Database{}).WithObjects(db).Build()
-	f := newFixture(t)
-	f.c = c
-	f.s.client, f.s.reader, f.s.writer = c, c, facet.WriterFor(c, f.events, Name)
+	f, c := certManagerFixture(t, db)
 
 	out := f.sync(t, db)
 	assert.Equal(t, dbv1.ReasonTLSIssuing, out.Condition.Reason, "cert-manager has not filled its Secret yet")
