@@ -41,7 +41,9 @@ const (
 	AgentTLSMountPath = "/etc/dbkeeper/agent-tls"
 	tlsVolume         = "tls"
 	tlsCAVolume       = "tls-ca"
-	agentTLSVolume    = "agent-tls"
+	// AgentTLSVolume is the engine pod's volume of the agent's own
+	// certificate (addAgentTLS).
+	AgentTLSVolume = "agent-tls"
 	// tlsFileMode is readable by root (the kubelet owns the files) and
 	// the pod's fsGroup, which PostgreSQL accepts for a root-owned key.
 	tlsFileMode = 0o640
@@ -164,7 +166,7 @@ func PodServesTLS(pod *corev1.Pod) bool {
 // server's TLS, or with its own mount when the server has none
 // (addAgentTLS). A pod built before either serves plain HTTP.
 func PodAgentServesTLS(pod *corev1.Pod) bool {
-	return slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == tlsVolume || v.Name == agentTLSVolume })
+	return slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == tlsVolume || v.Name == AgentTLSVolume })
 }
 
 func hasTLSVolume(sts *appsv1.StatefulSet) bool {
@@ -340,14 +342,14 @@ func addServerTLS(db *dbv1.Database, eng engine.Engine, pod *corev1ac.PodSpecApp
 // server itself has no TLS: the agent's token and the manager's requests
 // never travel in clear, while PostgreSQL stays as the user asked.
 func addAgentTLS(db *dbv1.Database, pod *corev1ac.PodSpecApplyConfiguration, c *corev1ac.ContainerApplyConfiguration) {
-	pod.WithVolumes(corev1ac.Volume().WithName(agentTLSVolume).WithSecret(corev1ac.SecretVolumeSource().
+	pod.WithVolumes(corev1ac.Volume().WithName(AgentTLSVolume).WithSecret(corev1ac.SecretVolumeSource().
 		WithSecretName(TLSSecretName(db)).
 		WithDefaultMode(tlsFileMode).
 		WithItems(
 			corev1ac.KeyToPath().WithKey(corev1.TLSCertKey).WithPath(corev1.TLSCertKey),
 			corev1ac.KeyToPath().WithKey(corev1.TLSPrivateKeyKey).WithPath(corev1.TLSPrivateKeyKey),
 			corev1ac.KeyToPath().WithKey(CACertKey).WithPath(CACertKey))))
-	c.WithVolumeMounts(corev1ac.VolumeMount().WithName(agentTLSVolume).WithMountPath(AgentTLSMountPath).WithReadOnly(true))
+	c.WithVolumeMounts(corev1ac.VolumeMount().WithName(AgentTLSVolume).WithMountPath(AgentTLSMountPath).WithReadOnly(true))
 }
 
 // addClientTLS mounts the CA of the Database's server certificate into a

@@ -42,9 +42,10 @@ func preAgentStatefulSet(t *testing.T, db *dbv1.Database) *appsv1.StatefulSet {
 	// no ServiceAccount of its own and no token: the agent's Lease came
 	// with issue 19
 	pod.ServiceAccountName, pod.AutomountServiceAccountToken = "", ptr.To(false)
+	// nor the agent's certificate (TLS off: it came with issue 29)
 	var volumes []corev1.Volume
 	for _, v := range pod.Volumes {
-		if v.Name != resources.AgentContainer {
+		if v.Name != resources.AgentContainer && v.Name != resources.AgentTLSVolume {
 			volumes = append(volumes, v)
 		}
 	}
@@ -60,7 +61,7 @@ func preAgentStatefulSet(t *testing.T, db *dbv1.Database) *appsv1.StatefulSet {
 	c.Env = env
 	var mounts []corev1.VolumeMount
 	for _, m := range c.VolumeMounts {
-		if m.Name != resources.AgentContainer {
+		if m.Name != resources.AgentContainer && m.Name != resources.AgentTLSVolume {
 			mounts = append(mounts, m)
 		}
 	}
