@@ -166,11 +166,11 @@ The local cluster keeps running. In another shell:
   export KUBECONFIG=%s
   %s/kubectl get databases -o wide
   %s/kubectl get statefulsets,pods,services,pvc,secrets,cronjobs -l app.kubernetes.io/managed-by=dbkeeper
-  PATH=$PWD/bin:%s:$PATH kubectl dbkeeper status orders    # the plugin: status, switchover, backup, psql, ...
+  PATH=%s:%s:$PATH kubectl dbkeeper status orders    # the plugin: status, switchover, backup, psql, ...
 
 The manager logs to %s.
 Ctrl-C here (or make demo-down) tears everything down.
-`, kubeconfig, c.Bin, c.Bin, c.Bin, managerLog)
+`, kubeconfig, c.Bin, c.Bin, filepath.Join(root, "bin"), c.Bin, managerLog)
 	select {
 	case <-ctx.Done():
 	case <-exited:

@@ -72,7 +72,7 @@ func TestStatusGolden(t *testing.T) {
 	want, err := os.ReadFile(golden)
 	require.NoError(t, err, "run go test ./internal/plugin -update")
 	assert.Equal(t, string(want), out.String())
-	for _, fact := range []string{"3 of 3 instances ready, Ready", "Primary:     orders-1", "orders-0 -> orders-1", "16Mi",
+	for _, fact := range []string{"3 of 3 instances ready, Ready", "Primary:     orders-1", "orders-0 -> orders-1", "16.0 MiB",
 		"000000020000000000000004", "(40s ago)", "copied from standby orders-0", "succeeded: 3 tables, 1200 rows", "certificate 1a2b"} {
 		assert.Contains(t, out.String(), fact)
 	}

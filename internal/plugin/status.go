@@ -7,7 +7,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -84,7 +83,7 @@ func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
 				w.printf("  last archive failure: %s %s: %s\n", orDash(a.LastFailedWAL), ago(now, a.LastFailedTime), oneLine(a.LastFailure, 200))
 			}
 			if a.VolumeAvailableBytes > 0 {
-				w.printf("  WAL waiting:         %s (%s free on the volume)\n", bytes(a.PendingWALBytes), bytes(a.VolumeAvailableBytes))
+				w.printf("  pg_wal:              %s (%s free on the volume)\n", bytes(a.PendingWALBytes), bytes(a.VolumeAvailableBytes))
 			}
 		}
 		if bb := b.LastBaseBackup; bb != nil {
@@ -100,10 +99,10 @@ func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
 			w.printf("  recoverable from:    %s\n", b.FirstRecoverabilityPoint.UTC().Format(time.RFC3339))
 		}
 		if b.LastSuccessfulTime != nil {
-			w.printf("  last dump:           %s\n", ago(now, b.LastSuccessfulTime))
+			w.printf("  last backup Job:     %s %s\n", orDash(b.LastJob), ago(now, b.LastSuccessfulTime))
 		}
 		if b.LastFailureMessage != "" {
-			w.printf("  last dump failure:   %s\n", oneLine(b.LastFailureMessage, 200))
+			w.printf("  last Job failure:    %s %s\n", orDash(b.LastFailedJob), oneLine(b.LastFailureMessage, 200))
 		}
 		if v := b.LastVerification; v != nil {
 			outcome := "failed"
@@ -210,6 +209,16 @@ func timeOr(t *metav1.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
+// bytes is n in the largest binary unit that keeps it at 1 or more, with
+// one decimal (48.0 MiB).
 func bytes(n int64) string {
-	return resource.NewQuantity(n, resource.BinarySI).String()
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	v, i := float64(n), 0
+	for ; v >= 1024 && i < len(units)-1; i++ {
+		v /= 1024
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
 }
