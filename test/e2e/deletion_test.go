@@ -38,7 +38,7 @@ func (c deletionCase) name() string {
 	return n
 }
 
-// keeps reports what README's table says survives: the data PVCs, the
+// keeps reports what the user guide's table (docs/user-guide.md) says survives: the data PVCs, the
 // generated Secret, the backup PVC. With cleanup off nothing data-bearing
 // is ever deleted.
 func (c deletionCase) keeps() (data, secret, backup bool) {
@@ -64,7 +64,7 @@ func (c deletionCase) workloadStays() bool {
 
 // TestDeletionMatrix deletes a Database under every policy with every
 // propagation (background; foreground, as Argo CD prunes; orphan), and with
-// the cleanup controller switched off, and checks that exactly README's
+// the cleanup controller switched off, and checks that exactly the user guide's
 // table holds: what the policy keeps is there with its data (same UID, same
 // password, no owner reference to the Database), what it deletes is gone,
 // and nothing keeps running on a deleted volume. A PVC that only copies the

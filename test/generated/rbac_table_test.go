@@ -16,13 +16,13 @@ import (
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
-// TestREADMERBACTableIsTheClusterRole (issue 29): the README's table of
+// TestRBACTableIsTheClusterRole (issue 29): docs/operations.md's table of
 // what the manager may do ("RBAC: what the manager may do and why") names
 // exactly the rules of the ClusterRole controller-gen generates
 // (config/rbac/role.yaml): every API group, resource and verb granted has
 // a row that says why, and no row names a permission that is not granted.
 // Before, rules the ClusterRole grants were missing from it.
-func TestREADMERBACTableIsTheClusterRole(t *testing.T) {
+func TestRBACTableIsTheClusterRole(t *testing.T) {
 	root, err := envtest.RepoRoot()
 	require.NoError(t, err)
 	raw, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
@@ -41,10 +41,10 @@ func TestREADMERBACTableIsTheClusterRole(t *testing.T) {
 	}
 	require.NotEmpty(t, granted)
 
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
 	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(readme), "### RBAC: what the manager may do and why")
-	require.True(t, ok, "the README's RBAC section")
+	_, section, ok := strings.Cut(string(doc), "### RBAC: what the manager may do and why")
+	require.True(t, ok, "docs/operations.md's RBAC section")
 	section, _, _ = strings.Cut(section, "\n#")
 	code := regexp.MustCompile("`([^`]*)`")
 	words := regexp.MustCompile(`[a-z]+`)
@@ -83,6 +83,6 @@ func TestREADMERBACTableIsTheClusterRole(t *testing.T) {
 	}
 	slices.Sort(missing)
 	slices.Sort(extra)
-	assert.Empty(t, missing, "granted by config/rbac/role.yaml, not in the README's RBAC table (group|resource|verb)")
-	assert.Empty(t, extra, "in the README's RBAC table, not granted by config/rbac/role.yaml (group|resource|verb)")
+	assert.Empty(t, missing, "granted by config/rbac/role.yaml, not in docs/operations.md's RBAC table (group|resource|verb)")
+	assert.Empty(t, extra, "in docs/operations.md's RBAC table, not granted by config/rbac/role.yaml (group|resource|verb)")
 }

@@ -136,7 +136,7 @@ func (s *syncer) serverStep(ctx context.Context, db *dbv1.Database, eng engine.E
 	case res.Legacy:
 		out.Condition = conditions.True(t, dbv1.ReasonLegacySuperuser, fmt.Sprintf(
 			"role %s is the database's superuser (the Database was created before dbkeeper separated the application's role); "+
-				"its password follows Secret %s (resourceVersion %s); annotate %s=true to make it an ordinary owner of its database (see README)",
+				"its password follows Secret %s (resourceVersion %s); annotate %s=true to make it an ordinary owner of its database (see docs/user-guide.md, Credentials)",
 			role, appName, version, dbv1.AnnotationDemoteAppRole))
 		if nameErr != nil {
 			out.Condition.Message = fmt.Sprintf("role %s is the database's superuser (the Database was created before dbkeeper separated the application's role); "+
