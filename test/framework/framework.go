@@ -15,6 +15,7 @@ package framework
 import (
 	"bytes"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -22,15 +23,30 @@ import (
 	"time"
 )
 
-// FreePort returns a loopback port nobody listens on now.
+// FreePort returns a loopback port nobody listens on now and that it has
+// not returned before in this process: two calls in a row may otherwise
+// get the same port from the kernel before either is bound (an agent test
+// once got one port for an agent and for its server, which then could not
+// start: "could not bind IPv4 address ... Address already in use").
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if err := l.Close(); err != nil {
+			return 0, err
+		}
+		if _, taken := handedOut.LoadOrStore(port, true); !taken {
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no free loopback port that was not returned before")
 }
+
+// handedOut holds the ports FreePort returned.
+var handedOut sync.Map
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writers.
 type SyncBuffer struct {
