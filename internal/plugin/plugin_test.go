@@ -77,10 +77,14 @@ func TestStatusGolden(t *testing.T) {
 		assert.Contains(t, out.String(), fact)
 	}
 
-	// a Database just applied has no status: still a clear answer
+	// a Database just applied has no status: still a clear answer, and
+	// no heading over nothing
 	out.Reset()
-	require.NoError(t, plugin.Status(&out, facettest.Database(), now))
+	fresh := facettest.Database()
+	fresh.Status.Backup = &dbv1.BackupStatus{}
+	require.NoError(t, plugin.Status(&out, fresh, now))
 	assert.Contains(t, out.String(), "0 of 1 instances ready, not Ready")
+	assert.NotContains(t, out.String(), "Backups")
 }
 
 func env(t *testing.T, objs ...client.Object) (plugin.Env, client.Client, *bytes.Buffer) {

@@ -72,7 +72,8 @@ func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
 		}
 	}
 
-	if b := db.Status.Backup; b != nil {
+	if b := db.Status.Backup; b != nil && (b.RepositoryPath != "" || b.Archive != nil || b.LastBaseBackup != nil ||
+		b.LastSuccessfulTime != nil || b.LastFailureMessage != "" || b.LastVerification != nil || b.RestoredFrom != "") {
 		w.printf("\nBackups\n")
 		if b.RepositoryPath != "" {
 			w.printf("  repository:          %s\n", b.RepositoryPath)
