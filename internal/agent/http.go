@@ -32,8 +32,8 @@ func (a *Agent) listen() (*http.Server, error) {
 	// a demote or promote, runs within requestContext's 3 minutes)
 	hs := &http.Server{Addr: a.cfg.Listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 4 * time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 16}
-	if a.cfg.apiTLSDir() != "" {
-		certs := &certFiles{cert: filepath.Join(a.cfg.apiTLSDir(), "tls.crt"), key: filepath.Join(a.cfg.apiTLSDir(), "tls.key")}
+	if dir := a.cfg.apiTLSDir(); dir != "" {
+		certs := &certFiles{cert: filepath.Join(dir, "tls.crt"), key: filepath.Join(dir, "tls.key")}
 		if _, err := certs.get(nil); err != nil {
 			return nil, err
 		}

@@ -186,15 +186,15 @@ func caConfig(ctx context.Context, reader client.Reader, db *dbv1.Database, serv
 // manager's superuser sessions is valid (it is needed only to log in).
 const SuperuserCertificateLifetime = time.Hour
 
-// SuperuserCertificate adds to cfg, for login as the superuser of a
-// Database whose server takes client certificates
-// (resources.ClientCertAuth), a certificate for login.User signed by the
-// Database's CA (Secret <name>-ca, read with reader): such a server
-// refuses the superuser's password over TCP. It adds nothing for another
+// SuperuserCertificate adds to cfg (a TLS connection: every server with
+// TLS takes client certificates), for login as the superuser, a
+// certificate for login.User signed by the Database's CA (Secret
+// <name>-ca, read with reader): such a server refuses the superuser's
+// password over TCP. It adds nothing for another
 // login, and a server that asks for no certificate (one started before
 // dbkeeper used them) gets the password as before.
 func SuperuserCertificate(ctx context.Context, reader client.Reader, db *dbv1.Database, login Login, cfg *tls.Config) error {
-	if !login.Superuser || !resources.ClientCertAuth(db, resources.TLSOn) {
+	if !login.Superuser {
 		return nil
 	}
 	pair, err := IssueClient(ctx, reader, db, login.User, time.Now(), SuperuserCertificateLifetime)

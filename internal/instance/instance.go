@@ -34,7 +34,7 @@ type Login struct {
 	Password string
 	// Superuser: the server's superuser, which logs in over TCP with a
 	// client certificate of the Database's CA, never its password, where
-	// resources.ClientCertAuth says so (SuperuserCertificate).
+	// the server has TLS (SuperuserCertificate).
 	Superuser bool
 }
 

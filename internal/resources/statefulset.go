@@ -184,17 +184,22 @@ func agentEnv(db *dbv1.Database, tls ServerTLS) []corev1.EnvVar {
 		// check asks every member, a base backup is copied from a standby
 		{Name: agent.EnvPeerDomain, Value: PeerDomain(db)},
 	}
-	if tls {
-		// The TLS volume holds tls.crt, tls.key and ca.crt (addServerTLS).
-		env = append(env, corev1.EnvVar{Name: agent.EnvTLSDir, Value: TLSMountPath})
-	} else {
+	if !tls {
 		// the endpoint's alone (addAgentTLS)
-		env = append(env, corev1.EnvVar{Name: agent.EnvAPITLSDir, Value: AgentTLSMountPath})
+		return append(env, corev1.EnvVar{Name: agent.EnvAPITLSDir, Value: AgentTLSMountPath})
 	}
-	if ClientCertAuth(db, tls) {
-		env = append(env, corev1.EnvVar{Name: agent.EnvClientCertAuth, Value: "true"})
-	}
-	return env
+	// The TLS volume holds tls.crt, tls.key and ca.crt (addServerTLS).
+	// With TLS the server logs in its superuser and the replication role
+	// over TCP with certificates of the Database's own CA (<name>-ca)
+	// only, never a password; with a cert-manager issuer, whose CA may sign
+	// for others too, the server's certificate is cert-manager's but the
+	// client certificates are still only the Database's CA's (addServerTLS
+	// mounts that CA and the instances' client certificate beside it). The
+	// agent writes the rules; the manager signs a certificate for each of
+	// its superuser sessions (instance.SuperuserCertificate).
+	return append(env,
+		corev1.EnvVar{Name: agent.EnvTLSDir, Value: TLSMountPath},
+		corev1.EnvVar{Name: agent.EnvClientCertAuth, Value: "true"})
 }
 
 // The readiness probe's pace: a frozen agent (or one whose server stopped

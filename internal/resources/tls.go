@@ -263,19 +263,6 @@ func HBAConfigMap(db *dbv1.Database, eng engine.Engine) *corev1ac.ConfigMapApply
 		WithData(map[string]string{engine.PostgresHBAKey: eng.HostBasedAuth()})
 }
 
-// ClientCertAuth says whether a Database's server logs in its superuser
-// and replication role over TCP with certificates of the Database's own
-// CA (<name>-ca) only, never a password: whenever it has TLS. With a
-// cert-manager issuer, whose CA may sign for others too, the server's
-// certificate is cert-manager's but client certificates are still only
-// the Database's CA's (addServerTLS mounts that CA and the instances'
-// client certificate beside it). The agent writes the rules
-// (agent.EnvClientCertAuth); the manager signs a certificate for each of
-// its superuser sessions (instance.Pods).
-func ClientCertAuth(_ *dbv1.Database, tls ServerTLS) bool {
-	return bool(tls)
-}
-
 // ReplicationClientSecretName is the kubernetes.io/tls Secret of the
 // client certificate the instances of a Database with a cert-manager
 // issuer present to each other as the replication role
@@ -307,7 +294,7 @@ const AnnotationRenewal = "tls.dbkeeper.io/renewal"
 // With a cert-manager issuer the volume holds the Database's own CA
 // (agent.ClientCAFile) and the instances' client certificate
 // (ReplicationClientSecret, agent.ClientCertFile and ClientKeyFile) too.
-// The agent writes the authentication rules (ClientCertAuth). It must run
+// The agent writes the authentication rules (agentEnv). It must run
 // before the container is added to the pod.
 func addServerTLS(db *dbv1.Database, eng engine.Engine, pod *corev1ac.PodSpecApplyConfiguration, c *corev1ac.ContainerApplyConfiguration) {
 	sources := []*corev1ac.VolumeProjectionApplyConfiguration{
