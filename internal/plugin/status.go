@@ -3,13 +3,13 @@ package plugin
 import (
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/conditions"
 )
 
 // Status writes what a Database's status says, for a person: a summary,
@@ -36,7 +36,7 @@ func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
 	for _, c := range db.Status.Conditions {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age(now, c.LastTransitionTime.Time), oneLine(c.Message, 160))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age(now, c.LastTransitionTime.Time), conditions.Quote(c.Message, 160))
 	}
 	w.flush(tw)
 
@@ -81,7 +81,7 @@ func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
 		if a := b.Archive; a != nil {
 			w.printf("  last archived WAL:   %s %s\n", orDash(a.LastArchivedWAL), ago(now, a.LastArchivedTime))
 			if a.LastFailure != "" {
-				w.printf("  last archive failure: %s %s: %s\n", orDash(a.LastFailedWAL), ago(now, a.LastFailedTime), oneLine(a.LastFailure, 200))
+				w.printf("  last archive failure: %s %s: %s\n", orDash(a.LastFailedWAL), ago(now, a.LastFailedTime), conditions.Quote(a.LastFailure, 200))
 			}
 			if a.VolumeAvailableBytes > 0 {
 				w.printf("  pg_wal:              %s (%s free on the volume)\n", bytes(a.PendingWALBytes), bytes(a.VolumeAvailableBytes))
@@ -90,7 +90,7 @@ func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
 		if bb := b.LastBaseBackup; bb != nil {
 			w.printf("  last base backup:    %s (%s, %s) %s from %s\n", bb.Label, orDash(bb.Type), bytes(bb.Size), ago(now, bb.Finished), orDash(bb.Instance))
 			if bb.Note != "" {
-				w.printf("                       %s\n", oneLine(bb.Note, 200))
+				w.printf("                       %s\n", conditions.Quote(bb.Note, 200))
 			}
 		}
 		if b.BaseBackups > 0 {
@@ -103,7 +103,7 @@ func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
 			w.printf("  last backup Job:     %s %s\n", orDash(b.LastJob), ago(now, b.LastSuccessfulTime))
 		}
 		if b.LastFailureMessage != "" {
-			w.printf("  last Job failure:    %s %s\n", orDash(b.LastFailedJob), oneLine(b.LastFailureMessage, 200))
+			w.printf("  last Job failure:    %s %s\n", orDash(b.LastFailedJob), conditions.Quote(b.LastFailureMessage, 200))
 		}
 		if v := b.LastVerification; v != nil {
 			outcome := "failed"
@@ -114,7 +114,7 @@ func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
 			}
 			w.printf("  last verification:   %s of %s %s", outcome, orDash(v.Backup), ago(now, v.Finished))
 			if v.Message != "" {
-				w.printf(": %s", oneLine(v.Message, 200))
+				w.printf(": %s", conditions.Quote(v.Message, 200))
 			}
 			w.printf("\n")
 		}
@@ -138,7 +138,7 @@ func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
 }
 
 func failoverLine(f *dbv1.FailoverStatus) string {
-	line := fmt.Sprintf("%s -> %s at %s (%s)", f.From, f.To, f.StartedAt.UTC().Format(time.RFC3339), oneLine(f.Reason, 120))
+	line := fmt.Sprintf("%s -> %s at %s (%s)", f.From, f.To, f.StartedAt.UTC().Format(time.RFC3339), conditions.Quote(f.Reason, 120))
 	if f.FinishedAt != nil {
 		line += fmt.Sprintf(", took %s", f.FinishedAt.Sub(f.StartedAt.Time).Round(100*time.Millisecond))
 	}
@@ -177,14 +177,6 @@ func (e *errWriter) flush(tw *tabwriter.Writer) {
 func orDash(s string) string {
 	if s == "" {
 		return "-"
-	}
-	return s
-}
-
-func oneLine(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > max {
-		s = s[:max-3] + "..."
 	}
 	return s
 }
