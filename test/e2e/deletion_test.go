@@ -38,7 +38,7 @@ func (c deletionCase) name() string {
 	return n
 }
 
-// keeps reports what the user guide's table (docs/user-guide.md) says survives: the data PVCs, the
+// keeps reports what the user guide's table (docs/user-guide/deletion.md) says survives: the data PVCs, the
 // generated Secret, the backup PVC. With cleanup off nothing data-bearing
 // is ever deleted.
 func (c deletionCase) keeps() (data, secret, backup bool) {

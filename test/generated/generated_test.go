@@ -1,6 +1,7 @@
 // Package generated_test checks that the committed generated files — the
-// deepcopy functions, the apply configurations, the CRDs and the RBAC role —
-// are what controller-gen produces from the current markers, by running the
+// deepcopy functions, the apply configurations, the CRDs, the RBAC role and
+// the API and chart values references — are what controller-gen,
+// crd-ref-docs and helm-docs produce from the current markers, by running the
 // Makefile's own `generate` and `manifests` targets (`make generate
 // manifests`) in a temporary copy of the sources and the Makefile, and
 // comparing the outputs byte for byte. The commands live in the Makefile
@@ -41,6 +42,8 @@ var generatedDirs = []string{
 var generatedFiles = []string{
 	"apis/database/v1/zz_generated.deepcopy.go",
 	"config/rbac/role.yaml",
+	"docs/reference/api.md",
+	"config/charts/dbkeeper/README.md",
 }
 
 func TestGeneratedFilesUpToDate(t *testing.T) {
@@ -106,7 +109,7 @@ func controllerGenPath(t *testing.T) string {
 }
 
 // isGenerated reports whether rel (a slash path relative to the repository
-// root) is a controller-gen output. Outputs are not copied, so that the
+// root) is a generator's output. Outputs are not copied, so that the
 // generators start from scratch and a committed file they no longer produce
 // shows up as drift.
 func isGenerated(rel string) bool {

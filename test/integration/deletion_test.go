@@ -70,7 +70,7 @@ func released(t require.TestingT, db *dbv1.Database) bool {
 	return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(db), &dbv1.Database{}))
 }
 
-// policyTable is the user guide's deletion table (docs/user-guide.md): what each policy keeps of the
+// policyTable is the user guide's deletion table (docs/user-guide/deletion.md): what each policy keeps of the
 // data PVCs, the generated Secret and the backup PVC.
 var policyTable = []struct {
 	policy                         dbv1.DeletionPolicy

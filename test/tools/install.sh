@@ -37,6 +37,8 @@ tools=(
 	"kwok            kwok                     sigs.k8s.io/kwok/cmd/kwok                     sigs.k8s.io/kwok"
 	"helm            helm                     helm.sh/helm/v3/cmd/helm                      helm.sh/helm/v3"
 	"controller-gen  controller-gen           sigs.k8s.io/controller-tools/cmd/controller-gen sigs.k8s.io/controller-tools"
+	"crd-ref-docs    crd-ref-docs             github.com/elastic/crd-ref-docs               github.com/elastic/crd-ref-docs"
+	"helm-docs       helm-docs                github.com/norwoodj/helm-docs/cmd/helm-docs   github.com/norwoodj/helm-docs"
 	"versitygw       versitygw                github.com/versity/versitygw/cmd/versitygw    github.com/versity/versitygw"
 )
 
