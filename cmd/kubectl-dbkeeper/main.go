@@ -1,19 +1,25 @@
 // Command kubectl-dbkeeper is the kubectl plugin of dbkeeper
 // (`kubectl dbkeeper status orders`): put it on $PATH (make plugin builds
 // bin/kubectl-dbkeeper). It reads and annotates Databases with the
-// current kubeconfig; internal/plugin has the commands.
+// current kubeconfig; internal/plugin has the commands. Run as
+// kubectl_complete-dbkeeper (a link to it, which make plugin makes
+// beside it), it answers kubectl's shell completion of the plugin.
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,42 +29,73 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// kubectl's plugin completion runs kubectl_complete-dbkeeper ARGS...
+	if strings.HasPrefix(filepath.Base(os.Args[0]), "kubectl_complete-") {
+		fmt.Print(plugin.Complete(ctx, kubectlOutput, os.Args[1:]))
+		stop()
+		return
+	}
+	err := run(ctx, os.Args[1:])
+	stop()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		// kubectl (psql) said why already; its status is the plugin's
+		os.Exit(exit.ExitCode())
+	case errors.Is(err, plugin.ErrUsage):
 		fmt.Fprintln(os.Stderr, "error:", err)
-		if errors.Is(err, plugin.ErrUsage) {
-			fmt.Fprint(os.Stderr, "\n"+plugin.Usage)
-			os.Exit(2)
-		}
+		fmt.Fprint(os.Stderr, "\n"+plugin.Usage)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
-	fs := flag.NewFlagSet("kubectl-dbkeeper", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, plugin.Usage) }
-	namespace := fs.String("namespace", "", "The Databases' namespace (default: the kubeconfig context's).")
-	fs.StringVar(namespace, "n", "", "Short for --namespace.")
-	kubeconfig := fs.String("kubeconfig", "", "The kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", plugin.ErrUsage, err)
+func run(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "__complete" {
+		fmt.Print(plugin.Complete(ctx, kubectlOutput, args[1:]))
+		return nil
 	}
-	if err := plugin.Check(fs.Args()); err != nil {
+	g, args, err := plugin.ParseGlobals(args)
+	if err != nil {
 		return err
 	}
-	if fs.Arg(0) == "help" {
+	if g.Help || len(args) == 0 || args[0] == "help" {
+		if len(args) == 0 && !g.Help {
+			return fmt.Errorf("%w: no command", plugin.ErrUsage)
+		}
 		fmt.Print(plugin.Usage)
 		return nil
 	}
+	if err := plugin.Check(args); err != nil {
+		return err
+	}
+	var kubectlFlags []string
+	if g.Kubeconfig != "" {
+		kubectlFlags = append(kubectlFlags, "--kubeconfig="+g.Kubeconfig)
+	}
+	if g.Context != "" {
+		kubectlFlags = append(kubectlFlags, "--context="+g.Context)
+	}
+	env := plugin.Env{Out: os.Stdout, Err: os.Stderr, Exec: attached, TTY: isTerminal(os.Stdin), KubectlFlags: kubectlFlags,
+		Kubectl: kubectlOutput}
+	if plugin.Offline(args) {
+		return plugin.Run(ctx, env, args)
+	}
+
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	rules.ExplicitPath = g.Kubeconfig
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.Context})
 	cfg, err := loader.ClientConfig()
 	if err != nil {
 		return fmt.Errorf("loading the kubeconfig: %w", err)
 	}
-	ns := *namespace
-	if ns == "" {
-		if ns, _, err = loader.Namespace(); err != nil {
+	env.Namespace = g.Namespace
+	if env.Namespace == "" {
+		if env.Namespace, _, err = loader.Namespace(); err != nil {
 			return fmt.Errorf("the kubeconfig's namespace: %w", err)
 		}
 	}
@@ -69,13 +106,17 @@ func run(args []string) error {
 	if err := dbv1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if env.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return fmt.Errorf("connecting to the API server: %w", err)
+	}
+	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("connecting to the API server: %w", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	return plugin.Run(ctx, plugin.Env{Client: c, Namespace: ns, Out: os.Stdout, Exec: attached}, fs.Args())
+	env.Logs = func(ctx context.Context, namespace, pod string, opts *corev1.PodLogOptions) ([]byte, error) {
+		return clientset.CoreV1().Pods(namespace).GetLogs(pod, opts).DoRaw(ctx)
+	}
+	return plugin.Run(ctx, env, args)
 }
 
 // attached runs argv on this terminal.
@@ -83,4 +124,21 @@ func attached(ctx context.Context, argv []string) error {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	return cmd.Run()
+}
+
+// kubectlOutput runs kubectl with args and returns its standard output.
+func kubectlOutput(ctx context.Context, args []string) ([]byte, error) {
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, "kubectl", args...)
+	cmd.Stdout = &out
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
+	}
+	return out.Bytes(), nil
+}
+
+// isTerminal says whether f is a terminal (a character device).
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

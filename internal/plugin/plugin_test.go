@@ -137,28 +137,34 @@ func TestSwitchover(t *testing.T) {
 	assert.Equal(t, "orders-2", annotations(t, c)[dbv1.AnnotationSwitchoverTo])
 }
 
-// TestPsql: psql runs on the primary as the application's role, in its
-// database, with the arguments after --.
-func TestPsql(t *testing.T) {
+// TestPsqlExec: psql --exec runs on the primary as the application's
+// role, in its database, with the arguments after -- (or right after
+// NAME, as before).
+func TestPsqlExec(t *testing.T) {
 	ctx := context.Background()
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-credentials"},
 		Data: map[string][]byte{"username": []byte("app"), "database": []byte("shopdb"), "password": []byte("pw")}}
 	e, _, _ := env(t, replicated(), secret)
 	var argv []string
 	e.Exec = func(_ context.Context, a []string) error { argv = a; return nil }
-	require.NoError(t, plugin.Run(ctx, e, []string{"psql", "orders", "--", "-c", "SELECT 1"}))
-	assert.Equal(t, []string{"kubectl", "exec", "-it", "--namespace=shop", "orders-1", "--container=engine", "--",
-		"psql", "--username=app", "--dbname=shopdb", "-c", "SELECT 1"}, argv)
+	want := []string{"kubectl", "exec", "-it", "--namespace=shop", "orders-1", "--container=engine", "--",
+		"psql", "--username=app", "--dbname=shopdb", "-c", "SELECT 1"}
+	require.NoError(t, plugin.Run(ctx, e, []string{"psql", "--exec", "orders", "--", "-c", "SELECT 1"}))
+	assert.Equal(t, want, argv)
+	require.NoError(t, plugin.Run(ctx, e, []string{"psql", "--exec", "orders", "-c", "SELECT 1"}))
+	assert.Equal(t, want, argv)
 
 	fresh, _, _ := env(t, facettest.Database())
 	fresh.Exec = e.Exec
+	assert.ErrorContains(t, plugin.Run(ctx, fresh, []string{"psql", "--exec", "orders"}), "no primary yet")
 	assert.ErrorContains(t, plugin.Run(ctx, fresh, []string{"psql", "orders"}), "no primary yet")
 }
 
 // TestUsage: a command line the plugin does not take is a usage error
 // before any request.
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{nil, {"bogus"}, {"status"}, {"switchover", "orders"}, {"allow-restore", "orders"}} {
+	for _, args := range [][]string{nil, {"bogus"}, {"status"}, {"switchover", "orders"}, {"allow-restore", "orders"},
+		{"status", "orders", "billing"}, {"status", "orders", "--bogus"}, {"restore"}, {"report"}, {"completion"}, {"psql"}} {
 		err := plugin.Check(args)
 		assert.True(t, errors.Is(err, plugin.ErrUsage), "%v: %v", args, err)
 	}

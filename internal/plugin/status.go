@@ -63,7 +63,7 @@ func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
 				}
 				lag := "-"
 				if in.LagBytes != nil {
-					lag = bytes(*in.LagBytes)
+					lag = byteSize(*in.LagBytes)
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\t%s\t%s\n", in.Name, orDash(in.Role), orDash(in.State), in.Ready, in.Timeline,
 					orDash(lsn), lag, orDash(in.WALReceiver))
@@ -84,11 +84,11 @@ func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
 				w.printf("  last archive failure: %s %s: %s\n", orDash(a.LastFailedWAL), ago(now, a.LastFailedTime), conditions.Quote(a.LastFailure, 200))
 			}
 			if a.VolumeAvailableBytes > 0 {
-				w.printf("  pg_wal:              %s (%s free on the volume)\n", bytes(a.PendingWALBytes), bytes(a.VolumeAvailableBytes))
+				w.printf("  pg_wal:              %s (%s free on the volume)\n", byteSize(a.PendingWALBytes), byteSize(a.VolumeAvailableBytes))
 			}
 		}
 		if bb := b.LastBaseBackup; bb != nil {
-			w.printf("  last base backup:    %s (%s, %s) %s from %s\n", bb.Label, orDash(bb.Type), bytes(bb.Size), ago(now, bb.Finished), orDash(bb.Instance))
+			w.printf("  last base backup:    %s (%s, %s) %s from %s\n", bb.Label, orDash(bb.Type), byteSize(bb.Size), ago(now, bb.Finished), orDash(bb.Instance))
 			if bb.Note != "" {
 				w.printf("                       %s\n", conditions.Quote(bb.Note, 200))
 			}
@@ -143,7 +143,7 @@ func failoverLine(f *dbv1.FailoverStatus) string {
 		line += fmt.Sprintf(", took %s", f.FinishedAt.Sub(f.StartedAt.Time).Round(100*time.Millisecond))
 	}
 	if f.LostBytes > 0 {
-		line += fmt.Sprintf(", %s of WAL not replicated", bytes(f.LostBytes))
+		line += fmt.Sprintf(", %s of WAL not replicated", byteSize(f.LostBytes))
 	}
 	if f.DiscardedTransactions != nil {
 		line += fmt.Sprintf(", %d transactions discarded", *f.DiscardedTransactions)
@@ -202,9 +202,9 @@ func timeOr(t *metav1.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// bytes is n in the largest binary unit that keeps it at 1 or more, with
+// byteSize is n in the largest binary unit that keeps it at 1 or more, with
 // one decimal (48.0 MiB).
-func bytes(n int64) string {
+func byteSize(n int64) string {
 	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
 	v, i := float64(n), 0
 	for ; v >= 1024 && i < len(units)-1; i++ {
