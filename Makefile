@@ -8,6 +8,8 @@ SHELL := /usr/bin/env bash -o pipefail
 # set, names a directory with etcd, kube-apiserver and kubectl instead.
 TOOLS_BIN := $(shell test/tools/install.sh --print)
 CONTROLLER_GEN := $(TOOLS_BIN)/controller-gen
+CRD_REF_DOCS := $(TOOLS_BIN)/crd-ref-docs
+HELM_DOCS := $(TOOLS_BIN)/helm-docs
 export KUBEBUILDER_ASSETS ?= $(TOOLS_BIN)
 
 IMG ?= ghcr.io/dbkeeper/dbkeeper:dev
@@ -40,16 +42,23 @@ images: ## Build the real node's images without Docker (pause, PostgreSQL 15 and
 	images/build.sh >/dev/null
 
 .PHONY: generate
-generate: tools ## Generate deepcopy and apply configurations from the API types.
+generate: tools ## Generate deepcopy, apply configurations and the API reference (docs/reference/api.md) from the API types.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./apis/...
 	$(CONTROLLER_GEN) applyconfiguration:headerFile=hack/boilerplate.go.txt paths=./apis/...
+	@mkdir -p docs/reference
+	$(CRD_REF_DOCS) --log-level=ERROR --renderer=markdown --config=hack/crd-ref-docs.yaml --source-path=apis/database/v1 --output-path=docs/reference/api.md
 
 .PHONY: manifests
-manifests: tools ## Generate the CRD and RBAC manifests from markers.
+manifests: tools ## Generate the CRD and RBAC manifests from markers, and the chart's README with its values table (helm-docs).
 	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=dbkeeper-manager paths=./internal/... output:rbac:artifacts:config=config/rbac
 	cp config/rbac/role.yaml $(CHART)/files/role.yaml
 	hack/chart-crds.sh config/crd/bases $(CHART)/templates/crds
+	$(HELM_DOCS) --log-level=warning --chart-search-root=config/charts --sort-values-order=file
+
+.PHONY: docs
+docs: generate manifests ## Regenerate every generated reference: the API (docs/reference/api.md, crd-ref-docs), the chart's values (its README.md, helm-docs), the manager's flags (docs/reference/manager-flags.md).
+	go test ./cmd/manager -run '^TestFlagReference$$' -count=1 -update
 
 .PHONY: fmt
 fmt: ## Format the Go code.
@@ -108,7 +117,7 @@ helm-lint: tools ## Lint the Helm chart and render it with each values file of t
 demo: host-deps tools build plugin ## Start a local cluster (a real node as root, else a fake one; NODE=real|fake|auto) with the operator and a sample Database; Ctrl-C tears it down.
 	@# the real node's images (mmdebstrap needs root; without it the demo uses the fake node)
 	@if [ "$$(id -u)" = 0 ] && [ "$(NODE)" != fake ]; then $(MAKE) --no-print-directory images; fi
-	go run ./cmd/demo --manager=bin/manager --node=$(NODE)
+	go run ./hack/demo --manager=bin/manager --node=$(NODE)
 
 .PHONY: demo-down
 demo-down: ## Tear down a demo started elsewhere (same as Ctrl-C in its terminal).
@@ -116,7 +125,7 @@ demo-down: ## Tear down a demo started elsewhere (same as Ctrl-C in its terminal
 
 .PHONY: node-down
 node-down: ## Undo what a crashed real-node cluster (test or demo) left on this machine.
-	go run ./test/framework/cluster/cmd/node-down
+	go run ./test/framework/realnode/cmd/node-down
 
 ##@ Build
 
@@ -125,8 +134,22 @@ build: ## Build the manager binary into bin/.
 	go build -o bin/manager ./cmd/manager
 
 .PHONY: plugin
-plugin: ## Build the kubectl plugin into bin/kubectl-dbkeeper (put bin/ on $PATH: kubectl dbkeeper status NAME).
+plugin: ## Build the kubectl plugin into bin/kubectl-dbkeeper (put bin/ on $PATH: kubectl dbkeeper status NAME) and its completion link bin/kubectl_complete-dbkeeper.
 	go build -o bin/kubectl-dbkeeper ./cmd/kubectl-dbkeeper
+	ln -sf kubectl-dbkeeper bin/kubectl_complete-dbkeeper
+
+# The platforms of the plugin's release archives (plugins/dbkeeper.yaml).
+PLUGIN_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+
+.PHONY: plugin-release
+plugin-release: ## Build the plugin's release archives bin/kubectl-dbkeeper_<os>_<arch>.tar.gz (reproducible) and print the sha256s plugins/dbkeeper.yaml needs.
+	@for p in $(PLUGIN_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; dir=bin/plugin-release/$${os}_$${arch}; \
+		rm -rf $$dir && mkdir -p $$dir; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags=-s -o $$dir/kubectl-dbkeeper ./cmd/kubectl-dbkeeper; \
+		tar -C $$dir --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - kubectl-dbkeeper | gzip -n -9 > bin/kubectl-dbkeeper_$${os}_$${arch}.tar.gz; \
+	done
+	@cd bin && sha256sum kubectl-dbkeeper_*.tar.gz
 
 .PHONY: run
 run: ## Run the manager against the current kubeconfig.

@@ -1,11 +1,12 @@
 // Command demo is `make demo`: it starts the local cluster of
-// test/framework/cluster (on a real node when it can: root and the packages
-// of REAL-NODE.md; else on the fake node), runs the dbkeeper manager binary
-// against it, applies config/samples, waits until the sample Database is
-// Ready, shows it, on a real node runs a client query through the
-// Database's Service and Secret and a point-in-time recovery from an S3
-// object store (pitr.go), and keeps everything running until Ctrl-C
-// (or `make demo-down`), which tears it all down.
+// test/framework/cluster (on a real node of test/framework/realnode when
+// it can: root and the packages of REAL-NODE.md; else on the fake node),
+// runs the dbkeeper manager binary against it, applies config/samples,
+// waits until the sample Database is Ready, shows it, on a real node runs
+// a client query through the Database's Service and Secret and a
+// point-in-time recovery from an S3 object store (pitr.go), and keeps
+// everything running until Ctrl-C (or `make demo-down`), which tears it
+// all down.
 package main
 
 import (
@@ -28,6 +29,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/realnode"
 )
 
 func main() {
@@ -71,11 +73,11 @@ func run() error {
 	}
 	defer os.Remove(pidFile)
 
-	opts := cluster.Options{Progress: os.Stdout, Node: kind}
+	opts := cluster.Options{Progress: os.Stdout}
 	if kind == cluster.RealNode {
 		// The manager runs on the host, but the engine pods copy the
 		// instance agent from its image (--agent-image).
-		opts.Images = []string{cluster.ImagePause, "postgres:15", "postgres:17", cluster.ImageManager}
+		opts.Node = realnode.New(realnode.Options{Images: []string{cluster.ImagePause, "postgres:15", "postgres:17", cluster.ImageManager}})
 	}
 	c, err := cluster.Start(ctx, opts)
 	if err != nil {

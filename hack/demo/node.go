@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/realnode"
 )
 
 // nodeKind turns --node into a node kind: auto is real when a real node can
@@ -22,7 +23,7 @@ func nodeKind(flag string) (cluster.NodeKind, error) {
 	case "fake":
 		return cluster.FakeNode, nil
 	case "auto":
-		if err := cluster.RealNodeSupported(); err != nil {
+		if err := realnode.Supported(); err != nil {
 			fmt.Printf("demo: using the fake node (no containers): %v\n", err)
 			return cluster.FakeNode, nil
 		}

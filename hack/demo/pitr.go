@@ -14,6 +14,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/objectstore"
+	"github.com/dbkeeper/dbkeeper/test/framework/realnode"
 )
 
 // The demo's object store: its bucket, and its Service in the cluster.
@@ -26,7 +27,7 @@ const (
 // node IP, publishes it in the cluster as Service storeService and
 // creates storeBucket. It returns the store and the endpoint pods use.
 func startObjectStore(ctx context.Context, c *cluster.Cluster) (*objectstore.Store, string, error) {
-	return objectstore.StartPublished(ctx, c.Client, cluster.NodeIP, storeService, storeBucket)
+	return objectstore.StartPublished(ctx, c.Client, realnode.NodeIP, storeService, storeBucket)
 }
 
 // ledgerYAML is a Database name archiving its WAL into the object store

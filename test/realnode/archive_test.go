@@ -18,11 +18,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 	"github.com/dbkeeper/dbkeeper/test/framework/objectstore"
+	"github.com/dbkeeper/dbkeeper/test/framework/realnode"
 )
 
 // storeBucket is the bucket of the suite's object stores.
@@ -39,7 +40,7 @@ var (
 // startObjectStore runs an object store on the node IP, publishes it in
 // the cluster as service and creates storeBucket.
 func startObjectStore(c *cluster.Cluster, service string) (*objectstore.Store, string, error) {
-	return objectstore.StartPublished(context.Background(), c.Client, cluster.NodeIP, service, storeBucket)
+	return objectstore.StartPublished(context.Background(), c.Client, realnode.NodeIP, service, storeBucket)
 }
 
 // objectStore creates, in namespace ns, the Secrets of the suite's store
@@ -55,9 +56,9 @@ func objectStore(t *testing.T, ns string) *dbv1.ObjectStoreSpec {
 func storeSpec(t *testing.T, ns string, store *objectstore.Store, endpoint string) *dbv1.ObjectStoreSpec {
 	t.Helper()
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-credentials"},
-		StringData: map[string]string{agent.AccessKeyIDFile: store.AccessKey, agent.SecretAccessKeyFile: store.SecretKey}})
+		StringData: map[string]string{agentapi.AccessKeyIDFile: store.AccessKey, agentapi.SecretAccessKeyFile: store.SecretKey}})
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-ca"},
-		StringData: map[string]string{agent.CAFile: string(store.CA)}})
+		StringData: map[string]string{agentapi.CAFile: string(store.CA)}})
 	return &dbv1.ObjectStoreSpec{Endpoint: endpoint, Bucket: storeBucket, Path: "/dbkeeper",
 		Region: objectstore.Region, URIStyle: "Path", CredentialsSecret: "s3-credentials", CASecret: "s3-ca"}
 }
@@ -200,7 +201,7 @@ func TestPointInTimeRecoveryFromTheObjectStore(t *testing.T) {
 	assert.Equal(t, dbtest.Get(t, k8s, src).Status.Backup.LastBaseBackup.Label, v.Backup)
 
 	t.Log("one file of that base backup corrupted in the store: the next verification says so")
-	prefix := strings.TrimPrefix(dbtest.Get(t, k8s, src).Status.Backup.RepositoryPath, "/") + "/backup/" + agent.Stanza + "/" + v.Backup + "/pg_data/"
+	prefix := strings.TrimPrefix(dbtest.Get(t, k8s, src).Status.Backup.RepositoryPath, "/") + "/backup/" + agentapi.Stanza + "/" + v.Backup + "/pg_data/"
 	keys, err := s3.List(context.Background(), storeBucket, prefix)
 	require.NoError(t, err)
 	var key string
@@ -252,7 +253,7 @@ func TestArchiveReasonsNameTheCause(t *testing.T) {
 	startOperator(t, ns)
 	store := objectStore(t, ns)
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrong-credentials"},
-		StringData: map[string]string{agent.AccessKeyIDFile: s3.AccessKey, agent.SecretAccessKeyFile: "not-the-secret"}})
+		StringData: map[string]string{agentapi.AccessKeyIDFile: s3.AccessKey, agentapi.SecretAccessKeyFile: "not-the-secret"}})
 	wrongKey := newDatabase(ns, "wrong-key", "15", func(d *dbv1.Database) {
 		s := *store
 		s.CredentialsSecret = "wrong-credentials"
@@ -280,7 +281,7 @@ func TestArchiveReasonsNameTheCause(t *testing.T) {
 	started := query(t, generated(wrongKey), "SELECT pg_postmaster_start_time()")
 	sec := &corev1.Secret{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "wrong-credentials"}, sec))
-	sec.Data[agent.SecretAccessKeyFile] = []byte(s3.SecretKey)
+	sec.Data[agentapi.SecretAccessKeyFile] = []byte(s3.SecretKey)
 	require.NoError(t, k8s.Update(ctx, sec))
 	dbtest.WaitCondition(t, k8s, wrongKey, dbv1.ConditionBackupReady, metav1.ConditionTrue, dbv1.ReasonArchiving, 2*timeout)
 	assert.Equal(t, started, query(t, generated(wrongKey), "SELECT pg_postmaster_start_time()"), "the server was restarted")
@@ -499,7 +500,7 @@ func TestOperatorStoppedDuringABaseBackupAndARecovery(t *testing.T) {
 
 	before := dbtest.Get(t, k8s, src).Status.Backup
 	backups := func() map[string]bool {
-		prefix := strings.TrimPrefix(before.RepositoryPath, "/") + "/backup/" + agent.Stanza + "/"
+		prefix := strings.TrimPrefix(before.RepositoryPath, "/") + "/backup/" + agentapi.Stanza + "/"
 		keys, err := s3.List(context.Background(), storeBucket, prefix)
 		require.NoError(t, err)
 		labels := map[string]bool{}

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/replication"
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 )
@@ -38,7 +38,7 @@ func (h *ha) standbySlotLost(i int) {
 	ctx := context.Background()
 	old := h.converged()
 	lagging := h.standbysOf(old)[0]
-	slot := agent.SlotName(lagging)
+	slot := agentapi.SlotName(lagging)
 	resume, err := h.inj.PauseWALReceiver(ctx, h.db.Namespace, lagging)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = resume() })

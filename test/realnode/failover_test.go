@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
@@ -677,7 +677,7 @@ func (h *ha) volumeFull(i int) {
 		assert.NotEmpty(ct, said, "no condition says the volume of %s is full: %q", old, all)
 	}, timeout, 500*time.Millisecond)
 	t.Logf("fault volume-full run %d: %s", i, said)
-	for time.Since(at) < haFailoverDelay+agent.LeaseDuration+10*time.Second {
+	for time.Since(at) < haFailoverDelay+agentapi.LeaseDuration+10*time.Second {
 		r := dbtest.Get(t, k8s, h.db).Status.Replication
 		require.Equal(t, old, r.CurrentPrimary, "no failover on a full volume")
 		require.Equal(t, old, r.TargetPrimary, "no failover on a full volume")
@@ -706,7 +706,7 @@ func (h *ha) operatorDown(i int) {
 	h.op.Stop()
 	stopped := time.Now()
 	t.Logf("fault operator-down run %d: operator stopped, primary %s", i, old)
-	time.Sleep(agent.LeaseDuration + 5*time.Second)
+	time.Sleep(agentapi.LeaseDuration + 5*time.Second)
 	longest := h.w.LongestGap(stopped)
 	assert.Less(t, longest, 2*time.Second, "the primary kept taking writes with the operator down (longest gap %s)", longest)
 	t.Logf("MEASURED operator-down run %d: longest write gap with the operator down %s", i, longest.Round(time.Millisecond))
@@ -714,7 +714,7 @@ func (h *ha) operatorDown(i int) {
 	require.NoError(t, k8s.Delete(context.Background(), getPod(t, h.db, old), client.GracePeriodSeconds(0)))
 	at := time.Now()
 	// without the operator no standby may become a primary
-	for time.Since(at) < haFailoverDelay+agent.LeaseDuration+5*time.Second {
+	for time.Since(at) < haFailoverDelay+agentapi.LeaseDuration+5*time.Second {
 		for n := range haInstances {
 			name := resources.InstanceName(h.db, n)
 			if name == old {
@@ -771,7 +771,7 @@ func (h *ha) operatorKilledMidFailover(runs int) {
 		t.Cleanup(func() { _ = thaw() })
 		at := time.Now()
 		// from before the failover delay ends to while the lease is taken over
-		delay := time.Duration(rand.Int64N(int64(haFailoverDelay + agent.LeaseDuration + 5*time.Second)))
+		delay := time.Duration(rand.Int64N(int64(haFailoverDelay + agentapi.LeaseDuration + 5*time.Second)))
 		time.Sleep(delay)
 		h.op.Stop()
 		mid := dbtest.Get(t, k8s, h.db).Status.Replication

@@ -17,6 +17,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 	"github.com/dbkeeper/dbkeeper/test/framework/faults"
+	"github.com/dbkeeper/dbkeeper/test/framework/realnode"
 )
 
 // TestFaultHelpers checks each fault of test/framework/faults on real
@@ -187,7 +188,7 @@ func TestFaultHelpers(t *testing.T) {
 func apiProbe(t *testing.T, ns string) *corev1.Pod {
 	t.Helper()
 	pod := dbtest.RestrictedPod(ns, "api-probe", local.Images["postgres:17"], []string{"/bin/bash", "-c",
-		`while true; do if timeout 2 bash -c '</dev/tcp/` + cluster.APIServiceIP + `/443' 2>/dev/null; then echo ok; else echo cut; fi; sleep 1; done`})
+		`while true; do if timeout 2 bash -c '</dev/tcp/` + realnode.APIServiceIP + `/443' 2>/dev/null; then echo ok; else echo cut; fi; sleep 1; done`})
 	create(t, pod)
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
 	require.Eventually(t, func() bool {

@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
@@ -80,7 +80,7 @@ func TestAgentFlood(t *testing.T) {
 	// what the flood sends does not depend on it
 	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, MaxIdleConnsPerHost: floodWorkers, MaxConnsPerHost: floodWorkers}}
-	paths := []string{agent.ReadyPath, agent.HealthPath, agent.StatusPath}
+	paths := []string{agentapi.ReadyPath, agentapi.HealthPath, agentapi.StatusPath}
 	var sent, failed atomic.Int64
 	codes := sync.Map{}
 	acks := w.AckCount()
@@ -93,7 +93,7 @@ func TestAgentFlood(t *testing.T) {
 				if n > floodRequests {
 					return
 				}
-				url := fmt.Sprintf("https://%s:%d%s", pod.Status.PodIP, agent.Port, paths[n%int64(len(paths))])
+				url := fmt.Sprintf("https://%s:%d%s", pod.Status.PodIP, agentapi.Port, paths[n%int64(len(paths))])
 				resp, err := httpc.Get(url)
 				if err != nil {
 					failed.Add(1)
@@ -119,8 +119,8 @@ func TestAgentFlood(t *testing.T) {
 		w.AckCount()-acks, w.LongestGap(start).Round(time.Millisecond))
 	assert.Zero(t, unready.Load(), "the pod went unready during the flood")
 	assert.Less(t, w.LongestGap(start), 3*time.Second, "the application could not write for that long during the flood")
-	assert.Zero(t, summary[agent.StatusPath+" 200"], "/status answered without a token")
-	assert.Positive(t, summary[agent.ReadyPath+" 200"], "/readyz answered")
+	assert.Zero(t, summary[agentapi.StatusPath+" 200"], "/status answered without a token")
+	assert.Positive(t, summary[agentapi.ReadyPath+" 200"], "/readyz answered")
 	missing, err := w.Missing(ctx, rw)
 	require.NoError(t, err)
 	assert.Empty(t, missing)

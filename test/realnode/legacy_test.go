@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/secret"
 	"github.com/dbkeeper/dbkeeper/internal/controller/statefulset"
@@ -137,12 +137,12 @@ func agentServesTheDatabaseCertificate(t *testing.T, db *dbv1.Database, pod *cor
 	t.Helper()
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM([]byte(secretValue(t, db.Namespace, resources.TLSSecretName(db), resources.CACertKey))))
-	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(agent.Port)))
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(agentapi.Port)))
 	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
 		&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: instance.PodHost(db, pod.Name)})
 	require.NoError(t, err, "the agent's endpoint with the Database's CA")
 	require.NoError(t, conn.Close())
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + agent.StatusPath)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + agentapi.StatusPath)
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "plain HTTP reached the agent")

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
@@ -66,7 +66,7 @@ func TestAppRoleIsNotSuperuser(t *testing.T) {
 	rw := serviceTarget(t, db, resources.ClientServiceName(db))
 	for _, login := range []struct{ user, secret, key string }{
 		{"postgres", super, "password"},
-		{engine.ReplicationUser, resources.ReplicationSecretName(db), resources.ReplicationPasswordKey},
+		{agentapi.ReplicationUser, resources.ReplicationSecretName(db), resources.ReplicationPasswordKey},
 	} {
 		byPassword := rw
 		byPassword.User, byPassword.Password, byPassword.Database = login.user, secretValue(t, ns, login.secret, login.key), "postgres"

@@ -1,5 +1,5 @@
 // Package realnode runs dbkeeper against the local cluster's real node
-// (test/framework/cluster with RealNode): a kubelet, containerd and runc run
+// (test/framework/realnode): a kubelet, containerd and runc run
 // the PostgreSQL images built by images/build.sh, CoreDNS and kube-proxy
 // route clients to them. Every test asserts a database fact (rows written
 // through the client Service are there after the pod, the operator or the
@@ -30,6 +30,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 	"github.com/dbkeeper/dbkeeper/test/framework/operator"
+	"github.com/dbkeeper/dbkeeper/test/framework/realnode"
 )
 
 const (
@@ -53,7 +54,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("skipping the real-node suite under -short: it starts a cluster with a kubelet")
 		return
 	}
-	cluster.RunTestsWith(m, "realnode", cluster.Options{Node: cluster.RealNode, LockWait: 20 * time.Minute}, func(c *cluster.Cluster) {
+	cluster.RunTestsWith(m, "realnode", cluster.Options{Node: realnode.New(realnode.Options{LockWait: 20 * time.Minute})}, func(c *cluster.Cluster) {
 		local, k8s = c, c.Client
 		var err error
 		if images, err = engine.NewCatalog("", c.EngineImages()); err != nil {

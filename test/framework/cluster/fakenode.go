@@ -18,9 +18,48 @@ const serviceRange = "10.96.0.0/16"
 //go:embed job-outcome.yaml
 var jobOutcomeStages []byte
 
+// fakeNode is the Node of kwok, the default: no containers, no root,
+// everything on 127.0.0.1.
+type fakeNode struct{}
+
+func (fakeNode) Kind() NodeKind   { return FakeNode }
+func (fakeNode) Name() string     { return NodeName }
+func (fakeNode) Supported() error { return nil }
+
+// Prepare creates the cluster directory and widens the Services' range.
+func (fakeNode) Prepare(_ context.Context, c *Cluster) (NodeSetup, error) {
+	var err error
+	if c.Dir, err = os.MkdirTemp("", "dbkeeper-cluster-"); err != nil {
+		return NodeSetup{}, fmt.Errorf("creating the cluster directory: %w", err)
+	}
+	// envtest's default range is a /24: 254 Services. The benchmark makes
+	// two Services per Database, for 1,000 Databases and their floor.
+	c.env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", serviceRange)
+	return NodeSetup{}, nil
+}
+
+// Start starts kwok and creates the Node it manages.
+func (n fakeNode) Start(ctx context.Context, c *Cluster) error {
+	if err := n.startKwok(c); err != nil {
+		return err
+	}
+	return n.createNode(ctx, c)
+}
+
+// StopPods has nothing to do: no pod runs.
+func (fakeNode) StopPods(*Cluster) error { return nil }
+
+// Stop removes the cluster directory, unless kept.
+func (fakeNode) Stop(c *Cluster) error {
+	if c.Dir != "" && !c.keep {
+		return os.RemoveAll(c.Dir)
+	}
+	return nil
+}
+
 // startKwok starts kwok with its shipped stages (pods become Ready) and
 // ours (Job pods complete, or fail when labelled so).
-func (c *Cluster) startKwok() error {
+func (fakeNode) startKwok(c *Cluster) error {
 	kc := "--kubeconfig=" + c.Kubeconfig
 	stages := []string{}
 	shipped, err := filepath.Glob(filepath.Join(c.Bin, "kwok-stages", "*.yaml"))
@@ -40,8 +79,8 @@ func (c *Cluster) startKwok() error {
 	return c.run("kwok", append([]string{kc, "--manage-all-nodes=true", "--cidr=10.244.0.0/24", "--node-ip=10.244.0.1"}, stages...)...)
 }
 
-// createFakeNode creates the Node kwok manages.
-func (c *Cluster) createFakeNode(ctx context.Context) error {
+// createNode creates the Node kwok manages.
+func (fakeNode) createNode(ctx context.Context, c *Cluster) error {
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("64"),
 		corev1.ResourceMemory: resource.MustParse("256Gi"),

@@ -1,66 +1,17 @@
 package cluster
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 )
 
-// The keys of images/build.sh's manifest.
+// The keys of images/build.sh's manifest, and of Cluster.Images.
 const (
 	// ImagePause is the pod sandbox image.
 	ImagePause = "pause"
 	// ImageManager is the dbkeeper manager's image.
 	ImageManager = "manager"
 )
-
-// image is one line of the manifest images/build.sh prints.
-type image struct{ key, ref, tarball string }
-
-// buildImages runs <root>/images/build.sh for keys (all when empty), which
-// builds what its cache lacks, and parses its manifest: one line per image,
-// "<key> <ref> <docker-archive tarball>".
-func buildImages(root string, keys []string, say func(string)) ([]image, error) {
-	script := filepath.Join(root, "images", "build.sh")
-	if _, err := os.Stat(script); err != nil {
-		return nil, fmt.Errorf("building the node's images: %w", err)
-	}
-	say("building images (cached): images/build.sh " + strings.Join(keys, " "))
-	cmd := exec.Command(script, keys...)
-	cmd.Dir = root
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("building the node's images (images/build.sh): %w:\n%s", err, tail(errb.String(), 20))
-	}
-	var images []image
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 3 {
-			continue
-		}
-		images = append(images, image{key: f[0], ref: f[1], tarball: f[2]})
-	}
-	if !hasKey(images, ImagePause) {
-		return nil, fmt.Errorf("images/build.sh printed no %q image:\n%s", ImagePause, out.String())
-	}
-	return images, nil
-}
-
-func hasKey(images []image, key string) bool {
-	for _, img := range images {
-		if img.key == key {
-			return true
-		}
-	}
-	return false
-}
 
 // EngineImageMap maps the engine keys of the manifest to their images
 // ("postgres:15" -> ref): the entries of the chart's
@@ -91,12 +42,3 @@ func (c *Cluster) EngineImages() string {
 // manifest's ImageManager), the --agent-image of an operator whose engine
 // pods run; empty on a fake node.
 func (c *Cluster) ManagerImage() string { return c.Images[ImageManager] }
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}

@@ -22,13 +22,13 @@ func RunTests(m *testing.M, suite string, use func(*Cluster)) {
 }
 
 // RunTestsWith is RunTests with a cluster started with o (its Progress goes
-// to stdout): Options{Node: RealNode, LockWait: ...} for a suite on a real
-// node, which skips the whole package, with the reason, when a real node
-// cannot run here (and fails instead when DBKEEPER_REQUIRE_REAL_NODE=1).
+// to stdout): Options{Node: realnode.New(...)} for a suite on a real node,
+// which skips the whole package, with the reason, when a real node cannot
+// run here (and fails instead when DBKEEPER_REQUIRE_REAL_NODE=1).
 func RunTestsWith(m *testing.M, suite string, o Options, use func(*Cluster)) {
 	ctrl.SetLogger(logr.Discard())
-	if o.Node == RealNode {
-		if err := RealNodeSupported(); err != nil {
+	if o.Node != nil {
+		if err := o.Node.Supported(); err != nil {
 			if os.Getenv(RequireRealNodeEnv) == "1" {
 				fmt.Fprintf(os.Stderr, "%s: "+RequireRealNodeEnv+"=1 but a real node cannot run here: %v\n", suite, err)
 				os.Exit(1)
@@ -71,21 +71,6 @@ func RunTestsWith(m *testing.M, suite string, o Options, use func(*Cluster)) {
 }
 
 // RequireRealNodeEnv set to 1 makes the real-node tests fail, instead of
-// skip, when a real node cannot run (CI sets it).
+// skip, when a real node cannot run (CI sets it): RunTestsWith, and
+// realnode.Require.
 const RequireRealNodeEnv = "DBKEEPER_REQUIRE_REAL_NODE"
-
-// RequireRealNode skips a test that needs a real node, with the reason
-// (RealNodeSupported) or because of -short; it fails the test instead when
-// RequireRealNodeEnv=1.
-func RequireRealNode(t testing.TB) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a real node; skipped under -short")
-	}
-	if err := RealNodeSupported(); err != nil {
-		if os.Getenv(RequireRealNodeEnv) == "1" {
-			t.Fatalf("%s=1 but a real node cannot run here: %v", RequireRealNodeEnv, err)
-		}
-		t.Skipf("a real node cannot run here: %v", err)
-	}
-}

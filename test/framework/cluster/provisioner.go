@@ -6,30 +6,89 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/dbkeeper/dbkeeper/internal/manager"
 )
 
 // Provisioner is the name of the local cluster's volume provisioner.
 const Provisioner = "local.e2e.dbkeeper.io"
 
+// startProvisioner runs the volume provisioner in this process until Stop.
+func (c *Cluster) startProvisioner() error {
+	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Scheme:                 manager.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Logger:                 logr.Discard(),
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the volume provisioner: %w", err)
+	}
+	p := &provisioner{client: mgr.GetClient(), dir: c.Dir}
+	if c.setup.LocalVolumes {
+		p.node, p.sized = c.NodeName, c.setup.SizedVolumes
+	}
+	if err := p.setup(mgr); err != nil {
+		return fmt.Errorf("setting up the volume provisioner: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopProvs, c.provsDone = cancel, make(chan error, 1)
+	go func() { c.provsDone <- mgr.Start(ctx) }()
+	return nil
+}
+
+// createStorageClasses creates the default StorageClass of the
+// provisioner, and on a real node the sized one.
+func (c *Cluster) createStorageClasses(ctx context.Context) error {
+	names := []string{StorageClassName}
+	if c.setup.LocalVolumes && c.setup.SizedVolumes != nil {
+		names = append(names, SizedStorageClassName)
+	}
+	for _, name := range names {
+		sc := &storagev1.StorageClass{
+			ObjectMeta:           metav1.ObjectMeta{Name: name},
+			Provisioner:          Provisioner,
+			AllowVolumeExpansion: ptr.To(name == StorageClassName),
+			VolumeBindingMode:    ptr.To(storagev1.VolumeBindingImmediate),
+			ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
+		}
+		if name == StorageClassName {
+			sc.Annotations = map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}
+		}
+		if err := c.Client.Create(ctx, sc); err != nil {
+			return fmt.Errorf("creating StorageClass %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // provisioner gives every pending claim of StorageClassName a volume of its
 // own, pre-bound to it, and deletes released volumes, which is what a CSI
 // driver's external-provisioner does. On the fake node they are hostPath
-// volumes no kubelet ever mounts. On the real node (node set) they are
-// `local` volumes with affinity to it, in a fresh directory each: the
-// kubelet applies a pod's fsGroup to local volumes, not to hostPath, and a
-// non-root PostgreSQL needs that to initdb. It reacts to watch events, so
-// a claim is bound before the scheduler places its pod.
+// volumes no kubelet ever mounts. On the real node (node set, from
+// NodeSetup.LocalVolumes) they are `local` volumes with affinity to it, in
+// a fresh directory each: the kubelet applies a pod's fsGroup to local
+// volumes, not to hostPath, and a non-root PostgreSQL needs that to
+// initdb; sized (from NodeSetup.SizedVolumes) mounts those of
+// SizedStorageClassName. It reacts to watch events, so a claim is bound
+// before the scheduler places its pod.
 type provisioner struct {
 	client client.Client
 	dir    string
 	node   string
+	sized  SizedVolumes
 }
 
 func (p *provisioner) setup(mgr ctrl.Manager) error {
@@ -50,7 +109,7 @@ func (p *provisioner) provision(ctx context.Context, req ctrl.Request) (ctrl.Res
 		return ctrl.Result{}, nil
 	}
 	class := *pvc.Spec.StorageClassName
-	if class != StorageClassName && (class != SizedStorageClassName || p.node == "") {
+	if class != StorageClassName && (class != SizedStorageClassName || p.node == "" || p.sized == nil) {
 		return ctrl.Result{}, nil
 	}
 	name := "pv-" + string(pvc.UID)
@@ -77,7 +136,7 @@ func (p *provisioner) provision(ctx context.Context, req ctrl.Request) (ctrl.Res
 		}
 		if class == SizedStorageClassName {
 			size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-			if err := mountSized(path, size.Value()); err != nil {
+			if err := p.sized.Mount(path, size.Value()); err != nil {
 				return ctrl.Result{}, fmt.Errorf("volume %s: %w", name, err)
 			}
 		}
@@ -107,8 +166,10 @@ func (p *provisioner) reclaim(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	}
 	// the directory first: a failure is retried while the volume exists
 	if pv.Spec.Local != nil {
-		if err := unmountSized(pv.Spec.Local.Path); err != nil {
-			return ctrl.Result{}, fmt.Errorf("volume %s: %w", pv.Name, err)
+		if p.sized != nil {
+			if err := p.sized.Unmount(pv.Spec.Local.Path); err != nil {
+				return ctrl.Result{}, fmt.Errorf("volume %s: %w", pv.Name, err)
+			}
 		}
 		if err := os.RemoveAll(pv.Spec.Local.Path); err != nil {
 			return ctrl.Result{}, fmt.Errorf("removing the directory of volume %s: %w", pv.Name, err)

@@ -15,13 +15,13 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/realnode"
 )
 
 // Cut is a pod cut off from the API server by an nftables table of its
 // own.
 type Cut struct {
-	// Table is the inet table's name (cluster.FaultTablePrefix...).
+	// Table is the inet table's name (realnode.FaultTablePrefix...).
 	Table string
 	// PodIP is the pod cut off; APIServer the address and port its
 	// packets to the API server are sent to after kube-proxy's DNAT.
@@ -46,7 +46,7 @@ func (i *Injector) CutFromAPIServer(ctx context.Context, podIP string) (*Cut, Un
 		return nil, nil, err
 	}
 	c := &Cut{
-		Table:     cluster.FaultTablePrefix + "_cut_" + strings.ReplaceAll(podIP, ".", "_"),
+		Table:     realnode.FaultTablePrefix + "_cut_" + strings.ReplaceAll(podIP, ".", "_"),
 		PodIP:     podIP,
 		APIServer: net.JoinHostPort(ip, strconv.Itoa(port)),
 	}

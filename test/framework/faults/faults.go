@@ -1,11 +1,11 @@
 // Package faults injects the faults of the failover tests into a real
-// node's engine pods from the host (test/framework/cluster with RealNode):
+// node's engine pods from the host (test/framework/realnode):
 // signals to the processes of a pod's engine container (found through
 // /proc, by the cgroup that names the pod and the container), an nftables
 // table that cuts a pod off from the API server, a file that fills a
 // pod's volume. Each reversible fault returns its undo; every host change
 // it makes is undone by the cluster's teardown too (a killed test leaves
-// no fault behind): fault tables carry cluster.FaultTablePrefix, filled
+// no fault behind): fault tables carry realnode.FaultTablePrefix, filled
 // volumes live under the cluster directory, and stopped processes die with
 // the node.
 //

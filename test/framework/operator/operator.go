@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent/agenttest"
 	"github.com/dbkeeper/dbkeeper/internal/controller"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
+	"github.com/dbkeeper/dbkeeper/internal/instance/agentstest"
 	"github.com/dbkeeper/dbkeeper/internal/instance/instancetest"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 	"github.com/dbkeeper/dbkeeper/internal/marker"
@@ -91,7 +91,7 @@ type Operator struct {
 	Servers *instancetest.Servers
 	// Agents are the in-memory agents of the instances, unless
 	// Options.RealInstances; shared by the operators of the test process.
-	Agents *agenttest.Agents
+	Agents *agentstest.Agents
 	stop   func()
 }
 
@@ -99,7 +99,7 @@ type Operator struct {
 // process: like the volumes they stand for, the instances' data outlives
 // an operator, so a restarted one finds the primary it left (they are
 // kept per Database UID).
-var sharedAgents = agenttest.New()
+var sharedAgents = agentstest.New()
 
 // Start runs the manager against cfg until Stop is called or the test ends.
 func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
@@ -126,7 +126,7 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 	writes := &WriteLog{}
 	var servers *instancetest.Servers
 	var instances instance.Connector
-	var fakeAgents *agenttest.Agents
+	var fakeAgents *agentstest.Agents
 	var agents instance.Agents
 	if !o.RealInstances {
 		servers = instancetest.New()

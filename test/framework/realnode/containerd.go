@@ -1,4 +1,4 @@
-package cluster
+package realnode
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 )
 
 // closedRegistry is where containerd sends every registry pull: a closed
@@ -35,14 +37,14 @@ func containerdRoot() (string, error) {
 	return filepath.Join(home, "dbkeeper", "containerd"), nil
 }
 
-func (c *Cluster) containerdSocket() string {
-	return filepath.Join(c.Dir, "containerd", "containerd.sock")
+func (n *Node) containerdSocket() string {
+	return filepath.Join(n.c.Dir, "containerd", "containerd.sock")
 }
 
 // writeContainerdConfig writes containerd's config, the registry blocks and
 // the CNI configuration.
-func (c *Cluster) writeContainerdConfig(root, pauseImage string) error {
-	dir := filepath.Join(c.Dir, "containerd")
+func (n *Node) writeContainerdConfig(root, pauseImage string) error {
+	dir := filepath.Join(n.c.Dir, "containerd")
 	for _, reg := range blockedRegistries {
 		d := filepath.Join(dir, "certs.d", reg)
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -52,7 +54,7 @@ func (c *Cluster) writeContainerdConfig(root, pauseImage string) error {
 			return fmt.Errorf("writing containerd's registry config: %w", err)
 		}
 	}
-	sock := c.containerdSocket()
+	sock := n.containerdSocket()
 	config := fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -89,7 +91,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %q
 `, root, filepath.Join(dir, "state"), sock, sock+".ttrpc", pauseImage,
-		cniBinDir(), filepath.Join(c.Dir, "cni", "net.d"), filepath.Join(dir, "certs.d"))
+		cniBinDir(), filepath.Join(n.c.Dir, "cni", "net.d"), filepath.Join(dir, "certs.d"))
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o644); err != nil {
 		return fmt.Errorf("writing containerd's config: %w", err)
 	}
@@ -114,54 +116,52 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     }
   }]
 }
-`, Bridge, filepath.Join(c.Dir, "cni", "ipam"), podSubnet, podRangeFrom, podRangeTo, NodeIP, containedRange)
-	if err := os.MkdirAll(filepath.Join(c.Dir, "cni", "net.d"), 0o755); err != nil {
+`, Bridge, filepath.Join(n.c.Dir, "cni", "ipam"), podSubnet, podRangeFrom, podRangeTo, NodeIP, containedRange)
+	if err := os.MkdirAll(filepath.Join(n.c.Dir, "cni", "net.d"), 0o755); err != nil {
 		return fmt.Errorf("writing the CNI config: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(c.Dir, "cni", "net.d", "10-dbkeeper.conflist"), []byte(cni), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(n.c.Dir, "cni", "net.d", "10-dbkeeper.conflist"), []byte(cni), 0o644); err != nil {
 		return fmt.Errorf("writing the CNI config: %w", err)
 	}
 	return nil
 }
 
 // startContainerd starts containerd and waits until it answers.
-func (c *Cluster) startContainerd(ctx context.Context, root, pauseImage string) error {
+func (n *Node) startContainerd(ctx context.Context, root, pauseImage string) error {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return fmt.Errorf("creating containerd's root: %w", err)
 	}
-	if err := c.writeContainerdConfig(root, pauseImage); err != nil {
+	if err := n.writeContainerdConfig(root, pauseImage); err != nil {
 		return err
 	}
-	if err := c.start("containerd", "containerd", "--config", filepath.Join(c.Dir, "containerd", "config.toml")); err != nil {
+	if err := n.start("containerd", "containerd", "--config", filepath.Join(n.c.Dir, "containerd", "config.toml")); err != nil {
 		return err
 	}
-	return c.poll(ctx, 30*time.Second, "containerd", func() bool {
-		_, err := c.ctr("version")
+	return n.c.Poll(ctx, 30*time.Second, "containerd", func() bool {
+		_, err := n.ctr("version")
 		return err == nil
 	})
 }
 
 // ctr runs containerd's own client in the CRI namespace.
-func (c *Cluster) ctr(args ...string) (string, error) {
-	return host("", "ctr", append([]string{"--address", c.containerdSocket(), "--namespace", "k8s.io"}, args...)...)
+func (n *Node) ctr(args ...string) (string, error) {
+	return host("", "ctr", append([]string{"--address", n.containerdSocket(), "--namespace", "k8s.io"}, args...)...)
 }
 
 // ImportImage imports a docker-archive tarball into the real node's
 // containerd, in the namespace the kubelet uses, unless it holds ref
 // already (for a reference whose tag names its content, such as a cache
-// key); it reports whether it imported.
-func (c *Cluster) ImportImage(ref, tarball string) (bool, error) {
-	if c.Node != RealNode {
-		return false, fmt.Errorf("importing %s: images are imported into a real node, not a %s one", ref, c.Node)
-	}
-	listed, err := c.ctr("images", "ls", "-q", "name=="+ref)
+// key); it reports whether it imported. It is cluster.Cluster's
+// ImportImage (cluster.ImageImporter).
+func (n *Node) ImportImage(ref, tarball string) (bool, error) {
+	listed, err := n.ctr("images", "ls", "-q", "name=="+ref)
 	if err != nil {
 		return false, fmt.Errorf("listing images: %w", err)
 	}
 	if strings.TrimSpace(listed) != "" {
 		return false, nil
 	}
-	if _, err := c.ctr("images", "import", tarball); err != nil {
+	if _, err := n.ctr("images", "import", tarball); err != nil {
 		return false, fmt.Errorf("importing %s: %w", tarball, err)
 	}
 	return true, nil
@@ -171,24 +171,24 @@ func (c *Cluster) ImportImage(ref, tarball string) (bool, error) {
 // holds that image from the same tarball (a stamp file per tarball in the
 // root: importing the PostgreSQL images again takes seconds), and pins the
 // pause image so that the kubelet never collects it.
-func (c *Cluster) importImages(root string, images []image) error {
+func (n *Node) importImages(root string, images []image) error {
 	for _, img := range images {
 		stamp := filepath.Join(root, "imported-"+filepath.Base(img.tarball))
-		listed, err := c.ctr("images", "ls", "-q", "name=="+img.ref)
+		listed, err := n.ctr("images", "ls", "-q", "name=="+img.ref)
 		if err != nil {
 			return fmt.Errorf("listing images: %w", err)
 		}
 		if _, err := os.Stat(stamp); err != nil || strings.TrimSpace(listed) == "" {
-			c.say("importing image " + img.ref)
-			if _, err := c.ctr("images", "import", img.tarball); err != nil {
+			n.c.Say("importing image " + img.ref)
+			if _, err := n.ctr("images", "import", img.tarball); err != nil {
 				return fmt.Errorf("importing %s: %w", img.tarball, err)
 			}
 			if err := os.WriteFile(stamp, nil, 0o644); err != nil {
 				return fmt.Errorf("stamping the import of %s: %w", img.ref, err)
 			}
 		}
-		if img.key == "pause" {
-			if _, err := c.ctr("images", "label", img.ref, "io.cri-containerd.pinned=pinned"); err != nil {
+		if img.key == cluster.ImagePause {
+			if _, err := n.ctr("images", "label", img.ref, "io.cri-containerd.pinned=pinned"); err != nil {
 				return fmt.Errorf("pinning %s: %w", img.ref, err)
 			}
 		}
@@ -201,19 +201,19 @@ func (c *Cluster) importImages(root string, images []image) error {
 // releases the addresses, containerd forgets the containers). At start it
 // clears what a killed run left in the cached store; at stop, this run's
 // pods, before containerd stops.
-func (c *Cluster) removeSandboxes() error {
-	crictl := []string{"--runtime-endpoint", "unix://" + c.containerdSocket(), "--timeout", "60s"}
-	out, err := host("", filepath.Join(c.Bin, "crictl"), append(crictl, "pods", "--quiet")...)
+func (n *Node) removeSandboxes() error {
+	crictl := []string{"--runtime-endpoint", "unix://" + n.containerdSocket(), "--timeout", "60s"}
+	out, err := host("", filepath.Join(n.c.Bin, "crictl"), append(crictl, "pods", "--quiet")...)
 	if err != nil {
 		return fmt.Errorf("listing pod sandboxes: %w", err)
 	}
-	n := len(strings.Fields(out))
-	if n == 0 {
+	count := len(strings.Fields(out))
+	if count == 0 {
 		return nil
 	}
-	if _, err := host("", filepath.Join(c.Bin, "crictl"), append(crictl, "rmp", "--all", "--force")...); err != nil {
+	if _, err := host("", filepath.Join(n.c.Bin, "crictl"), append(crictl, "rmp", "--all", "--force")...); err != nil {
 		return fmt.Errorf("removing pod sandboxes: %w", err)
 	}
-	c.say(fmt.Sprintf("removed %d pod sandboxes", n))
+	n.c.Say(fmt.Sprintf("removed %d pod sandboxes", count))
 	return nil
 }

@@ -1,4 +1,4 @@
-package cluster
+package realnode
 
 import (
 	"context"
@@ -36,12 +36,12 @@ func corefile(kubeconfig string) string {
 
 // startDNS starts CoreDNS on the node IP and creates the kube-dns Service
 // with an EndpointSlice pointing at it.
-func (c *Cluster) startDNS(ctx context.Context, kubeconfig string) error {
-	path := filepath.Join(c.Dir, "Corefile")
+func (n *Node) startDNS(ctx context.Context, kubeconfig string) error {
+	path := filepath.Join(n.c.Dir, "Corefile")
 	if err := os.WriteFile(path, []byte(corefile(kubeconfig)), 0o644); err != nil {
 		return fmt.Errorf("writing the Corefile: %w", err)
 	}
-	if err := c.start("coredns", filepath.Join(c.Bin, "coredns"), "-conf", path); err != nil {
+	if err := n.start("coredns", filepath.Join(n.c.Bin, "coredns"), "-conf", path); err != nil {
 		return err
 	}
 	labels := map[string]string{"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}
@@ -55,7 +55,7 @@ func (c *Cluster) startDNS(ctx context.Context, kubeconfig string) error {
 			},
 		},
 	}
-	if err := c.Client.Create(ctx, svc); err != nil {
+	if err := n.c.Client.Create(ctx, svc); err != nil {
 		return fmt.Errorf("creating Service kube-system/kube-dns: %w", err)
 	}
 	slice := &discoveryv1.EndpointSlice{
@@ -66,14 +66,14 @@ func (c *Cluster) startDNS(ctx context.Context, kubeconfig string) error {
 		Endpoints: []discoveryv1.Endpoint{{
 			Addresses:  []string{NodeIP},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
-			NodeName:   ptr.To(RealNodeName),
+			NodeName:   ptr.To(NodeName),
 		}},
 		Ports: []discoveryv1.EndpointPort{
 			{Name: ptr.To("dns"), Port: ptr.To[int32](53), Protocol: ptr.To(corev1.ProtocolUDP)},
 			{Name: ptr.To("dns-tcp"), Port: ptr.To[int32](53), Protocol: ptr.To(corev1.ProtocolTCP)},
 		},
 	}
-	if err := c.Client.Create(ctx, slice); err != nil {
+	if err := n.c.Client.Create(ctx, slice); err != nil {
 		return fmt.Errorf("creating the EndpointSlice of kube-dns: %w", err)
 	}
 	return nil

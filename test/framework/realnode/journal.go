@@ -1,4 +1,4 @@
-package cluster
+package realnode
 
 import (
 	"encoding/json"
@@ -23,7 +23,7 @@ const (
 // journal records every change a real node makes to the host, each before
 // it is made, so that teardown can undo exactly those: after Stop, after a
 // failed Start, and after a crash of the owner (the next Start, or
-// CleanupRealNode, finds the journal of a dead owner and undoes it).
+// Cleanup, finds the journal of a dead owner and undoes it).
 type journal struct {
 	// Owner is the pid of the process that started the node.
 	Owner int `json:"owner"`
@@ -155,7 +155,7 @@ func acquireLock(wait time.Duration, say func(string)) (*nodeLock, error) {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("another real-node cluster is running on this machine (pid %s, %s): "+
 				"stop it (Ctrl-C, make demo-down, or kill %s), or run `make node-down` if it is stuck; "+
-				"Options.LockWait makes Start wait for it", owner, lockPath, owner)
+				"realnode.Options.LockWait makes cluster.Start wait for it", owner, lockPath, owner)
 		}
 		if !announced {
 			say(fmt.Sprintf("waiting up to %s for the real node of pid %s to stop", wait.Round(time.Second), owner))

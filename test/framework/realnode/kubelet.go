@@ -1,4 +1,4 @@
-package cluster
+package realnode
 
 import (
 	"fmt"
@@ -6,15 +6,15 @@ import (
 	"path/filepath"
 )
 
-// RealNodeName is the real node's name.
-const RealNodeName = "dbkeeper-node-0"
+// NodeName is the real node's name.
+const NodeName = "dbkeeper-node-0"
 
 // kubeletConfig is the KubeletConfiguration of the real node. Two settings
 // are for these VMs (REAL-NODE.md): cgroup v1 (failCgroupV1: false with the
 // cgroupfs driver) and no CAP_SYS_RESOURCE (oomScoreAdj 0). syncFrequency
 // is 10 s (default 1 min) so that a renewed certificate's Secret reaches
 // the mounted files within seconds (the TLS renewal test).
-func (c *Cluster) kubeletConfig(pki string) string {
+func (n *Node) kubeletConfig(pki string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -51,30 +51,30 @@ protectKernelDefaults: false
 # mounted Secrets follow their Secret on each pod sync: 10 s instead of a
 # minute, so a renewed certificate reaches the server quickly in tests
 syncFrequency: 10s
-`, c.containerdSocket(), NodeIP, pki, clusterDomain, DNSServiceIP, c.Dir)
+`, n.containerdSocket(), NodeIP, pki, clusterDomain, DNSServiceIP, n.c.Dir)
 }
 
 // startKubelet writes the kubelet's configuration and starts it.
-func (c *Cluster) startKubelet(pki, kubeconfig string) error {
+func (n *Node) startKubelet(pki, kubeconfig string) error {
 	for _, d := range []string{"pod-logs", "kubelet-plugins", "kubelet"} {
-		if err := os.MkdirAll(filepath.Join(c.Dir, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(n.c.Dir, d), 0o755); err != nil {
 			return fmt.Errorf("creating the kubelet's directories: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(c.Dir, "resolv.conf"), []byte("search "+clusterDomain+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(n.c.Dir, "resolv.conf"), []byte("search "+clusterDomain+"\n"), 0o644); err != nil {
 		return fmt.Errorf("writing the kubelet's resolv.conf: %w", err)
 	}
-	config := filepath.Join(c.Dir, "kubelet.yaml")
-	if err := os.WriteFile(config, []byte(c.kubeletConfig(pki)), 0o644); err != nil {
+	config := filepath.Join(n.c.Dir, "kubelet.yaml")
+	if err := os.WriteFile(config, []byte(n.kubeletConfig(pki)), 0o644); err != nil {
 		return fmt.Errorf("writing the kubelet's config: %w", err)
 	}
-	return c.start("kubelet", filepath.Join(c.Bin, "kubelet"), "--config="+config, "--kubeconfig="+kubeconfig,
-		"--root-dir="+filepath.Join(c.Dir, "kubelet"), "--node-ip="+NodeIP, "--hostname-override="+RealNodeName, "--v=1")
+	return n.start("kubelet", filepath.Join(n.c.Bin, "kubelet"), "--config="+config, "--kubeconfig="+kubeconfig,
+		"--root-dir="+filepath.Join(n.c.Dir, "kubelet"), "--node-ip="+NodeIP, "--hostname-override="+NodeName, "--v=1")
 }
 
 // startKubeProxy starts kube-proxy in nftables mode; it leaves the host's
 // conntrack settings alone and serves NodePorts on the pods' subnet only.
-func (c *Cluster) startKubeProxy(kubeconfig string) error {
+func (n *Node) startKubeProxy(kubeconfig string) error {
 	config := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: %s}
@@ -86,10 +86,10 @@ nodePortAddresses: [%q]
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
-`, kubeconfig, RealNodeName, clusterCIDR, podSubnet)
-	path := filepath.Join(c.Dir, "kube-proxy.yaml")
+`, kubeconfig, NodeName, clusterCIDR, podSubnet)
+	path := filepath.Join(n.c.Dir, "kube-proxy.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return fmt.Errorf("writing kube-proxy's config: %w", err)
 	}
-	return c.start("kube-proxy", filepath.Join(c.Bin, "kube-proxy"), "--config="+path, "--v=1")
+	return n.start("kube-proxy", filepath.Join(n.c.Bin, "kube-proxy"), "--config="+path, "--v=1")
 }

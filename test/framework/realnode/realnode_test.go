@@ -1,4 +1,4 @@
-package cluster
+package realnode
 
 import (
 	"bufio"
@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 )
 
 // TestMain undoes this process's real node when the tests are interrupted
@@ -44,10 +46,19 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// realOptions are the options of the tests' real nodes: they wait for each
-// other (and for other packages' real nodes) instead of failing.
-func realOptions(t *testing.T) Options {
-	return Options{Progress: testWriter{t}, Node: RealNode, LockWait: 10 * time.Minute, Images: []string{ImagePause}}
+// realOptions are the options of the tests' real nodes, with the pause
+// image and images: they wait for each other (and for other packages' real
+// nodes) instead of failing.
+func realOptions(t *testing.T, images ...string) cluster.Options {
+	node := New(Options{LockWait: 10 * time.Minute, Images: append([]string{cluster.ImagePause}, images...)})
+	return cluster.Options{Progress: testWriter{t}, Node: node}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
 }
 
 // hostState is what a real node may change on the host.
@@ -134,10 +145,10 @@ func assertNothingLeftLocked(t *testing.T, before hostState, dir string) {
 // processes listen on in the host's network namespace is bound to loopback
 // or the node IP, and that the guard table forwarded nothing off the
 // bridge.
-func assertContained(t *testing.T, c *Cluster) {
+func assertContained(t *testing.T, c *cluster.Cluster, n *Node) {
 	t.Helper()
 	ours := map[int]bool{}
-	for _, pid := range c.journal.Pids {
+	for _, pid := range n.journal.Pids {
 		ours[pid] = true
 	}
 	for _, pid := range processesReferring(c.Dir + "/") {
@@ -171,18 +182,18 @@ func assertContained(t *testing.T, c *Cluster) {
 }
 
 // sleeper is a pod of the pause image: it runs until deleted.
-func sleeper(c *Cluster) *corev1.Pod {
+func sleeper(c *cluster.Cluster) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sleeper"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "pause", Image: c.Images[ImagePause], ImagePullPolicy: corev1.PullNever,
+			Name: "pause", Image: c.Images[cluster.ImagePause], ImagePullPolicy: corev1.PullNever,
 		}}},
 	}
 }
 
 // waitRunning waits for the pod to run with an address from the pods'
 // range, and returns it.
-func waitRunning(t *testing.T, c *Cluster, pod *corev1.Pod) *corev1.Pod {
+func waitRunning(t *testing.T, c *cluster.Cluster, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	got := &corev1.Pod{}
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -193,17 +204,18 @@ func waitRunning(t *testing.T, c *Cluster, pod *corev1.Pod) *corev1.Pod {
 	return got
 }
 
-func tailLog(c *Cluster, name string) string { return tail(c.Log(name), 30) }
+func tailLog(c *cluster.Cluster, name string) string { return tail(c.Log(name), 30) }
 
 // TestRealNode starts a real node, runs a pod on it, reads its log through
 // the API server (the kubelet's client certificate), stops, and checks that
 // nothing is left on the host.
 func TestRealNode(t *testing.T) {
-	RequireRealNode(t)
+	Require(t)
 	ctx := context.Background()
 	before := baseline(t)
 	started := time.Now()
-	c, err := Start(ctx, realOptions(t))
+	o := realOptions(t)
+	c, err := cluster.Start(ctx, o)
 	require.NoError(t, err)
 	t.Logf("node Ready in %s", time.Since(started).Round(100*time.Millisecond))
 	dir := c.Dir
@@ -213,8 +225,8 @@ func TestRealNode(t *testing.T) {
 			assert.NoError(t, c.Stop())
 		}
 	})
-	assert.Equal(t, RealNode, c.Node)
-	assert.Equal(t, RealNodeName, c.NodeName)
+	assert.Equal(t, cluster.RealNode, c.Node)
+	assert.Equal(t, NodeName, c.NodeName)
 
 	pod := sleeper(c)
 	require.NoError(t, c.Client.Create(ctx, pod))
@@ -224,14 +236,14 @@ func TestRealNode(t *testing.T) {
 	fwd, err := readSysctl("net.ipv4.conf." + Bridge + ".forwarding")
 	assert.NoError(t, err)
 	assert.Equal(t, "1", fwd, "forwarding on the bridge")
-	assertContained(t, c)
+	assertContained(t, c, o.Node.(*Node))
 	cs, err := kubernetes.NewForConfig(c.Config)
 	require.NoError(t, err)
 	_, err = cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	assert.NoError(t, err, "kubectl logs through the API server")
 
 	// A second real node waits for the lock, then refuses.
-	_, err = Start(ctx, Options{Node: RealNode, LockWait: 300 * time.Millisecond})
+	_, err = cluster.Start(ctx, cluster.Options{Node: New(Options{LockWait: 300 * time.Millisecond})})
 	assert.ErrorContains(t, err, fmt.Sprintf("pid %d", os.Getpid()))
 
 	stopped = true
@@ -277,12 +289,12 @@ func crashChild(t *testing.T) string {
 }
 
 // TestRealNodeCrash kills a real node's owner once a pod runs, and checks
-// that CleanupRealNode (make node-down) leaves nothing.
+// that Cleanup (make node-down) leaves nothing.
 func TestRealNodeCrash(t *testing.T) {
-	RequireRealNode(t)
+	Require(t)
 	before := baseline(t)
 	dir := crashChild(t)
-	require.NoError(t, CleanupRealNode())
+	require.NoError(t, Cleanup())
 	assertNothingLeft(t, before, dir)
 }
 
@@ -290,10 +302,10 @@ func TestRealNodeCrash(t *testing.T) {
 // checks that the next Start cleans up after it, runs a pod, and that its
 // Stop leaves nothing of either.
 func TestRealNodeCrashThenStart(t *testing.T) {
-	RequireRealNode(t)
+	Require(t)
 	before := baseline(t)
 	dead := crashChild(t)
-	c, err := Start(context.Background(), realOptions(t))
+	c, err := cluster.Start(context.Background(), realOptions(t))
 	require.NoError(t, err)
 	assert.NoDirExists(t, dead, "Start left the dead node's directory")
 	dir := c.Dir
@@ -309,11 +321,11 @@ func TestRealNodeCrashThenStart(t *testing.T) {
 // the host baseline, so the next Start's undoing of it read as "nftables
 // tables differ". The baseline is now taken without any node.
 func TestRealNodeBaselineAfterACrash(t *testing.T) {
-	RequireRealNode(t)
+	Require(t)
 	dead := crashChild(t)
 	before := baseline(t)
 	assert.NoDirExists(t, dead, "the baseline left the dead node's directory")
-	c, err := Start(context.Background(), realOptions(t))
+	c, err := cluster.Start(context.Background(), realOptions(t))
 	require.NoError(t, err)
 	dir := c.Dir
 	require.NoError(t, c.Stop())
@@ -326,7 +338,7 @@ func TestRealNodeCrashChild(t *testing.T) {
 	if os.Getenv(crashChildEnv) != "1" {
 		t.Skip("the child of TestRealNodeCrash")
 	}
-	c, err := Start(context.Background(), realOptions(t))
+	c, err := cluster.Start(context.Background(), realOptions(t))
 	require.NoError(t, err)
 	pod := sleeper(c)
 	require.NoError(t, c.Client.Create(context.Background(), pod))
@@ -346,11 +358,9 @@ func TestRealNodeCrashChild(t *testing.T) {
 // through the kubernetes Service with their ServiceAccount token, its TLS
 // verified against the root CA (kubectl from the host, in-cluster config).
 func TestRealNodeNetwork(t *testing.T) {
-	RequireRealNode(t)
+	Require(t)
 	ctx := context.Background()
-	o := realOptions(t)
-	o.Images = []string{ImagePause, "postgres:17"}
-	c, err := Start(ctx, o)
+	c, err := cluster.Start(ctx, realOptions(t, "postgres:17"))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, c.Stop()) })
 
@@ -396,9 +406,9 @@ HOME=/tmp /host/` + filepath.Base(kubectl) + ` auth whoami -o jsonpath='{.status
 // to retry), and the kubelet applies the pod's fsGroup to it, which a
 // non-root PostgreSQL needs to initdb.
 func TestRealNodeVolume(t *testing.T) {
-	RequireRealNode(t)
+	Require(t)
 	ctx := context.Background()
-	c, err := Start(ctx, realOptions(t))
+	c, err := cluster.Start(ctx, realOptions(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, c.Stop()) })
 
@@ -461,15 +471,15 @@ func TestRealNodeVolume(t *testing.T) {
 	assert.Empty(t, mountsUnder(path), "mounts left at %s", path)
 }
 
-// sizedVolume creates a claim of SizedStorageClassName in namespace
+// sizedVolume creates a claim of cluster.SizedStorageClassName in namespace
 // default and returns its volume's directory once bound.
-func sizedVolume(t *testing.T, c *Cluster, name, size string) string {
+func sizedVolume(t *testing.T, c *cluster.Cluster, name, size string) string {
 	t.Helper()
 	ctx := context.Background()
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
 		Spec: corev1.PersistentVolumeClaimSpec{
-			StorageClassName: ptr.To(SizedStorageClassName),
+			StorageClassName: ptr.To(cluster.SizedStorageClassName),
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
 		},
@@ -485,7 +495,7 @@ func sizedVolume(t *testing.T, c *Cluster, name, size string) string {
 }
 
 // describeVolume says what a PersistentVolume is now, for a failure.
-func describeVolume(c *Cluster, name string) string {
+func describeVolume(c *cluster.Cluster, name string) string {
 	pv := &corev1.PersistentVolume{}
 	if err := c.Client.Get(context.Background(), client.ObjectKey{Name: name}, pv); err != nil {
 		return err.Error()

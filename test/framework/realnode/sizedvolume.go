@@ -1,4 +1,4 @@
-package cluster
+package realnode
 
 import (
 	"errors"
@@ -8,10 +8,14 @@ import (
 	"syscall"
 )
 
-// mountSized mounts a tmpfs of size bytes on path, the directory of a
-// volume of SizedStorageClassName. It lives under the cluster directory,
-// so teardown unmounts it even after a crash (unmountUnder).
-func mountSized(path string, size int64) error {
+// sizedVolumes gives each volume of cluster.SizedStorageClassName a tmpfs
+// of its claim's size (cluster.SizedVolumes).
+type sizedVolumes struct{}
+
+// Mount mounts a tmpfs of size bytes on path, the directory of a volume of
+// SizedStorageClassName. It lives under the cluster directory, so teardown
+// unmounts it even after a crash (unmountUnder).
+func (sizedVolumes) Mount(path string, size int64) error {
 	if size <= 0 {
 		return errors.New("a sized volume needs a storage request")
 	}
@@ -21,8 +25,8 @@ func mountSized(path string, size int64) error {
 	return nil
 }
 
-// unmountSized unmounts a sized volume's tmpfs, if path is one.
-func unmountSized(path string) error {
+// Unmount unmounts a sized volume's tmpfs, if path is one.
+func (sizedVolumes) Unmount(path string) error {
 	if len(mountsUnder(path)) == 0 {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package cluster
+package realnode
 
 import (
 	"errors"
@@ -7,19 +7,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"testing"
 
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
-// RealNodePackages are the Debian packages a real node needs.
-var RealNodePackages = []string{"containerd", "runc", "containernetworking-plugins", "nftables", "iptables", "conntrack", "mmdebstrap", "umoci", "skopeo"}
+// Packages are the Debian packages a real node needs.
+var Packages = []string{"containerd", "runc", "containernetworking-plugins", "nftables", "iptables", "conntrack", "mmdebstrap", "umoci", "skopeo"}
 
-// RealNodeSupported tells why a real node cannot run on this machine, or
+// Supported tells why a real node cannot run on this machine, or
 // returns nil: it needs root, the packages' commands and CNI plugins, the
 // kubelet, kube-proxy, CoreDNS and crictl built by test/tools/install.sh, nftables,
 // and the power to create a bridge (it creates and deletes a probe bridge,
 // unless the node's own bridge exists).
-func RealNodeSupported() error {
+func Supported() error {
 	if os.Geteuid() != 0 {
 		return errors.New("a real node needs root (bridge, nftables, mounts, containerd)")
 	}
@@ -35,7 +37,7 @@ func RealNodeSupported() error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("missing %v: install the Debian packages %v", missing, RealNodePackages)
+		return fmt.Errorf("missing %v: install the Debian packages %v", missing, Packages)
 	}
 	bin, err := envtest.AssetsDir()
 	if err != nil {
@@ -77,4 +79,20 @@ func cniBinDir() string {
 		}
 	}
 	return "/usr/lib/cni"
+}
+
+// Require skips a test that needs a real node, with the reason (Supported)
+// or because of -short; it fails the test instead when
+// cluster.RequireRealNodeEnv=1.
+func Require(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a real node; skipped under -short")
+	}
+	if err := Supported(); err != nil {
+		if os.Getenv(cluster.RequireRealNodeEnv) == "1" {
+			t.Fatalf("%s=1 but a real node cannot run here: %v", cluster.RequireRealNodeEnv, err)
+		}
+		t.Skipf("a real node cannot run here: %v", err)
+	}
 }

@@ -1,4 +1,4 @@
-package cluster
+package realnode
 
 import (
 	"errors"
@@ -11,14 +11,14 @@ import (
 	"time"
 )
 
-// CleanupRealNode undoes what a real node left on this machine after its
+// Cleanup undoes what a real node left on this machine after its
 // owner died (a crashed test, a killed demo): it takes the node lock, and if
 // a journal is there, stops the processes it names (and any whose command
 // line refers to the node's directory, such as containerd's shims, and the
 // pods' processes in the kubepods cgroups), unmounts, deletes the bridge and
 // the nftables tables, restores the sysctls and removes the directories,
 // printing each thing it cleans. It refuses while a live node holds the lock.
-func CleanupRealNode() error {
+func Cleanup() error {
 	if _, err := os.Stat(journalPath); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

@@ -1,5 +1,5 @@
 // Command coredns is CoreDNS with only the plugins the real node's Corefile
-// uses (test/framework/cluster/dns.go): bind, errors, cache and kubernetes.
+// uses (test/framework/realnode/dns.go): bind, errors, cache and kubernetes.
 // CoreDNS's own main links every plugin, with the cloud SDKs of route53,
 // azure and clouddns; on a fresh 2-core machine that build took 7.5 min of
 // the CI run's tool build, this one a fraction of it.

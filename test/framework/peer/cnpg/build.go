@@ -1,6 +1,6 @@
 // Package cnpg runs CloudNativePG, the operator users most often pick
 // instead of dbkeeper, as a benchmark peer on the local cluster's real node
-// (test/framework/cluster with RealNode): Build makes its operator image
+// (test/framework/realnode): Build makes its operator image
 // from the Go module proxy, Install imports it and applies its release
 // manifest, and a Cluster is created and watched as an unstructured object.
 //

@@ -1,5 +1,5 @@
 // Command node-down is `make node-down`: it undoes what a real node of
-// test/framework/cluster left on this machine after its owner died (a
+// test/framework/realnode left on this machine after its owner died (a
 // killed test or demo): processes, mounts, cgroups, the bridge, nftables
 // tables, sysctls and directories, as the node's journal records them. It
 // refuses while a live node holds the lock, and does nothing when there is
@@ -10,11 +10,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/realnode"
 )
 
 func main() {
-	if err := cluster.CleanupRealNode(); err != nil {
+	if err := realnode.Cleanup(); err != nil {
 		fmt.Fprintln(os.Stderr, "node-down:", err)
 		os.Exit(1)
 	}
