@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/reposerver"
 )
@@ -37,7 +38,7 @@ func subcommand(args []string) (ok bool, err error) {
 		return true, runAgent(args[1:])
 	case reposerver.Command:
 		return true, runTool(reposerver.Main, args[1:])
-	case agent.VerifyCommand:
+	case agentapi.VerifyCommand:
 		return true, runTool(agent.VerifyMain, args[1:])
 	}
 	return false, nil

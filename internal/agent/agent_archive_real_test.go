@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/test/framework/objectstore"
 )
 
@@ -44,9 +44,9 @@ func newArchiveFixture(t *testing.T, c *cluster) *archiveFixture {
 		require.NoError(t, os.WriteFile(p, []byte(v), 0o400))
 		require.NoError(t, os.Chown(p, c.uid, c.gid))
 	}
-	write(f.credentials, agent.AccessKeyIDFile, store.AccessKey)
-	write(f.credentials, agent.SecretAccessKeyFile, store.SecretKey)
-	write(f.ca, agent.CAFile, string(store.CA))
+	write(f.credentials, agentapi.AccessKeyIDFile, store.AccessKey)
+	write(f.credentials, agentapi.SecretAccessKeyFile, store.SecretKey)
+	write(f.ca, agentapi.CAFile, string(store.CA))
 	return f
 }
 
@@ -58,31 +58,31 @@ func (f *archiveFixture) endpoint() string {
 }
 
 // repository is the Repository of path as a pod's agent gets it.
-func (f *archiveFixture) repository(path string) agent.Repository {
-	return agent.Repository{Endpoint: f.endpoint(), Bucket: f.bucket, Path: path, URIStyle: "path",
+func (f *archiveFixture) repository(path string) agentapi.Repository {
+	return agentapi.Repository{Endpoint: f.endpoint(), Bucket: f.bucket, Path: path, URIStyle: "path",
 		CredentialsDir: f.credentials, CADir: f.ca, RecoveryWindow: 7 * 24 * time.Hour, ArchiveTimeout: time.Minute}
 }
 
 func (f *archiveFixture) env(t *testing.T, path string) string {
 	raw, err := json.Marshal(f.repository(path))
 	require.NoError(t, err)
-	return agent.EnvRepository + "=" + string(raw)
+	return agentapi.EnvRepository + "=" + string(raw)
 }
 
 // recoverySource is a restore's source, the repository of path with its
 // secrets in the request (as the operator passes them), and its target.
-func (f *archiveFixture) recoverySource(path string, target agent.RecoveryTarget) *agent.RecoverySource {
+func (f *archiveFixture) recoverySource(path string, target agentapi.RecoveryTarget) *agentapi.RecoverySource {
 	src := f.repository(path)
 	src.CredentialsDir, src.CADir = "", ""
-	src.Secrets = &agent.RepositorySecrets{AccessKeyID: f.store.AccessKey, SecretAccessKey: f.store.SecretKey, CA: string(f.store.CA)}
-	return &agent.RecoverySource{Repository: src, Target: target}
+	src.Secrets = &agentapi.RepositorySecrets{AccessKeyID: f.store.AccessKey, SecretAccessKey: f.store.SecretKey, CA: string(f.store.CA)}
+	return &agentapi.RecoverySource{Repository: src, Target: target}
 }
 
 // waitBaseBackups waits until in's repository holds n base backups, the
 // last run finished without an error, and returns that status.
-func (c *cluster) waitBaseBackups(in *instance, n int) agent.Status {
+func (c *cluster) waitBaseBackups(in *instance, n int) agentapi.Status {
 	c.t.Helper()
-	s := c.waitStatus(in, 3*time.Minute, "the base backup finished", func(s agent.Status) bool {
+	s := c.waitStatus(in, 3*time.Minute, "the base backup finished", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.Run != nil && s.Archive.Run.Finished != nil && len(s.Archive.Backups) == n
 	})
 	require.Empty(c.t, s.Archive.Run.Error)
@@ -107,10 +107,10 @@ func TestArchiveAndPointInTimeRecovery(t *testing.T) {
 
 	const sourcePath, targetPath = "/dbkeeper/ns/orders/uid-1", "/dbkeeper/ns/orders-restored/uid-2"
 	a := c.start("db-0", f.env(t, sourcePath))
-	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	c.waitStatus(a, 2*time.Minute, "running as the primary", runningAs(agent.RolePrimary))
-	s := c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+	c.waitStatus(a, 2*time.Minute, "running as the primary", runningAs(agentapi.RolePrimary))
+	s := c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agentapi.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
 	assert.Equal(t, f.bucket+sourcePath, s.Archive.Repository)
 
 	conn := sql(t, a)
@@ -124,9 +124,9 @@ func TestArchiveAndPointInTimeRecovery(t *testing.T) {
 
 	// a base backup through the agent; asking again with its ID returns
 	// the same run.
-	run, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
+	run, err := c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "b1", Type: "full"})
 	require.NoError(t, err)
-	again, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
+	again, err := c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "b1", Type: "full"})
 	require.NoError(t, err)
 	assert.Equal(t, run.Started.Unix(), again.Started.Unix(), "a second request of the same ID started another backup")
 	s = c.waitBaseBackups(a, 1)
@@ -141,17 +141,17 @@ func TestArchiveAndPointInTimeRecovery(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_xact_commit_timestamp(xmin) FROM ledger WHERE id = 40").Scan(&target))
 	var segment string
 	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&segment))
-	c.waitStatus(a, time.Minute, "segment "+segment+" archived", func(s agent.Status) bool {
+	c.waitStatus(a, time.Minute, "segment "+segment+" archived", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.LastArchivedWAL >= segment
 	})
 
 	// the recovery: a new instance, its own repository, the source's
 	// passed in the request with its secrets.
 	b := c.start("db-1", f.env(t, targetPath))
-	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapRestore,
-		Recovery: f.recoverySource(sourcePath, agent.RecoveryTarget{Time: target.Format(time.RFC3339Nano)})})
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapRestore,
+		Recovery: f.recoverySource(sourcePath, agentapi.RecoveryTarget{Time: target.Format(time.RFC3339Nano)})})
 	require.NoError(t, err)
-	c.waitStatus(b, 3*time.Minute, "recovered and promoted", runningAs(agent.RolePrimary))
+	c.waitStatus(b, 3*time.Minute, "recovered and promoted", runningAs(agentapi.RolePrimary))
 
 	restored := sql(t, b) // this Database's superuser password works
 	assert.Equal(t, 40, count(t, restored, "SELECT count(*) FROM ledger"), "rows committed at or before the target")
@@ -163,7 +163,7 @@ func TestArchiveAndPointInTimeRecovery(t *testing.T) {
 	assert.NotContains(t, string(auto), "restore_command")
 
 	// the new instance archives its new timeline into its own path only.
-	c.waitStatus(b, 2*time.Minute, "its own repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+	c.waitStatus(b, 2*time.Minute, "its own repository ready", func(s agentapi.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
 	var history string
 	require.NoError(t, restored.QueryRow(ctx, "SELECT lpad(to_hex(timeline_id), 8, '0') || '.history' FROM pg_control_checkpoint()").Scan(&history))
 	waitFor(t, func() bool {
@@ -182,9 +182,9 @@ func TestArchiveAndPointInTimeRecovery(t *testing.T) {
 	before, err := f.store.List(ctx, f.bucket, strings.TrimPrefix(sourcePath, "/")+"/")
 	require.NoError(t, err)
 	other := c.start("db-2", f.env(t, sourcePath))
-	_, err = c.client.Bootstrap(ctx, other.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err = c.client.Bootstrap(ctx, other.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	s = c.waitStatus(other, 2*time.Minute, "the repository refused", func(s agent.Status) bool {
+	s = c.waitStatus(other, 2*time.Minute, "the repository refused", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.StanzaError != ""
 	})
 	assert.False(t, s.Archive.StanzaReady)
@@ -211,7 +211,7 @@ func TestRecoveryPastTheArchiveWaitsAndRetries(t *testing.T) {
 	const sourcePath = "/dbkeeper/ns/orders/uid-1"
 	a := c.startArchiving(t, f.env(t, sourcePath))
 	mustExec(t, sql(t, a), "CREATE TABLE ledger AS SELECT generate_series(1, 20) AS id")
-	_, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
+	_, err := c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "b1", Type: "full"})
 	require.NoError(t, err)
 	c.waitBaseBackups(a, 1)
 	// the source stops: its archive ends there.
@@ -220,11 +220,11 @@ func TestRecoveryPastTheArchiveWaitsAndRetries(t *testing.T) {
 
 	b := c.start("db-1")
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
-	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapRestore,
-		Recovery: f.recoverySource(sourcePath, agent.RecoveryTarget{Time: future})})
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapRestore,
+		Recovery: f.recoverySource(sourcePath, agentapi.RecoveryTarget{Time: future})})
 	require.NoError(t, err)
-	s := c.waitStatus(b, 3*time.Minute, "the recovery reported failed", func(s agent.Status) bool {
-		return s.State == agent.StateFailed && strings.Contains(s.Message, "recovery ended before configured recovery target")
+	s := c.waitStatus(b, 3*time.Minute, "the recovery reported failed", func(s agentapi.Status) bool {
+		return s.State == agentapi.StateFailed && strings.Contains(s.Message, "recovery ended before configured recovery target")
 	})
 	failedAt := time.Now()
 	t.Logf("failed: %s", s.Message)
@@ -239,8 +239,8 @@ func TestRecoveryPastTheArchiveWaitsAndRetries(t *testing.T) {
 	first := starts()
 
 	// the next exit waits twice as long.
-	s = c.waitStatus(b, time.Minute, "the second exit reported", func(s agent.Status) bool {
-		return s.State == agent.StateFailed && strings.Contains(s.Message, "starting it again in 20s")
+	s = c.waitStatus(b, time.Minute, "the second exit reported", func(s agentapi.Status) bool {
+		return s.State == agentapi.StateFailed && strings.Contains(s.Message, "starting it again in 20s")
 	})
 	assert.Contains(t, s.Message, "recovery ended before configured recovery target")
 	for time.Since(failedAt) < 30*time.Second {
@@ -294,11 +294,11 @@ func TestArchiveReportsAStoreThatHangs(t *testing.T) {
 	conn := sql(t, a)
 	mustExec(t, conn, "CREATE TABLE t AS SELECT 1 AS x")
 	mustExec(t, conn, "SELECT pg_switch_wal()")
-	s := c.waitStatus(a, time.Minute, "a segment waiting", func(s agent.Status) bool {
+	s := c.waitStatus(a, time.Minute, "a segment waiting", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.WaitingSegments > 0 && s.Archive.OldestWaiting != nil
 	})
 	t.Logf("waiting: %d segments since %s", s.Archive.WaitingSegments, s.Archive.OldestWaiting)
-	s = c.waitStatus(a, 3*time.Minute, "the failure reported", func(s agent.Status) bool {
+	s = c.waitStatus(a, 3*time.Minute, "the failure reported", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.LastFailedTime != nil
 	})
 	t.Logf("failure: %s", s.Archive.LastFailure)
@@ -326,20 +326,20 @@ func TestArchiveTimeoutHoldsAfterARestart(t *testing.T) {
 	repo.ArchiveTimeout = 10 * time.Second
 	raw, err := json.Marshal(repo)
 	require.NoError(t, err)
-	env := agent.EnvRepository + "=" + string(raw)
+	env := agentapi.EnvRepository + "=" + string(raw)
 	a := c.startArchiving(t, env)
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
 	<-a.exited
 
 	a = c.start("db-0", env)
-	c.waitStatus(a, 2*time.Minute, "running as the primary again", runningAs(agent.RolePrimary))
+	c.waitStatus(a, 2*time.Minute, "running as the primary again", runningAs(agentapi.RolePrimary))
 	conn := sql(t, a)
 	mustExec(t, conn, "CREATE TABLE quiet (id int)")
 	mustExec(t, conn, "INSERT INTO quiet VALUES (1)")
 	var segment string
 	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_walfile_name(pg_current_wal_lsn())").Scan(&segment))
 	committed := time.Now()
-	c.waitStatus(a, time.Minute, "segment "+segment+" archived within archive_timeout and a margin", func(s agent.Status) bool {
+	c.waitStatus(a, time.Minute, "segment "+segment+" archived within archive_timeout and a margin", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.LastArchivedWAL >= segment
 	})
 	t.Logf("the quiet commit was archived %s after it", time.Since(committed).Round(time.Second))
@@ -350,8 +350,8 @@ func TestArchiveTimeoutHoldsAfterARestart(t *testing.T) {
 func (c *cluster) startArchiving(t *testing.T, env string) *instance {
 	t.Helper()
 	a := c.start("db-0", env)
-	_, err := c.client.Bootstrap(context.Background(), a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err := c.client.Bootstrap(context.Background(), a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agent.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
+	c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agentapi.Status) bool { return s.Archive != nil && s.Archive.StanzaReady })
 	return a
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/test/framework/faults"
 )
 
@@ -51,9 +51,9 @@ func TestBaseBackupCutShortNeverCounts(t *testing.T) {
 	// the full backup, cut while pgBackRest copies: once the table's file
 	// (the largest, copied first) is in the repository, so that the next
 	// backup may reuse it, and the small files are still to come.
-	_, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "cut", Type: "full"})
+	_, err := c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "cut", Type: "full"})
 	require.NoError(t, err)
-	backups := strings.TrimPrefix(repoPath, "/") + "/backup/" + agent.Stanza + "/"
+	backups := strings.TrimPrefix(repoPath, "/") + "/backup/" + agentapi.Stanza + "/"
 	var copier int
 	var copied []string
 	deadline := time.Now().Add(2 * time.Minute)
@@ -86,8 +86,8 @@ func TestBaseBackupCutShortNeverCounts(t *testing.T) {
 
 	// the agent again, on the same data directory.
 	a = c.start("db-0", f.env(t, repoPath))
-	s := c.waitStatus(a, 2*time.Minute, "a primary that read the repository", func(s agent.Status) bool {
-		return runningAs(agent.RolePrimary)(s) && s.Archive != nil && s.Archive.StanzaReady && s.Archive.ArchiveMax != ""
+	s := c.waitStatus(a, 2*time.Minute, "a primary that read the repository", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RolePrimary)(s) && s.Archive != nil && s.Archive.StanzaReady && s.Archive.ArchiveMax != ""
 	})
 	assert.NotEqual(t, oldServer, postmasterPID(a.pgdata))
 	assert.Empty(t, s.Archive.InfoError)
@@ -102,7 +102,7 @@ func TestBaseBackupCutShortNeverCounts(t *testing.T) {
 	assert.NotEmpty(t, record.Error, "the record of the cut run reads as a success")
 
 	// its ID asked again: the failed run, not a success nor a new run.
-	again, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "cut", Type: "full"})
+	again, err := c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "cut", Type: "full"})
 	require.NoError(t, err)
 	assert.NotEmpty(t, again.Error, "asking again for the cut backup claims a success")
 	assert.NotNil(t, again.Finished, "asking again for the cut backup says it runs")
@@ -118,7 +118,7 @@ func TestBaseBackupCutShortNeverCounts(t *testing.T) {
 
 	// a backup of a new ID completes and counts.
 	mustExec(t, conn, "CREATE TABLE after_cut AS SELECT generate_series(1, 100) AS id")
-	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "whole", Type: "full"})
+	_, err = c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "whole", Type: "full"})
 	require.NoError(t, err)
 	s = c.waitBaseBackups(a, 1)
 	assert.Equal(t, "whole", s.Archive.Run.ID)
@@ -134,10 +134,10 @@ func TestBaseBackupCutShortNeverCounts(t *testing.T) {
 
 	// a new instance restored from it has every row.
 	b := c.start("db-1")
-	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapRestore,
-		Recovery: f.recoverySource(repoPath, agent.RecoveryTarget{})})
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapRestore,
+		Recovery: f.recoverySource(repoPath, agentapi.RecoveryTarget{})})
 	require.NoError(t, err)
-	c.waitStatus(b, 3*time.Minute, "restored and promoted", runningAs(agent.RolePrimary))
+	c.waitStatus(b, 3*time.Minute, "restored and promoted", runningAs(agentapi.RolePrimary))
 	restored := sql(t, b)
 	assert.Equal(t, rows, count(t, restored, "SELECT count(*) FROM ledger"))
 	assert.Equal(t, rows, count(t, restored, "SELECT count(*) FROM ledger WHERE note = md5(id::text) || md5((-id)::text)"))
@@ -148,7 +148,7 @@ func TestBaseBackupCutShortNeverCounts(t *testing.T) {
 // files, counted or not.
 func backupLabels(t *testing.T, f *archiveFixture, path string) []string {
 	t.Helper()
-	prefix := strings.TrimPrefix(path, "/") + "/backup/" + agent.Stanza + "/"
+	prefix := strings.TrimPrefix(path, "/") + "/backup/" + agentapi.Stanza + "/"
 	keys, err := f.store.List(context.Background(), f.bucket, prefix)
 	require.NoError(t, err)
 	var labels []string
@@ -165,7 +165,7 @@ func backupLabels(t *testing.T, f *archiveFixture, path string) []string {
 // of in ran (their file logs, in each agent's runtime directory).
 func backupWarnings(t *testing.T, in *instance) []string {
 	t.Helper()
-	logs, err := filepath.Glob(filepath.Join(in.dir, "tmp", "dbkeeper-pgbackrest-*", agent.Stanza+"-backup.log"))
+	logs, err := filepath.Glob(filepath.Join(in.dir, "tmp", "dbkeeper-pgbackrest-*", agentapi.Stanza+"-backup.log"))
 	require.NoError(t, err)
 	var out []string
 	for _, l := range logs {
@@ -181,11 +181,11 @@ func backupWarnings(t *testing.T, in *instance) []string {
 }
 
 // readBackupRun reads the agent's persisted BackupRun.
-func readBackupRun(t *testing.T, path string) agent.BackupRun {
+func readBackupRun(t *testing.T, path string) agentapi.BackupRun {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	var run agent.BackupRun
+	var run agentapi.BackupRun
 	require.NoError(t, json.Unmarshal(b, &run), "%s", b)
 	return run
 }

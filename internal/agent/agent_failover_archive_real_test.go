@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // TestPointInTimeRecoveryAcrossAFailover: a primary and its streaming
@@ -47,23 +47,23 @@ func TestPointInTimeRecoveryAcrossAFailover(t *testing.T) {
 	env := append([]string{f.env(t, repoPath)}, c.leaseEnv(t, restCfg)...)
 	a := c.start("db-0", env...)
 	b := c.start("db-1", env...)
-	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	c.waitStatus(a, 2*time.Minute, "a primary with its repository ready", func(s agent.Status) bool {
-		return runningAs(agent.RolePrimary)(s) && s.Archive != nil && s.Archive.StanzaReady
+	c.waitStatus(a, 2*time.Minute, "a primary with its repository ready", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RolePrimary)(s) && s.Archive != nil && s.Archive.StanzaReady
 	})
 	pa := sql(t, a)
-	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agent.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
-	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(b.name))
+	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
+	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(b.name))
 	mustExec(t, pa, "CREATE TABLE ledger (id int PRIMARY KEY)")
 	c.proxy.target.Store(int32(a.port))
-	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	require.NoError(t, err)
-	c.waitStatus(b, 2*time.Minute, "a streaming standby", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming"
+	c.waitStatus(b, 2*time.Minute, "a streaming standby", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
 	})
 
-	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
+	_, err = c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "b1", Type: "full"})
 	require.NoError(t, err)
 	s := c.waitBaseBackups(a, 1)
 	// pgBackRest picks the backup by its stop time in whole seconds.
@@ -94,7 +94,7 @@ func TestPointInTimeRecoveryAcrossAFailover(t *testing.T) {
 	insert(pa, 11, 20)
 	t1 := commitTime(a, 10)
 	cur := c.status(a).CurrentLSN
-	c.waitStatus(b, 30*time.Second, "the standby replayed every row", func(s agent.Status) bool {
+	c.waitStatus(b, 30*time.Second, "the standby replayed every row", func(s agentapi.Status) bool {
 		return s.ReplayedLSN != "" && lsn(t, s.ReplayedLSN) >= lsn(t, cur)
 	})
 	sa := c.status(a)
@@ -111,9 +111,9 @@ func TestPointInTimeRecoveryAcrossAFailover(t *testing.T) {
 
 	// the failover: the standby takes the lease once it expired, and
 	// promotes.
-	code, body := rawPromote(t, c, b, agent.PromoteRequest{Failover: true})
+	code, body := rawPromote(t, c, b, agentapi.PromoteRequest{Failover: true})
 	require.Equal(t, http.StatusAccepted, code, "a failover promote: %s", body)
-	sb := c.waitStatus(b, agent.LeaseDuration+4*agent.LeaseRetryPeriod+30*time.Second, "promoted", runningAs(agent.RolePrimary))
+	sb := c.waitStatus(b, agentapi.LeaseDuration+4*agentapi.LeaseRetryPeriod+30*time.Second, "promoted", runningAs(agentapi.RolePrimary))
 	require.EqualValues(t, 2, sb.Timeline)
 	assert.Equal(t, "db-1", holder())
 	c.proxy.target.Store(int32(b.port))
@@ -122,7 +122,7 @@ func TestPointInTimeRecoveryAcrossAFailover(t *testing.T) {
 	insert(pb, 21, 40)
 	t2 := commitTime(b, 30)
 	segment := stringQuery(t, pb, "SELECT pg_walfile_name(pg_switch_wal())")
-	sb = c.waitStatus(b, 2*time.Minute, "segment "+segment+" archived", func(s agent.Status) bool {
+	sb = c.waitStatus(b, 2*time.Minute, "segment "+segment+" archived", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.LastArchivedWAL >= segment
 	})
 	// the segments both instances pushed are the same files.
@@ -146,10 +146,10 @@ func TestPointInTimeRecoveryAcrossAFailover(t *testing.T) {
 	// archive_mode=always it started with as a standby: pgBackRest's own
 	// check refused it (archive_mode=always not supported) until the
 	// agent told it why that is right (archive-mode-check=n).
-	c.waitStatus(b, 2*time.Minute, "the new primary's repository ready", func(s agent.Status) bool {
+	c.waitStatus(b, 2*time.Minute, "the new primary's repository ready", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.StanzaReady
 	})
-	_, err = c.client.Backup(ctx, b.url, agent.BackupRequest{ID: "b2", Type: "full"})
+	_, err = c.client.Backup(ctx, b.url, agentapi.BackupRequest{ID: "b2", Type: "full"})
 	require.NoError(t, err)
 	c.waitBaseBackups(b, 2)
 
@@ -164,12 +164,12 @@ func TestPointInTimeRecoveryAcrossAFailover(t *testing.T) {
 	targets := []time.Time{t1, t2}
 	restored := []*instance{c.start("db-2"), c.start("db-3")}
 	for i, in := range restored {
-		_, err := c.client.Bootstrap(ctx, in.url, agent.BootstrapRequest{Mode: agent.BootstrapRestore,
-			Recovery: f.recoverySource(repoPath, agent.RecoveryTarget{Time: targets[i].Format(time.RFC3339Nano)})})
+		_, err := c.client.Bootstrap(ctx, in.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapRestore,
+			Recovery: f.recoverySource(repoPath, agentapi.RecoveryTarget{Time: targets[i].Format(time.RFC3339Nano)})})
 		require.NoError(t, err)
 	}
 	for i, in := range restored {
-		s := c.waitStatus(in, 3*time.Minute, "recovered and promoted", runningAs(agent.RolePrimary))
+		s := c.waitStatus(in, 3*time.Minute, "recovered and promoted", runningAs(agentapi.RolePrimary))
 		n := want(targets[i])
 		conn := sql(t, in)
 		assert.Equal(t, n, count(t, conn, "SELECT count(*) FROM ledger"), "%s: rows committed at or before %s", in.name, targets[i])

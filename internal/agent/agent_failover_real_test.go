@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
@@ -90,9 +90,9 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 	}
 
 	// initdb takes the released lease first.
-	_, err = c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err = c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	sa := c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
+	sa := c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
 	assert.Equal(t, "db-0", holder(), "the new primary holds the lease")
 	require.NotNil(t, sa.Lease)
 	assert.True(t, sa.Lease.Held, "status says it holds the lease: %+v", sa.Lease)
@@ -100,21 +100,21 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 	assert.False(t, sa.VolumeFull)
 
 	pa := sql(t, a)
-	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agent.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
+	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
 	// what the replication controller grants for pg_rewind
 	for _, fn := range []string{"pg_ls_dir(text, boolean, boolean)", "pg_stat_file(text, boolean)", "pg_read_binary_file(text)", "pg_read_binary_file(text, bigint, bigint, boolean)"} {
-		mustExec(t, pa, "GRANT EXECUTE ON FUNCTION "+fn+" TO "+agent.ReplicationUser)
+		mustExec(t, pa, "GRANT EXECUTE ON FUNCTION "+fn+" TO "+agentapi.ReplicationUser)
 	}
-	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(b.name))
+	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(b.name))
 	mustExec(t, pa, "CREATE TABLE t (id bigint PRIMARY KEY)")
 	mustExec(t, pa, "INSERT INTO t SELECT generate_series(1, 100)")
 	c.proxy.target.Store(int32(a.port))
-	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	require.NoError(t, err)
-	c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming"
+	c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
 	})
-	sb := c.waitStatus(b, 10*time.Second, "the standby watching the lease", func(s agent.Status) bool {
+	sb := c.waitStatus(b, 10*time.Second, "the standby watching the lease", func(s agentapi.Status) bool {
 		return s.Lease != nil && s.Lease.Holder == "db-0" && !s.Lease.Held
 	})
 	t.Logf("standby's view of the lease: %+v", *sb.Lease)
@@ -124,18 +124,18 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 		// lease: refused after waiting for it.
 		pctx, pcancel := context.WithTimeout(ctx, 40*time.Second)
 		refusedStart := time.Now()
-		_, err = c.client.Promote(pctx, b.url, agent.PromoteRequest{})
+		_, err = c.client.Promote(pctx, b.url, agentapi.PromoteRequest{})
 		pcancel()
 		assert.Equal(t, http.StatusConflict, agentCode(err), "a switchover promote while the primary renews its lease: %v", err)
 		t.Logf("promote refused after %s: %v", time.Since(refusedStart).Round(time.Millisecond), err)
-		assert.Equal(t, agent.RoleReplica, c.status(b).Role)
+		assert.Equal(t, agentapi.RoleReplica, c.status(b).Role)
 		assert.Equal(t, "db-0", holder())
 	}
 
 	// db-1 has everything so far; then its stream is cut and db-0 commits
 	// K transactions it never receives.
 	cur := c.status(a).CurrentLSN
-	c.waitStatus(b, 20*time.Second, "replayed all of db-0's WAL", func(s agent.Status) bool {
+	c.waitStatus(b, 20*time.Second, "replayed all of db-0's WAL", func(s agentapi.Status) bool {
 		return s.ReplayedLSN != "" && lsn(t, s.ReplayedLSN) >= lsn(t, cur)
 	})
 	c.proxy.pause()
@@ -168,16 +168,16 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 	hole.blackhole(true)
 	cut := time.Now()
 	t.Logf("db-0 cut off the API server at %s", cut.Format(time.RFC3339Nano))
-	code, body := rawPromote(t, c, b, agent.PromoteRequest{Failover: true})
+	code, body := rawPromote(t, c, b, agentapi.PromoteRequest{Failover: true})
 	require.Equal(t, http.StatusAccepted, code, "a failover promote answers at once: %s", body)
-	code, body = rawPromote(t, c, b, agent.PromoteRequest{Failover: true})
+	code, body = rawPromote(t, c, b, agentapi.PromoteRequest{Failover: true})
 	assert.Equal(t, http.StatusAccepted, code, "a second failover promote while one runs: %s", body)
 	sb = c.status(b)
-	assert.Equal(t, agent.StatePromoting, sb.State, "waiting for the lease: %+v", sb)
+	assert.Equal(t, agentapi.StatePromoting, sb.State, "waiting for the lease: %+v", sb)
 	t.Logf("db-1 while it waits: %s", sb.Message)
 
 	// db-0 fences itself.
-	fenced := c.waitStatus(a, agent.LeaseRenewDeadline+10*time.Second, "fenced", func(s agent.Status) bool { return s.State == agent.StateFenced })
+	fenced := c.waitStatus(a, agentapi.LeaseRenewDeadline+10*time.Second, "fenced", func(s agentapi.Status) bool { return s.State == agentapi.StateFenced })
 	t.Logf("db-0: %s", fenced.Message)
 	fencedAt := parseFencedAt(t, fenced.Message)
 	select {
@@ -195,19 +195,19 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 	t.Logf("MEASURED last renew of db-0 %s, fenced %s after it, last write accepted %s after it, first refused %s after it",
 		lastRenew.Format(time.RFC3339Nano), fencedAt.Sub(lastRenew).Round(time.Millisecond),
 		lastOK.Sub(lastRenew).Round(time.Millisecond), refused.Sub(lastRenew).Round(time.Millisecond))
-	assert.LessOrEqual(t, refused.Sub(lastRenew), agent.LeaseRenewDeadline+time.Second,
+	assert.LessOrEqual(t, refused.Sub(lastRenew), agentapi.LeaseRenewDeadline+time.Second,
 		"db-0 accepted writes longer than the renew deadline + 1 s after its last renew")
-	assert.LessOrEqual(t, fencedAt.Sub(lastRenew), agent.LeaseRenewDeadline+time.Second)
+	assert.LessOrEqual(t, fencedAt.Sub(lastRenew), agentapi.LeaseRenewDeadline+time.Second)
 
 	// db-1 takes the lease once db-0 cannot have renewed it, and promotes.
-	sb = c.waitStatus(b, agent.LeaseDuration+4*agent.LeaseRetryPeriod+30*time.Second, "promoted", runningAs(agent.RolePrimary))
+	sb = c.waitStatus(b, agentapi.LeaseDuration+4*agentapi.LeaseRetryPeriod+30*time.Second, "promoted", runningAs(agentapi.RolePrimary))
 	promotedSeen := time.Now()
 	l := lease()
 	require.Equal(t, "db-1", *l.Spec.HolderIdentity)
 	takeover := l.Spec.AcquireTime.Time
 	t.Logf("MEASURED db-1 took the lease %s after db-0's last renew, %s after db-0 fenced; promoted (seen) %s after the cut",
 		takeover.Sub(lastRenew).Round(time.Millisecond), takeover.Sub(fencedAt).Round(time.Millisecond), promotedSeen.Sub(cut).Round(time.Millisecond))
-	assert.GreaterOrEqual(t, takeover.Sub(lastRenew), agent.LeaseDuration, "db-1 took the lease before it could have expired")
+	assert.GreaterOrEqual(t, takeover.Sub(lastRenew), agentapi.LeaseDuration, "db-1 took the lease before it could have expired")
 	assert.True(t, takeover.After(fencedAt), "db-1 took the lease (%s) before db-0 fenced (%s)", takeover, fencedAt)
 	assert.True(t, takeover.After(refused), "db-1 took the lease before db-0 refused writes")
 	assert.EqualValues(t, 2, *l.Spec.LeaseTransitions, "initdb's acquisition, then db-1's takeover")
@@ -216,7 +216,7 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 	pb := sql(t, b)
 	assert.Equal(t, 0, count(t, pb, "SELECT count(*) FROM t WHERE id < 0"), "db-1 had the K transactions")
 	mustExec(t, pb, "INSERT INTO t VALUES (1000)")
-	mustExec(t, pb, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(a.name))
+	mustExec(t, pb, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(a.name))
 	// db-1 recycles the WAL since the divergence, as a primary that wrote
 	// and checkpointed a while does: db-0's recovery after a rewind needs
 	// it, so db-0 empties its data directory to be cloned again (before
@@ -246,16 +246,16 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 		hole.blackhole(false)
 	}
 	rejoinStart := time.Now()
-	sa = c.waitStatus(a2, 120*time.Second, "rewound, emptied to be cloned again", func(s agent.Status) bool {
-		return s.State == agent.StateWaiting && s.DataEmpty
+	sa = c.waitStatus(a2, 120*time.Second, "rewound, emptied to be cloned again", func(s agentapi.Status) bool {
+		return s.State == agentapi.StateWaiting && s.DataEmpty
 	})
 	t.Logf("db-0 after its rewind: %s", sa.Message)
 	assert.Contains(t, sa.Message, "neither this instance nor")
 	// what the replication controller does for an empty instance
-	_, err = c.client.Bootstrap(ctx, a2.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err = c.client.Bootstrap(ctx, a2.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	require.NoError(t, err)
-	sa = c.waitStatus(a2, 120*time.Second, "streaming from db-1 on timeline 2", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming" && s.Timeline == 2
+	sa = c.waitStatus(a2, 120*time.Second, "streaming from db-1 on timeline 2", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming" && s.Timeline == 2
 	})
 	t.Logf("MEASURED db-0 (restarted: %t) rewound and streaming from db-1 after %s", restart, time.Since(rejoinStart).Round(time.Millisecond))
 	require.NotNil(t, sa.LastRewind, "no rewind report")
@@ -279,20 +279,20 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 	require.NoError(t, a2.cmd.Process.Signal(syscall.SIGTERM))
 	<-a2.exited
 	a3 := c.start("db-0", aEnv...)
-	sa = c.waitStatus(a3, 60*time.Second, "a running standby", runningAs(agent.RoleReplica))
+	sa = c.waitStatus(a3, 60*time.Second, "a running standby", runningAs(agentapi.RoleReplica))
 	require.NotNil(t, sa.LastRewind)
 	assert.EqualValues(t, K, sa.LastRewind.DiscardedTransactions)
 
 	// A switchover back: the demoted db-1 releases the lease after its
 	// server stopped, and db-0's promote takes it at once.
-	c.waitStatus(a3, 60*time.Second, "streaming", func(s agent.Status) bool { return s.WALReceiver == "streaming" })
+	c.waitStatus(a3, 60*time.Second, "streaming", func(s agentapi.Status) bool { return s.WALReceiver == "streaming" })
 	demoted, err := c.client.Demote(ctx, b.url)
 	require.NoError(t, err)
 	assert.Equal(t, "", holder(), "the demoted primary released the lease")
 	promoteStart := time.Now()
-	var promoted agent.Status
+	var promoted agentapi.Status
 	waitFor(t, func() bool {
-		promoted, err = c.client.Promote(ctx, a3.url, agent.PromoteRequest{MinReplayedLSN: demoted.ShutdownLSN})
+		promoted, err = c.client.Promote(ctx, a3.url, agentapi.PromoteRequest{MinReplayedLSN: demoted.ShutdownLSN})
 		if agentCode(err) == http.StatusConflict && strings.Contains(err.Error(), "short of") {
 			return false
 		}
@@ -300,8 +300,8 @@ func testIsolatedPrimary(t *testing.T, restart bool) {
 		return true
 	}, 20*time.Second, "db-0 replayed up to db-1's shutdown checkpoint")
 	t.Logf("MEASURED switchover promote with the lease: %s", time.Since(promoteStart).Round(time.Millisecond))
-	assert.Less(t, time.Since(promoteStart), agent.LeaseDuration, "the promote waited for an expiry instead of taking the released lease")
-	assert.Equal(t, agent.RolePrimary, promoted.Role)
+	assert.Less(t, time.Since(promoteStart), agentapi.LeaseDuration, "the promote waited for an expiry instead of taking the released lease")
+	assert.Equal(t, agentapi.RolePrimary, promoted.Role)
 	assert.Equal(t, "db-0", holder())
 	assert.True(t, promoted.Lease.Held)
 }
@@ -335,10 +335,10 @@ func parseFencedAt(t *testing.T, msg string) time.Time {
 }
 
 // rawPromote posts a promote and returns the HTTP status and body.
-func rawPromote(t *testing.T, c *cluster, in *instance, req agent.PromoteRequest) (int, string) {
+func rawPromote(t *testing.T, c *cluster, in *instance, req agentapi.PromoteRequest) (int, string) {
 	t.Helper()
 	b, _ := json.Marshal(req)
-	r, err := http.NewRequest(http.MethodPost, in.url+agent.PromotePath, bytes.NewReader(b))
+	r, err := http.NewRequest(http.MethodPost, in.url+agentapi.PromotePath, bytes.NewReader(b))
 	require.NoError(t, err)
 	r.Header.Set("Authorization", "Bearer "+token)
 	resp, err := c.httpClient().Do(r)

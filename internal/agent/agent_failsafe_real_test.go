@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // The failsafe (issue 28): a primary whose API server does not answer
@@ -48,7 +49,7 @@ func startFailsafeAPI(t *testing.T, members string) *failsafeAPI {
 	leases, restCfg := startLeaseAPI(t)
 	l, err := leases.Get(context.Background(), leaseName, metav1.GetOptions{})
 	require.NoError(t, err)
-	l.Annotations = map[string]string{agent.AnnotationMembers: members}
+	l.Annotations = map[string]string{agentapi.AnnotationMembers: members}
 	_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
 	require.NoError(t, err, "the operator names the members")
 	hole := startBlackhole(t, restCfg.Host)
@@ -139,18 +140,18 @@ func startPair(t *testing.T, c *cluster, api *failsafeAPI) (a, b *instance) {
 	ctx := context.Background()
 	b = c.start("db-1", c.leaseEnv(t, api.proxied)...)
 	a = c.start("db-0", append(c.leaseEnv(t, api.proxied), peerAgents(t, b))...)
-	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
 	pa := sql(t, a)
-	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agent.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
-	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(b.name))
+	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
+	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(b.name))
 	mustExec(t, pa, "CREATE TABLE t (id bigint PRIMARY KEY)")
 	c.proxy.target.Store(int32(a.port))
-	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	require.NoError(t, err)
-	c.waitStatus(b, 90*time.Second, "a streaming standby watching the lease", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming" && s.Lease != nil && s.Lease.Holder == "db-0"
+	c.waitStatus(b, 90*time.Second, "a streaming standby watching the lease", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming" && s.Lease != nil && s.Lease.Holder == "db-0"
 	})
 	return a, b
 }
@@ -163,7 +164,7 @@ func endOutage(t *testing.T, c *cluster, api *failsafeAPI, a *instance, w *write
 	t.Helper()
 	time.Sleep(time.Until(cut.Add(outageTime)))
 	s := c.status(a)
-	assert.True(t, runningAs(agent.RolePrimary)(s), "%+v", s)
+	assert.True(t, runningAs(agentapi.RolePrimary)(s), "%+v", s)
 	assert.True(t, s.Lease.Failsafe)
 	refused, failures := w.refused()
 	assert.True(t, refused.IsZero(), "writes refused during the outage: %v", failures)
@@ -185,7 +186,7 @@ func waitRenewed(t *testing.T, c *cluster, api *failsafeAPI, in *instance, since
 		l := api.lease(t)
 		return l.Spec.RenewTime != nil && l.Spec.RenewTime.After(since) && *l.Spec.HolderIdentity == in.name
 	}, 30*time.Second, "the primary renews the lease again")
-	s := c.waitStatus(in, 10*time.Second, "renewing, not in failsafe", func(s agent.Status) bool {
+	s := c.waitStatus(in, 10*time.Second, "renewing, not in failsafe", func(s agentapi.Status) bool {
 		return s.Lease != nil && s.Lease.Held && !s.Lease.Failsafe
 	})
 	t.Logf("%s after the outage: %+v", in.name, *s.Lease)
@@ -205,15 +206,15 @@ func TestSinglePrimaryServesThroughAnAPIOutage(t *testing.T) {
 	ctx := context.Background()
 	c := newCluster(t)
 	a := c.start("db-0", c.leaseEnv(t, api.proxied)...)
-	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
 	mustExec(t, sql(t, a), "CREATE TABLE t (id bigint PRIMARY KEY)")
 
 	w := startWriter(a.port)
 	api.hole.blackhole(true)
 	cut := time.Now()
-	s := c.waitStatus(a, agent.LeaseRenewDeadline+10*time.Second, "serving in failsafe", func(s agent.Status) bool {
+	s := c.waitStatus(a, agentapi.LeaseRenewDeadline+10*time.Second, "serving in failsafe", func(s agentapi.Status) bool {
 		return s.Lease != nil && s.Lease.Failsafe
 	})
 	t.Logf("MEASURED in failsafe %s after the cut: %+v", time.Since(cut).Round(time.Millisecond), *s.Lease)
@@ -241,26 +242,26 @@ func TestPrimaryAndStandbyServeThroughAnAPIOutage(t *testing.T) {
 	w := startWriter(a.port)
 	api.hole.blackhole(true)
 	cut := time.Now()
-	s := c.waitStatus(a, agent.LeaseRenewDeadline+10*time.Second, "serving in failsafe", func(s agent.Status) bool {
+	s := c.waitStatus(a, agentapi.LeaseRenewDeadline+10*time.Second, "serving in failsafe", func(s agentapi.Status) bool {
 		return s.Lease != nil && s.Lease.Failsafe
 	})
 	t.Logf("MEASURED in failsafe %s after the cut: %+v", time.Since(cut).Round(time.Millisecond), *s.Lease)
-	sb := c.waitStatus(b, 5*time.Second, "confirming db-0", func(s agent.Status) bool {
+	sb := c.waitStatus(b, 5*time.Second, "confirming db-0", func(s agentapi.Status) bool {
 		return s.Lease != nil && s.Lease.ConfirmedFailsafeOf == "db-0"
 	})
 	t.Logf("db-1: %+v", *sb.Lease)
 
-	for _, req := range []agent.PromoteRequest{{}, {Failover: true}} {
+	for _, req := range []agentapi.PromoteRequest{{}, {Failover: true}} {
 		code, body := rawPromote(t, c, b, req)
 		assert.Equal(t, http.StatusConflict, code, "promote %+v while db-0 serves in failsafe: %s", req, body)
 		assert.Contains(t, body, "db-0 is serving in failsafe: it checked in ")
 		t.Logf("promote %+v refused: %s", req, strings.TrimSpace(body))
 	}
-	assert.Equal(t, agent.RoleReplica, c.status(b).Role)
+	assert.Equal(t, agentapi.RoleReplica, c.status(b).Role)
 
 	endOutage(t, c, api, a, w, cut)
 	assert.Equal(t, "db-0", *api.lease(t).Spec.HolderIdentity)
-	assert.Equal(t, agent.RoleReplica, c.status(b).Role)
+	assert.Equal(t, agentapi.RoleReplica, c.status(b).Role)
 }
 
 // TestFencedPrimaryServesAgainWhenNobodyTookTheLease: the standby's agent
@@ -284,16 +285,16 @@ func TestFencedPrimaryServesAgainWhenNobodyTookTheLease(t *testing.T) {
 	w := startWriter(a.port)
 	api.hole.blackhole(true)
 	cut := time.Now()
-	waitFor(t, func() bool { r, _ := w.refused(); return !r.IsZero() }, agent.LeaseRenewDeadline+5*time.Second,
+	waitFor(t, func() bool { r, _ := w.refused(); return !r.IsZero() }, agentapi.LeaseRenewDeadline+5*time.Second,
 		"the primary refuses writes: it fenced itself")
 	w.halt()
 	refused, _ := w.refused()
 	lastRenew := api.lease(t).Spec.RenewTime.Time
 	t.Logf("MEASURED writes refused %s after the cut, %s after the last renew",
 		refused.Sub(cut).Round(time.Millisecond), refused.Sub(lastRenew).Round(time.Millisecond))
-	assert.LessOrEqual(t, refused.Sub(lastRenew), agent.LeaseRenewDeadline+time.Second,
+	assert.LessOrEqual(t, refused.Sub(lastRenew), agentapi.LeaseRenewDeadline+time.Second,
 		"the primary accepted writes longer than the renew deadline + 1 s after its last renew")
-	s := c.waitStatus(a, 5*time.Second, "fenced", func(s agent.Status) bool { return s.State == agent.StateFenced })
+	s := c.waitStatus(a, 5*time.Second, "fenced", func(s agentapi.Status) bool { return s.State == agentapi.StateFenced })
 	t.Logf("db-0: %s", s.Message)
 	assert.Contains(t, s.Message, "renew deadline")
 	log, err := os.ReadFile(a.logPath)
@@ -301,15 +302,15 @@ func TestFencedPrimaryServesAgainWhenNobodyTookTheLease(t *testing.T) {
 	assert.Contains(t, string(log), "Not every member confirmed the failsafe", "no failsafe round asked db-1")
 
 	// Fenced as long as it cannot read the Lease.
-	time.Sleep(2 * agent.LeaseRetryPeriod)
-	assert.Equal(t, agent.StateFenced, c.status(a).State)
+	time.Sleep(2 * agentapi.LeaseRetryPeriod)
+	assert.Equal(t, agentapi.StateFenced, c.status(a).State)
 	assert.Equal(t, "db-0", *api.lease(t).Spec.HolderIdentity)
 	_, err = os.Stat(marker)
 	require.NoError(t, err, "no fence marker")
 
 	api.hole.blackhole(false)
 	back := time.Now()
-	s = c.waitStatus(a, 5*agent.LeaseRetryPeriod+15*time.Second, "the primary again", runningAs(agent.RolePrimary))
+	s = c.waitStatus(a, 5*agentapi.LeaseRetryPeriod+15*time.Second, "the primary again", runningAs(agentapi.RolePrimary))
 	t.Logf("MEASURED serving again %s after the API server came back", time.Since(back).Round(time.Millisecond))
 	assert.True(t, s.Lease.Held)
 	require.NoError(t, probeWrite(ctx, a.port))
@@ -322,7 +323,7 @@ func TestFencedPrimaryServesAgainWhenNobodyTookTheLease(t *testing.T) {
 
 	// db-1, continued, streams from db-0 again.
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGCONT))
-	c.waitStatus(b, 60*time.Second, "streaming again", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming"
+	c.waitStatus(b, 60*time.Second, "streaming again", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
 	})
 }

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
@@ -45,9 +45,9 @@ func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 	c := newCluster(t)
 	aEnv := c.leaseEnv(t, restCfg)
 	a := c.start("db-0", aEnv...)
-	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
 	require.Equal(t, "db-0", holder())
 	mustExec(t, sql(t, a), "CREATE TABLE t (id bigint PRIMARY KEY)")
 	require.NoError(t, probeWrite(ctx, a.port))
@@ -55,7 +55,7 @@ func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 
 	// Frozen longer than the renew deadline.
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
-	time.Sleep(agent.LeaseRenewDeadline + 2*time.Second)
+	time.Sleep(agentapi.LeaseRenewDeadline + 2*time.Second)
 	require.NoError(t, probeWrite(ctx, a.port), "the server runs on while its agent is frozen (the documented limit)")
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
 	resumed := time.Now()
@@ -72,7 +72,7 @@ func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 
 	// Nobody took the lease: the fenced agent takes it back and serves
 	// again in place.
-	s := c.waitStatus(a, 30*time.Second, "the primary again, in place", runningAs(agent.RolePrimary))
+	s := c.waitStatus(a, 30*time.Second, "the primary again, in place", runningAs(agentapi.RolePrimary))
 	t.Logf("MEASURED serving again %s after the frozen agent resumed", time.Since(resumed).Round(time.Millisecond))
 	assert.True(t, s.Lease.Held)
 	assert.Equal(t, "db-0", holder())
@@ -100,7 +100,7 @@ func TestFrozenAgentFencesAndLeaseOnRestart(t *testing.T) {
 	require.NoError(t, os.WriteFile(marker, []byte("fenced by the test\n"), 0o600))
 	a = c.start("db-0", aEnv...)
 	restarted := time.Now()
-	c.waitStatus(a, 60*time.Second, "the primary again after the crash, fence marker and all", runningAs(agent.RolePrimary))
+	c.waitStatus(a, 60*time.Second, "the primary again after the crash, fence marker and all", runningAs(agentapi.RolePrimary))
 	t.Logf("restarted as the primary after a crash (fence marker present) in %s", time.Since(restarted).Round(time.Millisecond))
 	require.NoError(t, probeWrite(ctx, a.port))
 	_, err = os.Stat(marker)
@@ -129,9 +129,9 @@ func TestFenceKillsTheBackendsOfAStuckPostmaster(t *testing.T) {
 
 	c := newCluster(t)
 	a := c.start("db-0", c.leaseEnv(t, restCfg)...)
-	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
 	mustExec(t, sql(t, a), "CREATE TABLE t (id bigint PRIMARY KEY)")
 
 	// A session with a write in progress: its backend and the postmaster
@@ -162,7 +162,7 @@ func TestFenceKillsTheBackendsOfAStuckPostmaster(t *testing.T) {
 	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	waitFor(t, func() bool { return !running(pm) },
-		agent.LeaseRetryPeriod+agent.LeaseRenewDeadline, "the fence ends the stopped postmaster")
+		agentapi.LeaseRetryPeriod+agentapi.LeaseRenewDeadline, "the fence ends the stopped postmaster")
 
 	_ = syscall.Kill(backend, syscall.SIGCONT)
 	select {
@@ -217,5 +217,5 @@ func (c *cluster) leaseEnv(t *testing.T, cfg *rest.Config) []string {
 	t.Helper()
 	path := operator.WriteKubeconfig(t, cfg, c.dir)
 	require.NoError(t, os.Chown(path, c.uid, c.gid))
-	return []string{agent.EnvNamespace + "=" + leaseNS, agent.EnvLeaseName + "=" + leaseName, kubeconfigEnv + "=" + path}
+	return []string{agentapi.EnvNamespace + "=" + leaseNS, agentapi.EnvLeaseName + "=" + leaseName, kubeconfigEnv + "=" + path}
 }

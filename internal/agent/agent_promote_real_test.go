@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
@@ -54,19 +54,19 @@ func TestPromotionOutlivesPgPromote(t *testing.T) {
 	c.agentArgs = map[string][]string{"db-1": {"--promote-timeout=2s"}}
 	a := c.start("db-0", c.leaseEnv(t, restCfg)...)
 	b := c.start("db-1", c.leaseEnv(t, restCfg)...)
-	_, err = c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err = c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
 	pa := sql(t, a)
-	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agent.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
-	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(b.name))
+	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
+	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(b.name))
 	mustExec(t, pa, "CREATE TABLE t (id bigint PRIMARY KEY)")
 	mustExec(t, pa, "INSERT INTO t SELECT generate_series(1, 100)")
 	c.proxy.target.Store(int32(a.port))
-	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	require.NoError(t, err)
-	c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming"
+	c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
 	})
 
 	// A reader on the standby holds t; the primary then takes t
@@ -80,7 +80,7 @@ func TestPromotionOutlivesPgPromote(t *testing.T) {
 	mustExec(t, pa, "ALTER TABLE t ADD COLUMN note text")
 	mustExec(t, pa, "INSERT INTO t VALUES (101, 'after the lock')")
 	end := c.status(a).CurrentLSN
-	sb := c.waitStatus(b, 20*time.Second, "received everything", func(s agent.Status) bool {
+	sb := c.waitStatus(b, 20*time.Second, "received everything", func(s agentapi.Status) bool {
 		return s.ReceivedLSN != "" && lsn(t, s.ReceivedLSN) >= lsn(t, end)
 	})
 	require.Less(t, lsn(t, sb.ReplayedLSN), lsn(t, end), "replay did not wait for the reader: the test proves nothing")
@@ -98,29 +98,29 @@ func TestPromotionOutlivesPgPromote(t *testing.T) {
 	// replay back; the caller (the operator) gives up after 5 s.
 	start := time.Now()
 	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err = c.client.Promote(pctx, b.url, agent.PromoteRequest{})
+	_, err = c.client.Promote(pctx, b.url, agentapi.PromoteRequest{})
 	pcancel()
 	t.Logf("promote answered after %s: %v", time.Since(start).Round(time.Millisecond), err)
 	assert.Error(t, err, "promoted while replay waits: the test proves nothing")
 	sb = c.status(b)
 	t.Logf("db-1 while replay waits: state %s, role %s, message %q, lease %+v", sb.State, sb.Role, sb.Message, sb.Lease)
-	assert.Equal(t, agent.RoleReplica, sb.Role, "promoted before the reader let go: the test proves nothing")
-	assert.Equal(t, agent.StatePromoting, sb.State, "the promotion goes on")
+	assert.Equal(t, agentapi.RoleReplica, sb.Role, "promoted before the reader let go: the test proves nothing")
+	assert.Equal(t, agentapi.StatePromoting, sb.State, "the promotion goes on")
 	require.NotNil(t, sb.Lease)
 	assert.True(t, sb.Lease.Held, "db-1 gave the lease up while its promotion goes on")
 	assert.Equal(t, "db-1", holder())
 
 	// The reader lets go: the server leaves recovery.
 	require.NoError(t, reader.Rollback(ctx))
-	sb = c.waitStatus(b, 30*time.Second, "the primary", func(s agent.Status) bool { return s.Role == agent.RolePrimary && s.Ready })
+	sb = c.waitStatus(b, 30*time.Second, "the primary", func(s agentapi.Status) bool { return s.Role == agentapi.RolePrimary && s.Ready })
 	t.Logf("db-1 promoted: state %s, message %q, lease %+v", sb.State, sb.Message, sb.Lease)
-	sb = c.waitStatus(b, 5*time.Second, "running", runningAs(agent.RolePrimary))
+	sb = c.waitStatus(b, 5*time.Second, "running", runningAs(agentapi.RolePrimary))
 	require.NotNil(t, sb.Lease)
 	assert.True(t, sb.Lease.Held, "the new primary does not hold the lease")
 	assert.Equal(t, "db-1", holder())
 	renewed := lease().Spec.RenewTime
 	require.NotNil(t, renewed)
-	time.Sleep(2*agent.LeaseRetryPeriod + time.Second)
+	time.Sleep(2*agentapi.LeaseRetryPeriod + time.Second)
 	l := lease()
 	assert.Equal(t, "db-1", *l.Spec.HolderIdentity)
 	assert.True(t, l.Spec.RenewTime.After(renewed.Time), "the new primary does not renew the lease (%s, then %s)", renewed, l.Spec.RenewTime)

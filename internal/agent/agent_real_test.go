@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/postgres"
 )
@@ -42,7 +43,7 @@ const childEnv = "DBKEEPER_AGENT_TEST_CHILD"
 const kubeconfigEnv = "DBKEEPER_AGENT_TEST_KUBECONFIG"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" && len(os.Args) > 1 && os.Args[1] == agent.VerifyCommand {
+	if os.Getenv(childEnv) == "1" && len(os.Args) > 1 && os.Args[1] == agentapi.VerifyCommand {
 		if err := agent.VerifyMain(os.Args[2:], nil, func() logr.Logger { return zap.New(zap.UseDevMode(true)) }); err != nil {
 			fmt.Fprintln(os.Stderr, "error:", err)
 			os.Exit(1)
@@ -84,7 +85,7 @@ type cluster struct {
 	uid    int
 	gid    int
 	proxy  *forwarder
-	client agent.Client
+	client agentapi.Client
 	// tlsDir, when set, is the agents' EnvTLSDir and serverArgs the TLS
 	// settings of their servers.
 	tlsDir     string
@@ -101,7 +102,7 @@ func newCluster(t *testing.T) *cluster {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	require.NoError(t, os.Chmod(dir, 0o755))
-	c := &cluster{t: t, dir: dir, pgBin: pgBin, uid: os.Geteuid(), gid: os.Getegid(), client: agent.Client{Token: token}}
+	c := &cluster{t: t, dir: dir, pgBin: pgBin, uid: os.Geteuid(), gid: os.Getegid(), client: agentapi.Client{Token: token}}
 	// PostgreSQL refuses root: when the tests run as root the agents run
 	// as the package's postgres user, as the agent runs as uid 999 in its
 	// pod; the agent itself never changes user.
@@ -178,11 +179,11 @@ func (c *cluster) start(name string, env ...string) *instance {
 		"POSTGRES_USER=postgres",
 		"POSTGRES_PASSWORD="+superPassword,
 		"POSTGRES_INITDB_ARGS=--auth-local=trust --auth-host=scram-sha-256 --no-sync",
-		agent.EnvPodName+"="+name,
-		agent.EnvToken+"="+token,
-		agent.EnvReplicationPassword+"="+replPassword,
-		agent.EnvPrimaryHost+"=127.0.0.1",
-		agent.EnvTLSDir+"="+c.tlsDir,
+		agentapi.EnvPodName+"="+name,
+		agentapi.EnvToken+"="+token,
+		agentapi.EnvReplicationPassword+"="+replPassword,
+		agentapi.EnvPrimaryHost+"=127.0.0.1",
+		agentapi.EnvTLSDir+"="+c.tlsDir,
 	)
 	in.cmd.Env = append(in.cmd.Env, env...)
 	in.logPath = filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano()))
@@ -211,7 +212,7 @@ func (c *cluster) start(name string, env ...string) *instance {
 		}
 	})
 	waitFor(t, func() bool {
-		resp, err := c.httpClient().Get(in.url + agent.HealthPath)
+		resp, err := c.httpClient().Get(in.url + agentapi.HealthPath)
 		if err != nil {
 			return false
 		}
@@ -237,7 +238,7 @@ func postmasterPID(pgdata string) int {
 	return pid
 }
 
-func (c *cluster) status(in *instance) agent.Status {
+func (c *cluster) status(in *instance) agentapi.Status {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -247,10 +248,10 @@ func (c *cluster) status(in *instance) agent.Status {
 }
 
 // waitStatus waits until in's status satisfies ok and returns it.
-func (c *cluster) waitStatus(in *instance, timeout time.Duration, what string, ok func(agent.Status) bool) agent.Status {
+func (c *cluster) waitStatus(in *instance, timeout time.Duration, what string, ok func(agentapi.Status) bool) agentapi.Status {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
-	var s agent.Status
+	var s agentapi.Status
 	for {
 		s = c.status(in)
 		if ok(s) {
@@ -263,8 +264,8 @@ func (c *cluster) waitStatus(in *instance, timeout time.Duration, what string, o
 	}
 }
 
-func runningAs(role agent.Role) func(agent.Status) bool {
-	return func(s agent.Status) bool { return s.State == agent.StateRunning && s.Ready && s.Role == role }
+func runningAs(role agentapi.Role) func(agentapi.Status) bool {
+	return func(s agentapi.Status) bool { return s.State == agentapi.StateRunning && s.Ready && s.Role == role }
 }
 
 // sql connects to in's server over its unix socket as the superuser.
@@ -304,7 +305,7 @@ func lsn(t *testing.T, s string) uint64 {
 }
 
 func agentCode(err error) int {
-	var e *agent.Error
+	var e *agentapi.Error
 	if errors.As(err, &e) {
 		return e.Code
 	}
@@ -326,7 +327,7 @@ func TestAgentsReplicateAndSwitchOver(t *testing.T) {
 
 	// Authentication: none or a wrong token is refused, the probes are open.
 	for _, hdr := range []string{"", "Bearer wrong", "Bearer " + token + "x"} {
-		req, _ := http.NewRequest(http.MethodGet, a.url+agent.StatusPath, nil)
+		req, _ := http.NewRequest(http.MethodGet, a.url+agentapi.StatusPath, nil)
 		if hdr != "" {
 			req.Header.Set("Authorization", hdr)
 		}
@@ -335,55 +336,55 @@ func TestAgentsReplicateAndSwitchOver(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "Authorization %q", hdr)
 	}
-	_, err := agent.Client{Token: "wrong"}.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err := agentapi.Client{Token: "wrong"}.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	assert.Equal(t, http.StatusUnauthorized, agentCode(err), "a bootstrap without the token: %v", err)
 	entries, _ := os.ReadDir(a.pgdata)
 	assert.Empty(t, entries, "a refused bootstrap wrote into the data directory")
 
 	s := c.status(a)
-	assert.Equal(t, agent.StateWaiting, s.State)
+	assert.Equal(t, agentapi.StateWaiting, s.State)
 	assert.True(t, s.DataEmpty)
-	resp, err := http.Get(a.url + agent.ReadyPath)
+	resp, err := http.Get(a.url + agentapi.ReadyPath)
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "ready without a server")
 
 	// initdb: a primary.
-	_, err = c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err = c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	sa := c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
+	sa := c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
 	require.NotEmpty(t, sa.SystemID)
 	assert.EqualValues(t, 1, sa.Timeline)
-	resp, err = http.Get(a.url + agent.ReadyPath)
+	resp, err = http.Get(a.url + agentapi.ReadyPath)
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 
 	pa := sql(t, a)
-	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agent.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
-	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(b.name))
+	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
+	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(b.name))
 	mustExec(t, pa, "CREATE TABLE t (id bigint PRIMARY KEY)")
 	mustExec(t, pa, "INSERT INTO t SELECT generate_series(1, 100)")
 
 	// A second bootstrap of a data directory that holds a cluster: 409, and
 	// nothing changed.
 	before := dirStamp(t, a.pgdata)
-	_, err = c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err = c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	assert.Equal(t, http.StatusConflict, agentCode(err), "bootstrap of a non-empty data directory: %v", err)
-	_, err = c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err = c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	assert.Equal(t, http.StatusConflict, agentCode(err), "clone into a non-empty data directory: %v", err)
 	assert.Equal(t, before, dirStamp(t, a.pgdata), "a refused bootstrap changed the data directory's top level")
-	assert.Equal(t, sa.SystemID, c.waitStatus(a, 10*time.Second, "running", runningAs(agent.RolePrimary)).SystemID)
+	assert.Equal(t, sa.SystemID, c.waitStatus(a, 10*time.Second, "running", runningAs(agentapi.RolePrimary)).SystemID)
 	assert.Equal(t, 100, count(t, pa, "SELECT count(*) FROM t"))
 
 	// A clone cut short leaves the data directory empty again and the
 	// agent waiting, saying why.
 	c.proxy.target.Store(int32(a.port))
 	c.proxy.cut.Store(4 << 20)
-	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	require.NoError(t, err)
-	sb := c.waitStatus(b, 60*time.Second, "waiting again after a failed clone", func(s agent.Status) bool {
-		return s.State == agent.StateWaiting && s.Message != ""
+	sb := c.waitStatus(b, 60*time.Second, "waiting again after a failed clone", func(s agentapi.Status) bool {
+		return s.State == agentapi.StateWaiting && s.Message != ""
 	})
 	t.Logf("failed clone: %s", sb.Message)
 	assert.True(t, sb.DataEmpty)
@@ -393,10 +394,10 @@ func TestAgentsReplicateAndSwitchOver(t *testing.T) {
 
 	// Clone: a streaming standby of the same cluster.
 	cloneStart := time.Now()
-	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	require.NoError(t, err)
-	sb = c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming"
+	sb = c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
 	})
 	t.Logf("clone to streaming: %s", time.Since(cloneStart).Round(time.Millisecond))
 	assert.Equal(t, sa.SystemID, sb.SystemID)
@@ -405,7 +406,7 @@ func TestAgentsReplicateAndSwitchOver(t *testing.T) {
 	assert.Equal(t, 100, count(t, pb, "SELECT count(*) FROM t"))
 	assert.Equal(t, "streaming", stringQuery(t, pa, "SELECT state FROM pg_stat_replication WHERE application_name = $1", b.name),
 		"the primary sees the standby by its pod name")
-	assert.Equal(t, "true", stringQuery(t, pa, "SELECT active::text FROM pg_replication_slots WHERE slot_name = $1", agent.SlotName(b.name)),
+	assert.Equal(t, "true", stringQuery(t, pa, "SELECT active::text FROM pg_replication_slots WHERE slot_name = $1", agentapi.SlotName(b.name)),
 		"the standby streams through its slot")
 
 	// Rows reach the standby, its positions advance.
@@ -428,11 +429,11 @@ func TestAgentsReplicateAndSwitchOver(t *testing.T) {
 	// Wrong-role and too-early requests are refused.
 	_, err = c.client.Demote(ctx, b.url)
 	assert.Equal(t, http.StatusConflict, agentCode(err), "demote of a standby: %v", err)
-	_, err = c.client.Promote(ctx, a.url, agent.PromoteRequest{})
+	_, err = c.client.Promote(ctx, a.url, agentapi.PromoteRequest{})
 	assert.Equal(t, http.StatusConflict, agentCode(err), "promote of a primary: %v", err)
-	_, err = c.client.Promote(ctx, b.url, agent.PromoteRequest{MinReplayedLSN: "FF/0"})
+	_, err = c.client.Promote(ctx, b.url, agentapi.PromoteRequest{MinReplayedLSN: "FF/0"})
 	assert.Equal(t, http.StatusConflict, agentCode(err), "promote short of minReplayedLSN: %v", err)
-	assert.Equal(t, agent.RoleReplica, c.status(b).Role)
+	assert.Equal(t, agentapi.RoleReplica, c.status(b).Role)
 
 	// Switchover under a steady stream of commits.
 	var mu sync.Mutex
@@ -465,22 +466,22 @@ func TestAgentsReplicateAndSwitchOver(t *testing.T) {
 	t.Logf("demoted at %s after %d commits during the switchover", demoted.ShutdownLSN, len(acked))
 	require.NotEmpty(t, acked, "the writer committed nothing before the demote")
 	mu.Unlock()
-	assert.Equal(t, agent.RoleReplica, demoted.Status.Role, "the demoted instance restarts as a standby")
+	assert.Equal(t, agentapi.RoleReplica, demoted.Status.Role, "the demoted instance restarts as a standby")
 
-	var promoted agent.Status
+	var promoted agentapi.Status
 	waitFor(t, func() bool {
-		promoted, err = c.client.Promote(dctx, b.url, agent.PromoteRequest{MinReplayedLSN: demoted.ShutdownLSN})
+		promoted, err = c.client.Promote(dctx, b.url, agentapi.PromoteRequest{MinReplayedLSN: demoted.ShutdownLSN})
 		if agentCode(err) == http.StatusConflict {
 			return false // not replayed that far yet
 		}
 		require.NoError(t, err)
 		return true
 	}, 20*time.Second, "the standby replayed up to the shutdown LSN")
-	assert.Equal(t, agent.RolePrimary, promoted.Role)
+	assert.Equal(t, agentapi.RolePrimary, promoted.Role)
 	assert.EqualValues(t, 2, promoted.Timeline, "a promotion starts a new timeline")
 	c.proxy.target.Store(int32(b.port))
 	pb = sql(t, b)
-	mustExec(t, pb, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(a.name))
+	mustExec(t, pb, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(a.name))
 
 	mu.Lock()
 	want := acked
@@ -491,8 +492,8 @@ func TestAgentsReplicateAndSwitchOver(t *testing.T) {
 
 	// The old primary follows the new one.
 	followStart := time.Now()
-	sa = c.waitStatus(a, 60*time.Second, "streaming from the new primary on timeline 2", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming" && s.Timeline == 2
+	sa = c.waitStatus(a, 60*time.Second, "streaming from the new primary on timeline 2", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming" && s.Timeline == 2
 	})
 	t.Logf("old primary streaming from the new one after %s", time.Since(followStart).Round(time.Millisecond))
 	pa = sql(t, a)
@@ -651,13 +652,13 @@ func TestSIGTERMDuringInitdb(t *testing.T) {
 		t.Run(delay.String(), func(t *testing.T) {
 			c := newCluster(t)
 			a := c.start("db-0")
-			_, err := c.client.Bootstrap(context.Background(), a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+			_, err := c.client.Bootstrap(context.Background(), a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 			require.NoError(t, err)
 			time.Sleep(delay)
 			s := c.status(a)
 			t.Logf("state when stopped: %s", s.State)
 			if delay < time.Second {
-				require.Equal(t, agent.StateBootstrapping, s.State, "initdb already finished: the test proves nothing")
+				require.Equal(t, agentapi.StateBootstrapping, s.State, "initdb already finished: the test proves nothing")
 			}
 			stopped := time.Now()
 			require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // TestRecoveryWindowKeepsEveryPointInsideIt: the primary's agent expires
@@ -51,7 +51,7 @@ func TestRecoveryWindowKeepsEveryPointInsideIt(t *testing.T) {
 	repo.RecoveryWindow = window
 	raw, err := json.Marshal(repo)
 	require.NoError(t, err)
-	a := c.startArchiving(t, agent.EnvRepository+"="+string(raw))
+	a := c.startArchiving(t, agentapi.EnvRepository+"="+string(raw))
 	conn := sql(t, a)
 	mustExec(t, conn, "CREATE TABLE ledger (id bigserial PRIMARY KEY)")
 
@@ -84,23 +84,23 @@ func TestRecoveryWindowKeepsEveryPointInsideIt(t *testing.T) {
 
 	// backup runs a base backup through the agent and returns it, with
 	// the status once the agent's expiry after it has run.
-	labels := func(s agent.Status) []string {
+	labels := func(s agentapi.Status) []string {
 		var l []string
 		for _, b := range s.Archive.Backups {
 			l = append(l, b.Label)
 		}
 		return l
 	}
-	backup := func(id, typ string) (agent.BaseBackup, agent.Status) {
+	backup := func(id, typ string) (agentapi.BaseBackup, agentapi.Status) {
 		t.Helper()
-		_, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: id, Type: typ})
+		_, err := c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: id, Type: typ})
 		require.NoError(t, err)
-		s := c.waitStatus(a, 2*time.Minute, "base backup "+id+" finished", func(s agent.Status) bool {
+		s := c.waitStatus(a, 2*time.Minute, "base backup "+id+" finished", func(s agentapi.Status) bool {
 			return s.Archive != nil && s.Archive.Run != nil && s.Archive.Run.ID == id && s.Archive.Run.Finished != nil
 		})
 		require.Empty(t, s.Archive.Run.Error)
 		finished := s.Archive.Run.Finished
-		s = c.waitStatus(a, 90*time.Second, "the expiry after backup "+id, func(s agent.Status) bool {
+		s = c.waitStatus(a, 90*time.Second, "the expiry after backup "+id, func(s agentapi.Status) bool {
 			return s.Archive.ExpiredAt != nil && !s.Archive.ExpiredAt.Before(finished)
 		})
 		require.Empty(t, s.Archive.ExpireError)
@@ -191,12 +191,12 @@ func TestRecoveryWindowKeepsEveryPointInsideIt(t *testing.T) {
 	restored := make([]*instance, len(targets))
 	for i, target := range targets {
 		restored[i] = c.start([]string{"db-1", "db-2"}[i])
-		_, err := c.client.Bootstrap(ctx, restored[i].url, agent.BootstrapRequest{Mode: agent.BootstrapRestore,
-			Recovery: f.recoverySource(repoPath, agent.RecoveryTarget{Time: target.Format(time.RFC3339Nano)})})
+		_, err := c.client.Bootstrap(ctx, restored[i].url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapRestore,
+			Recovery: f.recoverySource(repoPath, agentapi.RecoveryTarget{Time: target.Format(time.RFC3339Nano)})})
 		require.NoError(t, err)
 	}
 	for i, target := range targets {
-		c.waitStatus(restored[i], 3*time.Minute, "recovered and promoted", runningAs(agent.RolePrimary))
+		c.waitStatus(restored[i], 3*time.Minute, "recovered and promoted", runningAs(agentapi.RolePrimary))
 		var got []int64
 		require.NoError(t, sql(t, restored[i]).QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM ledger`).Scan(&got))
 		assert.Equal(t, want[i], got, "the rows restored to %s", target.UTC().Format(time.RFC3339Nano))
@@ -245,7 +245,7 @@ func nextSegment(t *testing.T, seg string) string {
 // pgbackrest command (backup, expire) in its runtime directories.
 func pgbackrestWarnings(t *testing.T, in *instance, command string) []string {
 	t.Helper()
-	logs, err := filepath.Glob(filepath.Join(in.dir, "tmp", "dbkeeper-pgbackrest-*", agent.Stanza+"-"+command+".log"))
+	logs, err := filepath.Glob(filepath.Join(in.dir, "tmp", "dbkeeper-pgbackrest-*", agentapi.Stanza+"-"+command+".log"))
 	require.NoError(t, err)
 	var out []string
 	for _, l := range logs {

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
@@ -60,23 +60,23 @@ func startLeasedPair(t *testing.T, serverArgs ...string) *leasedPair {
 	p.aEnv = c.leaseEnv(t, restCfg)
 	p.a = c.start("db-0", p.aEnv...)
 	p.b = c.start("db-1", c.leaseEnv(t, restCfg)...)
-	_, err = c.client.Bootstrap(ctx, p.a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err = c.client.Bootstrap(ctx, p.a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	c.waitStatus(p.a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
+	c.waitStatus(p.a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
 	p.pa = sql(t, p.a)
-	mustExec(t, p.pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agent.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
+	mustExec(t, p.pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
 	// what the replication controller grants for pg_rewind
 	for _, fn := range []string{"pg_ls_dir(text, boolean, boolean)", "pg_stat_file(text, boolean)", "pg_read_binary_file(text)", "pg_read_binary_file(text, bigint, bigint, boolean)"} {
-		mustExec(t, p.pa, "GRANT EXECUTE ON FUNCTION "+fn+" TO "+agent.ReplicationUser)
+		mustExec(t, p.pa, "GRANT EXECUTE ON FUNCTION "+fn+" TO "+agentapi.ReplicationUser)
 	}
-	mustExec(t, p.pa, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(p.b.name))
+	mustExec(t, p.pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(p.b.name))
 	mustExec(t, p.pa, "CREATE TABLE t (id bigint PRIMARY KEY)")
 	mustExec(t, p.pa, "INSERT INTO t SELECT generate_series(1, 100)")
 	c.proxy.target.Store(int32(p.a.port))
-	_, err = c.client.Bootstrap(ctx, p.b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err = c.client.Bootstrap(ctx, p.b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	require.NoError(t, err)
-	c.waitStatus(p.b, 90*time.Second, "a streaming standby", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming"
+	c.waitStatus(p.b, 90*time.Second, "a streaming standby", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
 	})
 	return p
 }
@@ -105,12 +105,12 @@ func TestRewindThatKeepsFailingClonesAgain(t *testing.T) {
 	require.NoError(t, pa.QueryRow(ctx, "SELECT pg_walfile_name(pg_current_wal_lsn())").Scan(&before))
 	mustExec(t, pa, "SELECT pg_switch_wal()")
 	cur := c.status(a).CurrentLSN
-	c.waitStatus(b, 20*time.Second, "replayed all of db-0's WAL", func(s agent.Status) bool {
+	c.waitStatus(b, 20*time.Second, "replayed all of db-0's WAL", func(s agentapi.Status) bool {
 		return s.ReplayedLSN != "" && lsn(t, s.ReplayedLSN) >= lsn(t, cur)
 	})
 	c.proxy.pause()
 	waitFor(t, func() bool {
-		_, err := pa.Exec(ctx, "SELECT pg_drop_replication_slot($1)", agent.SlotName(b.name))
+		_, err := pa.Exec(ctx, "SELECT pg_drop_replication_slot($1)", agentapi.SlotName(b.name))
 		return err == nil
 	}, 20*time.Second, "db-1's slot on db-0 dropped (its walsender gone)")
 	const K = 5
@@ -127,24 +127,24 @@ func TestRewindThatKeepsFailingClonesAgain(t *testing.T) {
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
 	<-a.exited
 	require.Equal(t, "", p.holder())
-	promoted, err := c.client.Promote(ctx, b.url, agent.PromoteRequest{})
+	promoted, err := c.client.Promote(ctx, b.url, agentapi.PromoteRequest{})
 	require.NoError(t, err)
-	require.Equal(t, agent.RolePrimary, promoted.Role)
+	require.Equal(t, agentapi.RolePrimary, promoted.Role)
 	require.Equal(t, "db-1", p.holder())
 	c.proxy.target.Store(int32(b.port))
 	c.proxy.resume()
 	pb := sql(t, b)
-	mustExec(t, pb, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(a.name))
+	mustExec(t, pb, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(a.name))
 	mustExec(t, pb, "INSERT INTO t VALUES (1000)")
 
 	// db-0 comes back: the lease names db-1, it rejoins, pg_rewind fails.
 	start := time.Now()
 	a2 := c.start("db-0", p.aEnv...)
-	c.waitStatus(a2, 60*time.Second, "a failed pg_rewind", func(s agent.Status) bool {
-		return s.State == agent.StateFenced && strings.Contains(s.Message, "pg_rewind")
+	c.waitStatus(a2, 60*time.Second, "a failed pg_rewind", func(s agentapi.Status) bool {
+		return s.State == agentapi.StateFenced && strings.Contains(s.Message, "pg_rewind")
 	})
-	sa := c.waitStatus(a2, 60*time.Second, "emptied to be cloned again", func(s agent.Status) bool {
-		return s.State == agent.StateWaiting && s.DataEmpty
+	sa := c.waitStatus(a2, 60*time.Second, "emptied to be cloned again", func(s agentapi.Status) bool {
+		return s.State == agentapi.StateWaiting && s.DataEmpty
 	})
 	t.Logf("MEASURED db-0 gave up pg_rewind after %s: %s", time.Since(start).Round(time.Millisecond), sa.Message)
 	assert.Contains(t, sa.Message, "pg_rewind failed 3 times in a row")
@@ -153,10 +153,10 @@ func TestRewindThatKeepsFailingClonesAgain(t *testing.T) {
 	assert.EqualValues(t, 1, sa.LastRewind.DivergedTimeline)
 
 	// what the replication controller does for an empty instance
-	_, err = c.client.Bootstrap(ctx, a2.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err = c.client.Bootstrap(ctx, a2.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	require.NoError(t, err)
-	sa = c.waitStatus(a2, 90*time.Second, "streaming from db-1 on timeline 2", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming" && s.Timeline == 2
+	sa = c.waitStatus(a2, 90*time.Second, "streaming from db-1 on timeline 2", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming" && s.Timeline == 2
 	})
 	require.NotNil(t, sa.LastRewind)
 	assert.EqualValues(t, K, sa.LastRewind.DiscardedTransactions)

@@ -28,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/faults"
 )
@@ -76,16 +77,16 @@ func (ca *testCA) writeTLS(t *testing.T, dir string, cert tls.Certificate, uid, 
 
 // writeClientTLS writes the Database's own CA and the instances' client
 // certificate it signed into dir, as the pod's TLS volume holds them with
-// a cert-manager issuer (agent.ClientCAFile, ClientCertFile,
+// a cert-manager issuer (agentapi.ClientCAFile, ClientCertFile,
 // ClientKeyFile).
 func (ca *testCA) writeClientTLS(t *testing.T, dir string, cert tls.Certificate, uid, gid int) {
 	t.Helper()
 	kder, err := x509.MarshalECPrivateKey(cert.PrivateKey.(*ecdsa.PrivateKey))
 	require.NoError(t, err)
 	for name, b := range map[string][]byte{
-		agent.ClientCAFile:   ca.pem,
-		agent.ClientCertFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
-		agent.ClientKeyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
+		agentapi.ClientCAFile:   ca.pem,
+		agentapi.ClientCertFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
+		agentapi.ClientKeyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
 	} {
 		p := filepath.Join(dir, name)
 		require.NoError(t, os.WriteFile(p, b, 0o600))
@@ -98,7 +99,7 @@ func (ca *testCA) writeClientTLS(t *testing.T, dir string, cert tls.Certificate,
 // files.
 func manifestOption(t *testing.T, f *archiveFixture, repoPath, label, option string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(f.store.Dir, "data", f.bucket, strings.TrimPrefix(repoPath, "/"), "backup", agent.Stanza, label, "backup.manifest"))
+	b, err := os.ReadFile(filepath.Join(f.store.Dir, "data", f.bucket, strings.TrimPrefix(repoPath, "/"), "backup", agentapi.Stanza, label, "backup.manifest"))
 	require.NoError(t, err)
 	for _, l := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(l, option+"="); ok {
@@ -138,7 +139,7 @@ func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 	ca.writeTLS(t, c.tlsDir, dbCert, c.uid, c.gid)
 	hba := filepath.Join(c.dir, "pg_hba.conf")
 	require.NoError(t, os.WriteFile(hba, []byte("local all all trust\n"+
-		"hostssl replication "+agent.ReplicationUser+" 127.0.0.1/32 scram-sha-256\n"+
+		"hostssl replication "+agentapi.ReplicationUser+" 127.0.0.1/32 scram-sha-256\n"+
 		"hostssl all all 127.0.0.1/32 scram-sha-256\n"), 0o644))
 	c.serverArgs = []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + c.tlsDir + "/tls.crt", "-c", "ssl_key_file=" + c.tlsDir + "/tls.key",
 		"-c", "hba_file=" + hba, "-c", "track_commit_timestamp=on"}
@@ -166,20 +167,20 @@ func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 	c.agentArgs["db-0"] = append(c.agentArgs["db-0"], "--peers="+string(peers))
 	a := c.start("db-0", env)
 
-	_, err = c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err = c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	c.waitStatus(a, 2*time.Minute, "a primary with its repository ready", func(s agent.Status) bool {
-		return runningAs(agent.RolePrimary)(s) && s.Archive != nil && s.Archive.StanzaReady
+	c.waitStatus(a, 2*time.Minute, "a primary with its repository ready", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RolePrimary)(s) && s.Archive != nil && s.Archive.StanzaReady
 	})
 	pa := sql(t, a)
-	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agent.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
-	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(b.name))
+	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
+	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(b.name))
 	mustExec(t, pa, "CREATE TABLE ledger (id serial PRIMARY KEY, filler text)")
 	c.proxy.target.Store(int32(a.port))
-	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	require.NoError(t, err)
-	c.waitStatus(b, 2*time.Minute, "a streaming standby", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming"
+	c.waitStatus(b, 2*time.Minute, "a streaming standby", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
 	})
 
 	// the standby's TLS server: a client certificate of another CA is
@@ -228,7 +229,7 @@ func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 	})
 	waitFor(t, func() bool { return written.Load() >= 100 }, 30*time.Second, "the writer's first 100 rows")
 
-	run, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
+	run, err := c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "b1", Type: "full"})
 	require.NoError(t, err)
 	before := written.Load()
 	s := c.waitBaseBackups(a, 1)
@@ -256,16 +257,16 @@ func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 	require.Equal(t, targetID, want, "the ledger's ids are not in commit order")
 	require.Greater(t, count(t, pa, "SELECT count(*) FROM ledger"), want)
 	segment := stringQuery(t, pa, "SELECT pg_walfile_name(pg_switch_wal())")
-	c.waitStatus(a, 2*time.Minute, "segment "+segment+" archived", func(s agent.Status) bool {
+	c.waitStatus(a, 2*time.Minute, "segment "+segment+" archived", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.LastArchivedWAL >= segment
 	})
 
 	// the point-in-time restore of the standby's backup.
 	r := c.start("db-2")
-	_, err = c.client.Bootstrap(ctx, r.url, agent.BootstrapRequest{Mode: agent.BootstrapRestore,
-		Recovery: f.recoverySource(repoPath, agent.RecoveryTarget{Time: target.Format(time.RFC3339Nano)})})
+	_, err = c.client.Bootstrap(ctx, r.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapRestore,
+		Recovery: f.recoverySource(repoPath, agentapi.RecoveryTarget{Time: target.Format(time.RFC3339Nano)})})
 	require.NoError(t, err)
-	c.waitStatus(r, 3*time.Minute, "recovered and promoted", runningAs(agent.RolePrimary))
+	c.waitStatus(r, 3*time.Minute, "recovered and promoted", runningAs(agentapi.RolePrimary))
 	pr := sql(t, r)
 	assert.Equal(t, want, count(t, pr, "SELECT count(*) FROM ledger"), "rows committed at or before the target")
 	assert.Equal(t, targetID, count(t, pr, "SELECT max(id) FROM ledger"), "a row committed after the target")
@@ -283,7 +284,7 @@ func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 		}
 	}
 	require.Len(t, killed, 1, "the standby's agent runs one pgBackRest TLS server")
-	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b2", Type: "incr"})
+	_, err = c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "b2", Type: "incr"})
 	require.NoError(t, err)
 	s = c.waitBaseBackups(a, 2)
 	t.Logf("with the standby's server gone: %s, note %q", s.Archive.Run.Instance, s.Archive.Run.Note)
@@ -297,7 +298,7 @@ func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 	// primary's; renewed again with clientAuth, the standby's.
 	ca.writeTLS(t, c.tlsDir, ca.databaseCert(t, 2, x509.ExtKeyUsageServerAuth), c.uid, c.gid)
 	waitFor(t, func() bool { return servedBy(standbyServer, pool) == 2 }, 40*time.Second, "the standby's TLS server serving the renewed certificate")
-	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b3", Type: "incr"})
+	_, err = c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "b3", Type: "incr"})
 	require.NoError(t, err)
 	s = c.waitBaseBackups(a, 3)
 	assert.Equal(t, "db-0", s.Archive.Run.Instance)
@@ -305,7 +306,7 @@ func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 	dbCert = ca.databaseCert(t, 3)
 	ca.writeTLS(t, c.tlsDir, dbCert, c.uid, c.gid)
 	waitFor(t, func() bool { return servedBy(standbyServer, pool) == 3 }, 40*time.Second, "the standby's TLS server serving the certificate renewed again")
-	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b4", Type: "incr"})
+	_, err = c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "b4", Type: "incr"})
 	require.NoError(t, err)
 	s = c.waitBaseBackups(a, 4)
 	assert.Equal(t, "db-1", s.Archive.Run.Instance, "note %q", s.Archive.Run.Note)
@@ -321,7 +322,7 @@ func TestBaseBackupFromAStreamingStandby(t *testing.T) {
 	waitFor(t, func() bool {
 		return count(t, pa, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'") == 0
 	}, 30*time.Second, "no standby streaming")
-	_, err = c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b5", Type: "incr"})
+	_, err = c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "b5", Type: "incr"})
 	require.NoError(t, err)
 	s = c.waitBaseBackups(a, 5)
 	assert.Equal(t, "db-0", s.Archive.Run.Instance)

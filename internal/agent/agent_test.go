@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/postgres"
 )
@@ -155,14 +156,14 @@ func TestEndpointServesRenewedCertificate(t *testing.T) {
 
 			// and the token is still needed over HTTPS.
 			hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // test
-			resp, err := hc.Get("https://127.0.0.1:" + strconv.Itoa(port) + StatusPath)
+			resp, err := hc.Get("https://127.0.0.1:" + strconv.Itoa(port) + agentapi.StatusPath)
 			require.NoError(t, err)
 			resp.Body.Close()
 			assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-			_, err = Client{HTTP: hc, Token: "tok"}.Status(ctx, "https://127.0.0.1:"+strconv.Itoa(port))
+			_, err = agentapi.Client{HTTP: hc, Token: "tok"}.Status(ctx, "https://127.0.0.1:"+strconv.Itoa(port))
 			require.NoError(t, err)
 
-			_, err = Client{HTTP: &http.Client{}, Token: "tok"}.Status(ctx, "http://127.0.0.1:"+strconv.Itoa(port))
+			_, err = agentapi.Client{HTTP: &http.Client{}, Token: "tok"}.Status(ctx, "http://127.0.0.1:"+strconv.Itoa(port))
 			require.Error(t, err, "the token was taken in clear")
 			assert.Contains(t, err.Error(), "400")
 		})

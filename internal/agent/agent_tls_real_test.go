@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // testCA signs the servers' certificates.
@@ -99,8 +99,8 @@ func TestAgentsOverTLS(t *testing.T) { agentsOverTLS(t, false) }
 // TestAgentsOverTLSWithACertManagerIssuer: the same when another CA (a
 // cert-manager issuer, which may sign for others too) signs the server
 // certificate: client certificates are the Database's own CA's
-// (agent.ClientCAFile), the instances present the client certificate it
-// signed (agent.ClientCertFile), and a superuser certificate the server's
+// (agentapi.ClientCAFile), the instances present the client certificate it
+// signed (agentapi.ClientCertFile), and a superuser certificate the server's
 // issuer signed is refused (before, both roles logged in with their
 // passwords over TCP).
 func TestAgentsOverTLSWithACertManagerIssuer(t *testing.T) { agentsOverTLS(t, true) }
@@ -118,8 +118,8 @@ func agentsOverTLS(t *testing.T, certManager bool) {
 	replicationDN := "/CN=orders"
 	if certManager {
 		ca = newTestCA(t)
-		ca.writeClientTLS(t, c.tlsDir, ca.clientCert(t, agent.ReplicationUser), c.uid, c.gid)
-		replicationDN = "/CN=" + agent.ReplicationUser
+		ca.writeClientTLS(t, c.tlsDir, ca.clientCert(t, agentapi.ReplicationUser), c.uid, c.gid)
+		replicationDN = "/CN=" + agentapi.ReplicationUser
 	}
 	c.serverArgs = []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + c.tlsDir + "/tls.crt", "-c", "ssl_key_file=" + c.tlsDir + "/tls.key"}
 	pool := x509.NewCertPool()
@@ -127,32 +127,32 @@ func agentsOverTLS(t *testing.T, certManager bool) {
 	c.client.HTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	caFile := filepath.Join(c.tlsDir, "ca.crt")
 	ctx := context.Background()
-	certAuth := agent.EnvClientCertAuth + "=true"
+	certAuth := agentapi.EnvClientCertAuth + "=true"
 
 	a := c.start("db-0", certAuth)
 	b := c.start("db-1", certAuth)
-	resp, err := c.client.HTTP.Get(a.url + agent.StatusPath)
+	resp, err := c.client.HTTP.Get(a.url + agentapi.StatusPath)
 	require.NoError(t, err, "HTTPS verified with the Database's CA")
 	resp.Body.Close()
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 
-	_, err = c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err = c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agent.RolePrimary))
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
 	pa := sql(t, a)
 	// the replication role has the agents' password: only the certificate
 	// may log it in over TCP
-	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agent.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
+	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
 	mustExec(t, pa, "CREATE ROLE app WITH LOGIN PASSWORD 'app-password'")
-	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agent.SlotName(b.name))
+	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(b.name))
 	mustExec(t, pa, "CREATE TABLE t AS SELECT generate_series(1, 10) AS id")
 
-	for _, login := range []struct{ user, password string }{{"postgres", superPassword}, {agent.ReplicationUser, replPassword}} {
+	for _, login := range []struct{ user, password string }{{"postgres", superPassword}, {agentapi.ReplicationUser, replPassword}} {
 		_, err := tcpLogin(ctx, a, caFile, login.user, login.password)
 		require.Error(t, err, "%s logged in over TCP with its password", login.user)
 		assert.Contains(t, err.Error(), "connection requires a valid client certificate", login.user)
 	}
-	_, err = tcpLogin(ctx, a, caFile, "postgres", superPassword, ca.clientCert(t, agent.ReplicationUser))
+	_, err = tcpLogin(ctx, a, caFile, "postgres", superPassword, ca.clientCert(t, agentapi.ReplicationUser))
 	require.Error(t, err, "a certificate for another role logged in the superuser")
 	_, err = tcpLogin(ctx, a, caFile, "postgres", "", newTestCA(t).clientCert(t, "postgres"))
 	require.Error(t, err, "a certificate of another CA logged in the superuser")
@@ -168,10 +168,10 @@ func agentsOverTLS(t *testing.T, certManager bool) {
 	conn.Close(ctx)
 
 	c.proxy.target.Store(int32(a.port))
-	_, err = c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	require.NoError(t, err)
-	c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming"
+	c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
 	})
 	assert.Equal(t, "true", stringQuery(t, pa, "SELECT s.ssl::text FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid) WHERE r.application_name = $1", b.name),
 		"the standby streams over TLS")
@@ -181,7 +181,7 @@ func agentsOverTLS(t *testing.T, certManager bool) {
 	for _, in := range []*instance{a, b} {
 		data, err := os.ReadFile(filepath.Join(in.pgdata, "pg_hba.conf"))
 		require.NoError(t, err)
-		assert.NotContains(t, string(data), agent.ReplicationUser, "with TLS the agent leaves PGDATA's hba file alone")
+		assert.NotContains(t, string(data), agentapi.ReplicationUser, "with TLS the agent leaves PGDATA's hba file alone")
 	}
 
 	// Renewal in place: the server presents the new certificate, without a

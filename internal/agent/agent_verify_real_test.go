@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/test/framework"
 )
 
@@ -40,9 +40,9 @@ func TestVerifyBackup(t *testing.T) {
 	mustExec(t, conn, "CREATE TABLE audit (id int)")
 	mustExec(t, conn, "INSERT INTO ledger SELECT i, md5(i::text) FROM generate_series(1, 500) i")
 	mustExec(t, conn, "INSERT INTO audit SELECT generate_series(1, 7)")
-	_, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "b1", Type: "full"})
+	_, err := c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "b1", Type: "full"})
 	require.NoError(t, err)
-	s := c.waitStatus(a, 3*time.Minute, "the base backup finished", func(s agent.Status) bool {
+	s := c.waitStatus(a, 3*time.Minute, "the base backup finished", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.Run != nil && s.Archive.Run.Finished != nil && len(s.Archive.Backups) == 1
 	})
 	require.Empty(t, s.Archive.Run.Error)
@@ -52,7 +52,7 @@ func TestVerifyBackup(t *testing.T) {
 	var segment, relPath string
 	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_relation_filepath('ledger')").Scan(&relPath))
 	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&segment))
-	c.waitStatus(a, time.Minute, "segment "+segment+" archived", func(s agent.Status) bool {
+	c.waitStatus(a, time.Minute, "segment "+segment+" archived", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.LastArchivedWAL >= segment
 	})
 	prefix := strings.TrimPrefix(repoPath, "/") + "/"
@@ -77,7 +77,7 @@ func TestVerifyBackup(t *testing.T) {
 	for i, file := range []string{relPath, "PG_VERSION"} {
 		var key string
 		for _, k := range after {
-			if strings.Contains(k, "/backup/"+agent.Stanza+"/"+label+"/pg_data/"+file+".") {
+			if strings.Contains(k, "/backup/"+agentapi.Stanza+"/"+label+"/pg_data/"+file+".") {
 				key = k
 			}
 		}
@@ -93,7 +93,7 @@ func TestVerifyBackup(t *testing.T) {
 
 // verify runs `manager verify-backup` in a directory of its own, as the
 // agents' user, and returns its report.
-func (c *cluster) verify(t *testing.T, name string, env ...string) (agent.VerifyReport, error) {
+func (c *cluster) verify(t *testing.T, name string, env ...string) (agentapi.VerifyReport, error) {
 	t.Helper()
 	dir := filepath.Join(c.dir, name)
 	c.mkdir(dir, 0o755)
@@ -101,7 +101,7 @@ func (c *cluster) verify(t *testing.T, name string, env ...string) (agent.Verify
 	port, err := framework.FreePort()
 	require.NoError(t, err)
 	report := filepath.Join(dir, "report.json")
-	cmd := exec.Command(c.bin, agent.VerifyCommand, "--pgdata="+filepath.Join(dir, "data"), "--socket-dir="+filepath.Join(dir, "run"),
+	cmd := exec.Command(c.bin, agentapi.VerifyCommand, "--pgdata="+filepath.Join(dir, "data"), "--socket-dir="+filepath.Join(dir, "run"),
 		"--port="+strconv.Itoa(port), "--user=postgres", "--database=postgres", "--report="+report, "--timeout=3m")
 	cmd.Env = append(os.Environ(), childEnv+"=1", "PATH="+c.pgBin+":"+os.Getenv("PATH"), "HOME="+dir)
 	cmd.Env = append(cmd.Env, env...)
@@ -110,7 +110,7 @@ func (c *cluster) verify(t *testing.T, name string, env ...string) (agent.Verify
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGTERM}
 	runErr := cmd.Run()
 	t.Logf("%s:\n%s", name, out.String())
-	var rep agent.VerifyReport
+	var rep agentapi.VerifyReport
 	raw, err := os.ReadFile(report)
 	require.NoError(t, err, "the report")
 	require.NoError(t, json.Unmarshal(raw, &rep))

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // TestStandbyWithALostSlotIsClonedAgain: db-1's WAL receiver is cut off
@@ -28,7 +28,7 @@ func TestStandbyWithALostSlotIsClonedAgain(t *testing.T) {
 	p := startLeasedPair(t, "-c", "max_slot_wal_keep_size=1MB", "-c", "wal_retrieve_retry_interval=1s")
 	c, a, b, pa := p.c, p.a, p.b, p.pa
 	ctx := context.Background()
-	slot := agent.SlotName(b.name)
+	slot := agentapi.SlotName(b.name)
 	slotState := func() (bool, string) {
 		var active bool
 		var walStatus string
@@ -55,8 +55,8 @@ func TestStandbyWithALostSlotIsClonedAgain(t *testing.T) {
 	// Back in reach: db-1's agent finds its WAL gone and empties it.
 	c.proxy.resume()
 	start := time.Now()
-	sb := c.waitStatus(b, 60*time.Second, "emptied to be cloned again", func(s agent.Status) bool {
-		return s.State == agent.StateWaiting && s.DataEmpty
+	sb := c.waitStatus(b, 60*time.Second, "emptied to be cloned again", func(s agentapi.Status) bool {
+		return s.State == agentapi.StateWaiting && s.DataEmpty
 	})
 	t.Logf("MEASURED db-1 emptied %s after it could reach db-0 again: %s", time.Since(start).Round(time.Millisecond), sb.Message)
 	assert.Contains(t, sb.Message, "no longer has WAL segment")
@@ -66,10 +66,10 @@ func TestStandbyWithALostSlotIsClonedAgain(t *testing.T) {
 	// empty instance cloned.
 	mustExec(t, pa, "SELECT pg_drop_replication_slot($1)", slot)
 	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1, true)", slot)
-	_, err := c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapClone})
+	_, err := c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
 	require.NoError(t, err)
-	c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agent.Status) bool {
-		return runningAs(agent.RoleReplica)(s) && s.WALReceiver == "streaming"
+	c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
 	})
 	pb := sql(t, b)
 	mustExec(t, pa, "INSERT INTO t VALUES (3000)")
@@ -78,6 +78,6 @@ func TestStandbyWithALostSlotIsClonedAgain(t *testing.T) {
 	active, walStatus := slotState()
 	assert.True(t, active, "db-1 streams through its slot")
 	assert.Equal(t, "reserved", walStatus)
-	assert.Equal(t, agent.RolePrimary, c.status(a).Role)
+	assert.Equal(t, agentapi.RolePrimary, c.status(a).Role)
 	assert.Equal(t, "db-0", p.holder())
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/postgres"
 )
@@ -220,10 +220,10 @@ func (r *backupBench) run(t *testing.T) {
 	source := f.repository(benchSourcePath)
 	source.ArchiveTimeout = benchArchiveTimeout
 	a := c.start("db-0", repositoryEnv(t, source))
-	_, err := c.client.Bootstrap(ctx, a.url, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
-	c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agent.Status) bool {
-		return runningAs(agent.RolePrimary)(s) && s.Archive != nil && s.Archive.StanzaReady
+	c.waitStatus(a, 2*time.Minute, "the repository ready", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RolePrimary)(s) && s.Archive != nil && s.Archive.StanzaReady
 	})
 
 	// the floor: a server of the same binaries and settings, archiving
@@ -252,10 +252,10 @@ func (r *backupBench) run(t *testing.T) {
 }
 
 // repositoryEnv is the agent's environment variable of repo.
-func repositoryEnv(t *testing.T, repo agent.Repository) string {
+func repositoryEnv(t *testing.T, repo agentapi.Repository) string {
 	raw, err := json.Marshal(repo)
 	require.NoError(t, err)
-	return agent.EnvRepository + "=" + string(raw)
+	return agentapi.EnvRepository + "=" + string(raw)
 }
 
 // measureArchiveLag runs the steady writer on the floor, then on the
@@ -541,7 +541,7 @@ func insertUntil(t *testing.T, conn *pgx.Conn, table string, size int64, enough 
 // reports it archived.
 func archivedNow(t *testing.T, c *cluster, a *instance, conn *pgx.Conn) {
 	seg := stringQuery(t, conn, "SELECT pg_walfile_name(pg_switch_wal())")
-	c.waitStatus(a, 30*time.Minute, "segment "+seg+" archived", func(s agent.Status) bool {
+	c.waitStatus(a, 30*time.Minute, "segment "+seg+" archived", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.LastArchivedWAL >= seg
 	})
 }
@@ -576,14 +576,14 @@ func (r *backupBench) measureBaseBackup(t *testing.T, c *cluster, a *instance, s
 
 	t.Log("the agent's full backup")
 	start := time.Now()
-	_, err := c.client.Backup(ctx, a.url, agent.BackupRequest{ID: "bench-full", Type: "full"})
+	_, err := c.client.Backup(ctx, a.url, agentapi.BackupRequest{ID: "bench-full", Type: "full"})
 	require.NoError(t, err)
-	s := c.waitStatus(a, 2*time.Hour, "the base backup finished", func(s agent.Status) bool {
+	s := c.waitStatus(a, 2*time.Hour, "the base backup finished", func(s agentapi.Status) bool {
 		return s.Archive != nil && s.Archive.Run != nil && s.Archive.Run.ID == "bench-full" && s.Archive.Run.Finished != nil
 	})
 	r.BaseAgent.Took = time.Since(start)
 	require.Empty(t, s.Archive.Run.Error, "the agent's base backup failed")
-	s = c.waitStatus(a, 5*time.Minute, "pgbackrest info listing the backup", func(s agent.Status) bool {
+	s = c.waitStatus(a, 5*time.Minute, "pgbackrest info listing the backup", func(s agentapi.Status) bool {
 		return s.Archive != nil && len(s.Archive.Backups) > 0
 	})
 	last := s.Archive.Backups[len(s.Archive.Backups)-1]
@@ -665,7 +665,7 @@ func (r *backupBench) restoreByHand(t *testing.T, c *cluster, a *instance, n int
 	run := timing{Start: time.Now()}
 	// the agent's io-timeout for restores (longIOTimeout); pgBackRest
 	// writes its own restore_command, with this configuration.
-	c.runAsServerUser(t, "pgbackrest", "--config="+confs[0], "--stanza="+agent.Stanza, "--pg1-path="+hand.pgdata,
+	c.runAsServerUser(t, "pgbackrest", "--config="+confs[0], "--stanza="+agentapi.Stanza, "--pg1-path="+hand.pgdata,
 		"--io-timeout=60", "--type=default", "restore")
 	run.Copy = time.Since(run.Start)
 	r.RestoreCommand = strings.ReplaceAll(restoreCommandOf(t, hand.pgdata), c.dir, "$DIR")
@@ -691,15 +691,15 @@ func (r *backupBench) restoreByAgent(t *testing.T, c *cluster, f *archiveFixture
 	b := c.start(fmt.Sprintf("db-%d", n), repositoryEnv(t, target))
 	src := f.repository(benchSourcePath)
 	src.CredentialsDir, src.CADir = "", ""
-	src.Secrets = &agent.RepositorySecrets{AccessKeyID: f.store.AccessKey, SecretAccessKey: f.store.SecretKey, CA: string(f.store.CA)}
+	src.Secrets = &agentapi.RepositorySecrets{AccessKeyID: f.store.AccessKey, SecretAccessKey: f.store.SecretKey, CA: string(f.store.CA)}
 	run := timing{Start: time.Now()}
-	_, err := c.client.Bootstrap(ctx, b.url, agent.BootstrapRequest{Mode: agent.BootstrapRestore, Recovery: &agent.RecoverySource{Repository: src}})
+	_, err := c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapRestore, Recovery: &agentapi.RecoverySource{Repository: src}})
 	require.NoError(t, err)
-	c.waitStatus(b, 2*time.Hour, "restored, replayed and promoted", func(s agent.Status) bool {
-		if run.Copy == 0 && s.State != agent.StateBootstrapping {
+	c.waitStatus(b, 2*time.Hour, "restored, replayed and promoted", func(s agentapi.Status) bool {
+		if run.Copy == 0 && s.State != agentapi.StateBootstrapping {
 			run.Copy = time.Since(run.Start)
 		}
-		return runningAs(agent.RolePrimary)(s)
+		return runningAs(agentapi.RolePrimary)(s)
 	})
 	run.Took = time.Since(run.Start)
 	run.Server = readRecoveryLog(t, b.logPath)

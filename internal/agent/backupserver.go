@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/pki"
 )
 
@@ -101,7 +102,7 @@ func backupServerConfig(dir, logDir, address string, port int, cn string) string
 		"tls-server-cert-file": filepath.Join(dir, "tls.crt"),
 		"tls-server-key-file":  filepath.Join(dir, "tls.key"),
 		"tls-server-ca-file":   filepath.Join(dir, "ca.crt"),
-		"tls-server-auth":      cn + "=" + Stanza,
+		"tls-server-auth":      cn + "=" + agentapi.Stanza,
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/pki"
 )
 
@@ -158,7 +159,7 @@ func (a *Agent) backupSource(ctx context.Context) (string, Peer, string) {
 	}
 	p, ok := a.peer(name)
 	if !ok {
-		return "", Peer{}, fmt.Sprintf("taken from the primary: standby %s has no address ($%s is not set)", name, EnvPeerDomain)
+		return "", Peer{}, fmt.Sprintf("taken from the primary: standby %s has no address ($%s is not set)", name, agentapi.EnvPeerDomain)
 	}
 	// pgBackRest retries a refused connection for minutes (two
 	// io-timeouts) before it gives up on pg2: a standby whose server is
@@ -239,7 +240,7 @@ func (a *Agent) replicas(ctx context.Context) ([]replica, error) {
 
 // backupFromStandby runs the backup of run from the standby p: it
 // returns pgBackRest's error, with its warning about pg2.
-func (a *Agent) backupFromStandby(run BackupRun, p Peer) error {
+func (a *Agent) backupFromStandby(run agentapi.BackupRun, p Peer) error {
 	args := append([]string{"backup", "--type=" + run.Type, longIOTimeout}, standbyBackupArgs(p, a.backupTLSDir(), a.cfg.User)...)
 	out, err := a.pgbackrest(a.ctx, a.archive.configPath(), backupTimeout, args...)
 	if err != nil {

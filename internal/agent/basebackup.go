@@ -10,41 +10,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
-
-// BackupPath starts a base backup (POST, a BackupRequest; 202 and the
-// BackupRun) on the primary.
-const BackupPath = "/backup"
-
-// BackupRequest is the body of POST BackupPath.
-type BackupRequest struct {
-	// ID names the request: a second request of the same ID returns the
-	// run it started instead of starting another (the operator may ask
-	// again after a restart).
-	ID string `json:"id"`
-	// Type is pgBackRest's full, diff or incr (the first backup is full
-	// whatever is asked).
-	Type string `json:"type,omitempty"`
-}
-
-// BackupRun is a base backup the agent runs or ran: pgBackRest only
-// counts a backup that finished, so a run cut short (the agent or its
-// pod stopped) leaves nothing that could be restored by mistake, and the
-// next backup resumes or removes what it wrote.
-type BackupRun struct {
-	ID   string `json:"id"`
-	Type string `json:"type"`
-	// Instance is the pod whose files are copied: a streaming standby's
-	// when there is one, else the primary's.
-	Instance string       `json:"instance"`
-	Started  metav1.Time  `json:"started"`
-	Finished *metav1.Time `json:"finished,omitempty"`
-	// Error is pgBackRest's message when the run failed.
-	Error string `json:"error,omitempty"`
-	// Note says where the files come from and, for the primary's, why
-	// not a standby's.
-	Note string `json:"note,omitempty"`
-}
 
 // backupTimeout bounds one base backup.
 const backupTimeout = 6 * time.Hour
@@ -62,7 +30,7 @@ func (a *Agent) loadBackupRun() {
 	if err != nil {
 		return
 	}
-	var run BackupRun
+	var run agentapi.BackupRun
 	if json.Unmarshal(b, &run) != nil {
 		return
 	}
@@ -77,7 +45,7 @@ func (a *Agent) loadBackupRun() {
 	a.archive.mu.Unlock()
 }
 
-func (a *Agent) saveBackupRun(run *BackupRun) {
+func (a *Agent) saveBackupRun(run *agentapi.BackupRun) {
 	b, _ := json.Marshal(run)
 	if _, err := writeFileAtomic(a.backupRunPath(), b); err != nil {
 		a.log.Error(err, "Cannot keep the base backup's record")
@@ -87,20 +55,20 @@ func (a *Agent) saveBackupRun(run *BackupRun) {
 // startBackup starts the base backup of req on this running primary, or
 // returns the run of req's ID; a run of another ID still running is a
 // conflict.
-func (a *Agent) startBackup(req BackupRequest) (BackupRun, error) {
+func (a *Agent) startBackup(req agentapi.BackupRequest) (agentapi.BackupRun, error) {
 	r := a.archive
 	if r == nil {
-		return BackupRun{}, &opError{code: http.StatusBadRequest, msg: "this instance has no repository (spec.backup.objectStore)"}
+		return agentapi.BackupRun{}, &opError{code: http.StatusBadRequest, msg: "this instance has no repository (spec.backup.objectStore)"}
 	}
 	typ := req.Type
 	if typ == "" {
 		typ = "incr"
 	}
 	if typ != "full" && typ != "diff" && typ != "incr" {
-		return BackupRun{}, &opError{code: http.StatusBadRequest, msg: "backup type must be full, diff or incr"}
+		return agentapi.BackupRun{}, &opError{code: http.StatusBadRequest, msg: "backup type must be full, diff or incr"}
 	}
 	if req.ID == "" {
-		return BackupRun{}, &opError{code: http.StatusBadRequest, msg: "a backup request needs an id"}
+		return agentapi.BackupRun{}, &opError{code: http.StatusBadRequest, msg: "a backup request needs an id"}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -111,12 +79,12 @@ func (a *Agent) startBackup(req BackupRequest) (BackupRun, error) {
 		return *r.run, conflict("base backup %q is running since %s", r.run.ID, r.run.Started.UTC().Format(time.RFC3339))
 	}
 	if !r.stanzaOK {
-		return BackupRun{}, conflict("the repository is not ready: %s", orNone(r.stanzaErr))
+		return agentapi.BackupRun{}, conflict("the repository is not ready: %s", orNone(r.stanzaErr))
 	}
 	if !a.runningPrimary() {
-		return BackupRun{}, conflict("%s", errNotPrimary)
+		return agentapi.BackupRun{}, conflict("%s", errNotPrimary)
 	}
-	run := &BackupRun{ID: req.ID, Type: typ, Instance: a.cfg.Pod, Started: metav1.Now()}
+	run := &agentapi.BackupRun{ID: req.ID, Type: typ, Instance: a.cfg.Pod, Started: metav1.Now()}
 	r.run = run
 	a.saveBackupRun(run)
 	a.log.Info("Starting a base backup", "id", req.ID, "type", typ)
@@ -127,7 +95,7 @@ func (a *Agent) startBackup(req BackupRequest) (BackupRun, error) {
 // runBackup runs pgbackrest backup for run and records how it ended:
 // from a streaming standby when there is one (backupstandby.go), else, or
 // when that fails, from the primary.
-func (a *Agent) runBackup(run BackupRun) {
+func (a *Agent) runBackup(run agentapi.BackupRun) {
 	start := time.Now()
 	standby, p, why := a.backupSource(a.ctx)
 	var err error
@@ -162,7 +130,7 @@ func (a *Agent) runBackup(run BackupRun) {
 }
 
 // setRun records run, on disk and for the status.
-func (a *Agent) setRun(run *BackupRun) {
+func (a *Agent) setRun(run *agentapi.BackupRun) {
 	a.saveBackupRun(run)
 	r := *run
 	a.archive.mu.Lock()
@@ -171,7 +139,7 @@ func (a *Agent) setRun(run *BackupRun) {
 }
 
 func (a *Agent) handleBackup(w http.ResponseWriter, r *http.Request) {
-	var req BackupRequest
+	var req agentapi.BackupRequest
 	if !readJSON(w, r, &req) {
 		return
 	}

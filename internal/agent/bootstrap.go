@@ -10,17 +10,19 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // bootstrap fills an empty data directory as req says; the work goes on
 // after the answer. After a failed one the next is refused (409) for
 // recoveryRetryDelay of the failures in a row: a restore that cannot
 // succeed (no backup before its target) is not run again every poll.
-func (a *Agent) bootstrap(req BootstrapRequest) error {
-	if req.Mode != BootstrapInitdb && req.Mode != BootstrapClone && req.Mode != BootstrapRestore {
+func (a *Agent) bootstrap(req agentapi.BootstrapRequest) error {
+	if req.Mode != agentapi.BootstrapInitdb && req.Mode != agentapi.BootstrapClone && req.Mode != agentapi.BootstrapRestore {
 		return &opError{code: http.StatusBadRequest, msg: fmt.Sprintf("unknown bootstrap mode %q", req.Mode)}
 	}
-	if req.Mode == BootstrapRestore {
+	if req.Mode == agentapi.BootstrapRestore {
 		if err := checkRestore(req); err != nil {
 			return err
 		}
@@ -39,38 +41,38 @@ func (a *Agent) bootstrap(req BootstrapRequest) error {
 		a.op.Unlock()
 		return err
 	}
-	if !empty || state != StateWaiting {
+	if !empty || state != agentapi.StateWaiting {
 		a.op.Unlock()
 		return conflict("the data directory is not empty (state %s): bootstrap only fills an empty one", state)
 	}
 	a.log.Info("Bootstrapping", "mode", req.Mode)
-	if req.Mode == BootstrapInitdb && a.keeper == nil {
+	if req.Mode == agentapi.BootstrapInitdb && a.keeper == nil {
 		// no lease to wait for: the answer says whether the server started
 		defer a.op.Unlock()
-		if err := a.startServer(StateBootstrapping); err != nil {
+		if err := a.startServer(agentapi.StateBootstrapping); err != nil {
 			a.bootstrapFailed(err.Error())
 			return err
 		}
 		return nil
 	}
-	if req.Mode != BootstrapClone {
+	if req.Mode != agentapi.BootstrapClone {
 		// a new primary (initdb, restore): only once it holds the primary
 		// lease (when it has one). The image's entrypoint runs initdb, then
 		// the server; a restore restores, then starts the server.
-		a.setState(StateBootstrapping, "waiting for the primary lease")
+		a.setState(agentapi.StateBootstrapping, "waiting for the primary lease")
 		go func() {
 			defer a.op.Unlock()
 			if a.keeper != nil {
-				if err := a.keeper.acquire(a.ctx, func(msg string) { a.setState(StateBootstrapping, msg) }); err != nil {
-					a.setState(StateWaiting, string(req.Mode)+": "+err.Error())
+				if err := a.keeper.acquire(a.ctx, func(msg string) { a.setState(agentapi.StateBootstrapping, msg) }); err != nil {
+					a.setState(agentapi.StateWaiting, string(req.Mode)+": "+err.Error())
 					return
 				}
 			}
 			var err error
-			if req.Mode == BootstrapRestore {
+			if req.Mode == agentapi.BootstrapRestore {
 				err = a.restore(*req.Recovery)
 			} else {
-				err = a.startServer(StateBootstrapping)
+				err = a.startServer(agentapi.StateBootstrapping)
 			}
 			if err != nil {
 				a.bootstrapFailed(string(req.Mode) + ": " + err.Error())
@@ -78,7 +80,7 @@ func (a *Agent) bootstrap(req BootstrapRequest) error {
 		}()
 		return nil
 	}
-	a.setState(StateBootstrapping, "")
+	a.setState(agentapi.StateBootstrapping, "")
 	go func() {
 		defer a.op.Unlock()
 		a.clone()
@@ -92,7 +94,7 @@ func (a *Agent) bootstrap(req BootstrapRequest) error {
 func (a *Agent) clone() {
 	start := time.Now()
 	cmd := exec.CommandContext(a.ctx, "pg_basebackup", "-D", a.cfg.PGData,
-		"-h", a.cfg.PrimaryHost, "-p", strconv.Itoa(a.cfg.PrimaryPort), "-U", ReplicationUser,
+		"-h", a.cfg.PrimaryHost, "-p", strconv.Itoa(a.cfg.PrimaryPort), "-U", agentapi.ReplicationUser,
 		"-X", "stream", "-c", "fast", "-w")
 	cmd.Env = append(os.Environ(), append(a.sslEnv(), "PGPASSFILE="+a.pgpass, "PGAPPNAME="+a.cfg.Pod)...)
 	var msg bytes.Buffer
@@ -116,11 +118,11 @@ func (a *Agent) clone() {
 			a.fail(fmt.Errorf("%w; %w", err, rerr))
 			return
 		}
-		a.setState(StateWaiting, err.Error())
+		a.setState(agentapi.StateWaiting, err.Error())
 		return
 	}
 	a.log.Info("Cloned the primary", "duration", time.Since(start).Round(time.Millisecond))
-	if err := a.startServer(StateStarting); err != nil {
+	if err := a.startServer(agentapi.StateStarting); err != nil {
 		a.fail(err)
 	}
 }
@@ -153,7 +155,7 @@ func (a *Agent) bootstrapFailed(msg string) {
 	a.bootstrapFailures++
 	a.bootstrapFailedAt = time.Now()
 	wait := recoveryRetryDelay(a.bootstrapFailures)
-	a.state, a.message = StateWaiting, fmt.Sprintf("%s (failure %d in a row; the next attempt in %s at the earliest)", msg, a.bootstrapFailures, wait)
+	a.state, a.message = agentapi.StateWaiting, fmt.Sprintf("%s (failure %d in a row; the next attempt in %s at the earliest)", msg, a.bootstrapFailures, wait)
 	a.mu.Unlock()
 }
 

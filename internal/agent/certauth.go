@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/pki"
 )
@@ -16,22 +17,10 @@ const (
 	certAuthIdentFile = "pg_ident.conf"
 )
 
-// The files a TLS directory holds besides tls.crt, tls.key and ca.crt
-// when the server certificate is not signed by the Database's own CA (a
-// cert-manager issuer, which may sign for others too): the Database's CA,
-// which alone signs client certificates the server accepts, and the
-// instances' client certificate it signed, which they present to each
-// other. Without them the server certificate and its CA serve both.
-const (
-	ClientCAFile   = "client-ca.crt"
-	ClientCertFile = "client.crt"
-	ClientKeyFile  = "client.key"
-)
-
 // clientCA is the file of the CA whose client certificates the server
 // accepts (ssl_ca_file).
 func (a *Agent) clientCA() string {
-	if p := filepath.Join(a.cfg.TLSDir, ClientCAFile); fileExists(p) {
+	if p := filepath.Join(a.cfg.TLSDir, agentapi.ClientCAFile); fileExists(p) {
 		return p
 	}
 	return filepath.Join(a.cfg.TLSDir, "ca.crt")
@@ -40,8 +29,8 @@ func (a *Agent) clientCA() string {
 // clientCert is the certificate and key an instance presents to another
 // as ReplicationUser.
 func (a *Agent) clientCert() (cert, key string) {
-	if p := filepath.Join(a.cfg.TLSDir, ClientCertFile); fileExists(p) {
-		return p, filepath.Join(a.cfg.TLSDir, ClientKeyFile)
+	if p := filepath.Join(a.cfg.TLSDir, agentapi.ClientCertFile); fileExists(p) {
+		return p, filepath.Join(a.cfg.TLSDir, agentapi.ClientKeyFile)
 	}
 	return filepath.Join(a.cfg.TLSDir, "tls.crt"), filepath.Join(a.cfg.TLSDir, "tls.key")
 }

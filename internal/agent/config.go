@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // Config is what the agent runs with: its flags and environment.
@@ -58,7 +60,7 @@ type Config struct {
 
 	// Repository is where the instance archives WAL and takes base
 	// backups (EnvRepository); nil: no continuous archiving.
-	Repository *Repository
+	Repository *agentapi.Repository
 	// RuntimeDir holds pgBackRest's configuration, logs and locks; empty:
 	// a new temporary directory.
 	RuntimeDir string
@@ -100,13 +102,13 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 	if bind != nil {
 		bind(fs)
 	}
-	fs.StringVar(&c.Listen, "listen", fmt.Sprintf(":%d", Port), "Address of the agent's endpoint (HTTPS when $"+EnvTLSDir+" or $"+EnvAPITLSDir+" is set).")
+	fs.StringVar(&c.Listen, "listen", fmt.Sprintf(":%d", agentapi.Port), "Address of the agent's endpoint (HTTPS when $"+agentapi.EnvTLSDir+" or $"+agentapi.EnvAPITLSDir+" is set).")
 	fs.StringVar(&c.SocketDir, "socket-dir", "/var/run/postgresql", "The server's unix socket directory.")
 	fs.IntVar(&c.Port, "port", 5432, "The local server's port.")
-	fs.IntVar(&c.PrimaryPort, "primary-port", 5432, "The port of $"+EnvPrimaryHost+", which standbys stream from and clone.")
-	fs.IntVar(&c.BackupServerPort, "pgbackrest-port", int(BackupServerPort), "The port of the instances' pgBackRest TLS servers.")
+	fs.IntVar(&c.PrimaryPort, "primary-port", 5432, "The port of $"+agentapi.EnvPrimaryHost+", which standbys stream from and clone.")
+	fs.IntVar(&c.BackupServerPort, "pgbackrest-port", int(agentapi.BackupServerPort), "The port of the instances' pgBackRest TLS servers.")
 	fs.DurationVar(&c.PromoteTimeout, "promote-timeout", 60*time.Second, "How long pg_promote waits for the end of recovery (whole seconds).")
-	fs.Func("peers", "A JSON object of pod name to {host, port, pgdata, socketDir, pgPort}: how to reach each standby for a base backup from it, instead of <pod>.$"+EnvPeerDomain+" (tests).", func(v string) error {
+	fs.Func("peers", "A JSON object of pod name to {host, port, pgdata, socketDir, pgPort}: how to reach each standby for a base backup from it, instead of <pod>.$"+agentapi.EnvPeerDomain+" (tests).", func(v string) error {
 		return json.Unmarshal([]byte(v), &c.Peers)
 	})
 	if err := fs.Parse(args); err != nil {
@@ -120,27 +122,27 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 	if c.PGData == "" {
 		return c, errors.New("agent: $PGDATA is not set")
 	}
-	c.Pod = os.Getenv(EnvPodName)
-	c.PodUID = os.Getenv(EnvPodUID)
-	c.Token = os.Getenv(EnvToken)
-	c.ReplicationPassword = os.Getenv(EnvReplicationPassword)
-	c.PrimaryHost = os.Getenv(EnvPrimaryHost)
-	c.TLSDir = os.Getenv(EnvTLSDir)
-	c.APITLSDir = os.Getenv(EnvAPITLSDir)
-	c.ClientCertAuth = c.TLSDir != "" && os.Getenv(EnvClientCertAuth) == "true"
-	c.PeerDomain = os.Getenv(EnvPeerDomain)
+	c.Pod = os.Getenv(agentapi.EnvPodName)
+	c.PodUID = os.Getenv(agentapi.EnvPodUID)
+	c.Token = os.Getenv(agentapi.EnvToken)
+	c.ReplicationPassword = os.Getenv(agentapi.EnvReplicationPassword)
+	c.PrimaryHost = os.Getenv(agentapi.EnvPrimaryHost)
+	c.TLSDir = os.Getenv(agentapi.EnvTLSDir)
+	c.APITLSDir = os.Getenv(agentapi.EnvAPITLSDir)
+	c.ClientCertAuth = c.TLSDir != "" && os.Getenv(agentapi.EnvClientCertAuth) == "true"
+	c.PeerDomain = os.Getenv(agentapi.EnvPeerDomain)
 	c.User = os.Getenv("POSTGRES_USER")
 	if c.User == "" {
 		c.User = "postgres"
 	}
 	c.Password = os.Getenv("POSTGRES_PASSWORD")
-	c.Namespace = os.Getenv(EnvNamespace)
-	c.LeaseName = os.Getenv(EnvLeaseName)
+	c.Namespace = os.Getenv(agentapi.EnvNamespace)
+	c.LeaseName = os.Getenv(agentapi.EnvLeaseName)
 	if c.LeaseName != "" && c.Namespace == "" {
-		return c, errors.New("agent: $" + EnvLeaseName + " is set but $" + EnvNamespace + " is not")
+		return c, errors.New("agent: $" + agentapi.EnvLeaseName + " is set but $" + agentapi.EnvNamespace + " is not")
 	}
-	var repo Repository
-	if set, err := readEnvJSON(EnvRepository, &repo); err != nil {
+	var repo agentapi.Repository
+	if set, err := readEnvJSON(agentapi.EnvRepository, &repo); err != nil {
 		return c, fmt.Errorf("agent: %w", err)
 	} else if set {
 		c.Repository = &repo

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // The files of a data directory the agent reads or writes.
@@ -21,12 +23,12 @@ const (
 // replicationHBA lets standbys stream as ReplicationUser with its password
 // (only for a Database without TLS: with TLS the hba file is the
 // operator's ConfigMap, which holds its own line).
-var replicationHBA = "host replication " + ReplicationUser + " all scram-sha-256"
+var replicationHBA = "host replication " + agentapi.ReplicationUser + " all scram-sha-256"
 
 // rewindHBA lets a former primary's pg_rewind read the primary's files as
 // ReplicationUser (through the functions the replication controller
 // grants it), again only without TLS.
-var rewindHBA = "host postgres " + ReplicationUser + " all scram-sha-256"
+var rewindHBA = "host postgres " + agentapi.ReplicationUser + " all scram-sha-256"
 
 // hasCluster says the data directory holds a cluster.
 func hasCluster(pgdata string) bool {
@@ -105,10 +107,10 @@ func ensureReplicationHBA(pgdata string) (changed bool, err error) {
 	}
 	var add strings.Builder
 	if !have[strings.Join(strings.Fields(replicationHBA), " ")] {
-		fmt.Fprintf(&add, "\n# dbkeeper: standbys stream as %s\n%s\n", ReplicationUser, replicationHBA)
+		fmt.Fprintf(&add, "\n# dbkeeper: standbys stream as %s\n%s\n", agentapi.ReplicationUser, replicationHBA)
 	}
 	if !have[strings.Join(strings.Fields(rewindHBA), " ")] {
-		fmt.Fprintf(&add, "\n# dbkeeper: a former primary's pg_rewind reads as %s\n%s\n", ReplicationUser, rewindHBA)
+		fmt.Fprintf(&add, "\n# dbkeeper: a former primary's pg_rewind reads as %s\n%s\n", agentapi.ReplicationUser, rewindHBA)
 	}
 	if add.Len() == 0 {
 		return false, nil
@@ -135,7 +137,7 @@ func writePgpass(password string) (string, error) {
 		return "", fmt.Errorf("writing the replication password file: %w", err)
 	}
 	esc := strings.NewReplacer(`\`, `\\`, `:`, `\:`)
-	_, err = fmt.Fprintf(f, "*:*:*:%s:%s\n", ReplicationUser, esc.Replace(password))
+	_, err = fmt.Fprintf(f, "*:*:*:%s:%s\n", agentapi.ReplicationUser, esc.Replace(password))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -255,4 +257,11 @@ func (a *Agent) clearStalePidFile() error {
 		a.log.Info("Removed a stale postmaster.pid")
 	}
 	return err
+}
+
+// hasRecoverySignal says whether the data directory is in targeted
+// recovery (recovery.signal: a restore that has not been promoted yet).
+func hasRecoverySignal(pgdata string) bool {
+	_, err := os.Stat(filepath.Join(pgdata, "recovery.signal"))
+	return err == nil
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 )
@@ -19,3 +20,6 @@ func conflict(format string, args ...any) error {
 
 // errBusy refuses a request while another operation runs.
 var errBusy = &opError{code: http.StatusConflict, msg: "another bootstrap, demote or promote is running"}
+
+// errNotPrimary refuses what only a running primary does.
+var errNotPrimary = errors.New("this instance is not a running primary")

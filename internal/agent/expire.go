@@ -10,6 +10,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // The recovery window is enforced by the primary's agent, not by
@@ -43,7 +45,7 @@ const defaultRecoveryWindow = 7 * 24 * time.Hour
 // takes a backup only when it stopped before the target's second, so a
 // backup stopped at or before W when the second it stopped in ended by
 // W: stop + 1s <= W.
-func fullsToKeep(backups []BaseBackup, window time.Duration, now time.Time) (keep, fulls int) {
+func fullsToKeep(backups []agentapi.BaseBackup, window time.Duration, now time.Time) (keep, fulls int) {
 	start := now.Add(-window)
 	before := false
 	for _, b := range backups {
@@ -137,9 +139,25 @@ func (a *Agent) maybeExpire(ctx context.Context, info *repositoryInfo) bool {
 			after = before
 		}
 	}
+	prevErr := r.recordExpiry(now, err, before, after)
+	if err != nil {
+		if err.Error() != prevErr {
+			a.log.Error(err, "Cannot expire the backups outside the recovery window", "recoveryWindow", window, "keepFull", keep)
+		}
+		return true
+	}
+	a.logExpiry(before, after, window, keep, now)
+	return true
+}
+
+// recordExpiry notes an expiry tried at now (err: how it failed) and the
+// repository as read after it (after; before when that read failed, which
+// is then made again at the next tick). It returns the error of the
+// expiry before.
+func (r *archiver) recordExpiry(now time.Time, err error, before, after *repositoryInfo) (prevErr string) {
 	r.mu.Lock()
 	r.expireTriedAt = now
-	prevErr := r.expireErr
+	prevErr = r.expireErr
 	if err != nil {
 		r.expireErr = err.Error()
 	} else {
@@ -148,15 +166,16 @@ func (a *Agent) maybeExpire(ctx context.Context, info *repositoryInfo) bool {
 	r.info, r.infoErr, r.infoAt = after, "", time.Now()
 	r.infoDirty = after == before && err == nil // the read after the expiry failed: again at the next tick
 	r.mu.Unlock()
-	if err != nil {
-		if err.Error() != prevErr {
-			a.log.Error(err, "Cannot expire the backups outside the recovery window", "recoveryWindow", window, "keepFull", keep)
-		}
-		return true
-	}
+	return prevErr
+}
+
+// logExpiry says what an expiry at now, which kept keep full backups of
+// window, removed: the backups of before that after lacks, and how the
+// start of the archive moved. Without a change it says so only at V(1).
+func (a *Agent) logExpiry(before, after *repositoryInfo, window time.Duration, keep int, now time.Time) {
 	var removed []string
 	for _, b := range before.backups {
-		if !slices.ContainsFunc(after.backups, func(k BaseBackup) bool { return k.Label == b.Label }) {
+		if !slices.ContainsFunc(after.backups, func(k agentapi.BaseBackup) bool { return k.Label == b.Label }) {
 			removed = append(removed, b.Label)
 		}
 	}
@@ -167,7 +186,6 @@ func (a *Agent) maybeExpire(ctx context.Context, info *repositoryInfo) bool {
 	log.Info("Expired the backups outside the recovery window", "recoveryWindow", window,
 		"windowStart", now.Add(-window).UTC().Format(time.RFC3339), "keepFull", keep,
 		"removedBackups", removed, "archiveMinBefore", before.archiveMin, "archiveMinAfter", after.archiveMin)
-	return true
 }
 
 // expireError is err with the cause pgBackRest's expire gave: it ends

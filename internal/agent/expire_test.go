@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // TestFullsToKeep: expiry keeps every full backup that stopped after the
@@ -18,38 +20,38 @@ func TestFullsToKeep(t *testing.T) {
 	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 	const window = time.Hour
 	w := now.Add(-window) // the window's start
-	backup := func(typ string, stop time.Time) BaseBackup {
-		return BaseBackup{Type: typ, Finished: metav1.NewTime(stop)}
+	backup := func(typ string, stop time.Time) agentapi.BaseBackup {
+		return agentapi.BaseBackup{Type: typ, Finished: metav1.NewTime(stop)}
 	}
-	full := func(stop time.Time) BaseBackup { return backup("full", stop) }
+	full := func(stop time.Time) agentapi.BaseBackup { return backup("full", stop) }
 	for _, tc := range []struct {
 		name        string
-		backups     []BaseBackup
+		backups     []agentapi.BaseBackup
 		keep, fulls int
 	}{
 		{name: "no backups", keep: 0, fulls: 0},
-		{name: "only incremental ones (no full left)", backups: []BaseBackup{backup("incr", w.Add(-time.Hour))}, keep: 0, fulls: 0},
-		{name: "all inside the window", backups: []BaseBackup{full(w.Add(time.Minute)), full(w.Add(30 * time.Minute)), full(now)}, keep: 3, fulls: 3},
-		{name: "the only full outside the window", backups: []BaseBackup{full(w.Add(-24 * time.Hour))}, keep: 1, fulls: 1},
-		{name: "all outside: the newest stays", backups: []BaseBackup{full(w.Add(-3 * time.Hour)), full(w.Add(-2 * time.Hour)), full(w.Add(-time.Hour))}, keep: 1, fulls: 3},
-		{name: "two before, two inside", backups: []BaseBackup{full(w.Add(-2 * time.Hour)), full(w.Add(-time.Hour)), full(w.Add(time.Minute)), full(now)}, keep: 3, fulls: 4},
-		{name: "diff and incr backups are not counted", backups: []BaseBackup{
+		{name: "only incremental ones (no full left)", backups: []agentapi.BaseBackup{backup("incr", w.Add(-time.Hour))}, keep: 0, fulls: 0},
+		{name: "all inside the window", backups: []agentapi.BaseBackup{full(w.Add(time.Minute)), full(w.Add(30 * time.Minute)), full(now)}, keep: 3, fulls: 3},
+		{name: "the only full outside the window", backups: []agentapi.BaseBackup{full(w.Add(-24 * time.Hour))}, keep: 1, fulls: 1},
+		{name: "all outside: the newest stays", backups: []agentapi.BaseBackup{full(w.Add(-3 * time.Hour)), full(w.Add(-2 * time.Hour)), full(w.Add(-time.Hour))}, keep: 1, fulls: 3},
+		{name: "two before, two inside", backups: []agentapi.BaseBackup{full(w.Add(-2 * time.Hour)), full(w.Add(-time.Hour)), full(w.Add(time.Minute)), full(now)}, keep: 3, fulls: 4},
+		{name: "diff and incr backups are not counted", backups: []agentapi.BaseBackup{
 			full(w.Add(-3 * time.Hour)), backup("diff", w.Add(-150*time.Minute)), backup("incr", w.Add(-140*time.Minute)),
 			full(w.Add(-2 * time.Hour)), backup("incr", w.Add(-time.Hour)), backup("incr", w.Add(time.Minute)),
 			full(w.Add(10 * time.Minute)), backup("diff", now),
 		}, keep: 2, fulls: 3},
-		{name: "incremental backups inside the window keep no older full", backups: []BaseBackup{
+		{name: "incremental backups inside the window keep no older full", backups: []agentapi.BaseBackup{
 			full(w.Add(-3 * time.Hour)), full(w.Add(-2 * time.Hour)), backup("incr", w.Add(time.Minute)), backup("incr", now),
 		}, keep: 1, fulls: 2},
 		// whole seconds: a backup recorded as stopped in second s may have
 		// stopped at s+0.999, and a restore to a target in that second
 		// does not take it.
-		{name: "stopped in the second before W", backups: []BaseBackup{full(w.Add(-2 * time.Hour)), full(w.Add(-time.Second))}, keep: 1, fulls: 2},
-		{name: "stopped in the second of W", backups: []BaseBackup{full(w.Add(-2 * time.Hour)), full(w)}, keep: 2, fulls: 2},
-		{name: "stopped half a second before W", backups: []BaseBackup{full(w.Add(-2 * time.Hour)), full(w.Add(-500 * time.Millisecond))}, keep: 2, fulls: 2},
-		{name: "equal stop times before W", backups: []BaseBackup{full(w.Add(-time.Hour)), full(w.Add(-time.Hour)), full(w.Add(time.Minute))}, keep: 2, fulls: 3},
-		{name: "equal stop times inside", backups: []BaseBackup{full(w.Add(-time.Hour)), full(w.Add(time.Minute)), full(w.Add(time.Minute))}, keep: 3, fulls: 3},
-		{name: "a stop time ahead of the clock", backups: []BaseBackup{full(w.Add(-time.Hour)), full(now.Add(time.Minute))}, keep: 2, fulls: 2},
+		{name: "stopped in the second before W", backups: []agentapi.BaseBackup{full(w.Add(-2 * time.Hour)), full(w.Add(-time.Second))}, keep: 1, fulls: 2},
+		{name: "stopped in the second of W", backups: []agentapi.BaseBackup{full(w.Add(-2 * time.Hour)), full(w)}, keep: 2, fulls: 2},
+		{name: "stopped half a second before W", backups: []agentapi.BaseBackup{full(w.Add(-2 * time.Hour)), full(w.Add(-500 * time.Millisecond))}, keep: 2, fulls: 2},
+		{name: "equal stop times before W", backups: []agentapi.BaseBackup{full(w.Add(-time.Hour)), full(w.Add(-time.Hour)), full(w.Add(time.Minute))}, keep: 2, fulls: 3},
+		{name: "equal stop times inside", backups: []agentapi.BaseBackup{full(w.Add(-time.Hour)), full(w.Add(time.Minute)), full(w.Add(time.Minute))}, keep: 3, fulls: 3},
+		{name: "a stop time ahead of the clock", backups: []agentapi.BaseBackup{full(w.Add(-time.Hour)), full(now.Add(time.Minute))}, keep: 2, fulls: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			keep, fulls := fullsToKeep(tc.backups, window, now)

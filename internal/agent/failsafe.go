@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // The failsafe (as Patroni's failsafe_mode): a primary whose renews fail
@@ -39,7 +41,7 @@ func (k *leaseKeeper) failsafe(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(LeaseRetryPeriod):
+		case <-time.After(agentapi.LeaseRetryPeriod):
 		}
 		if req, due := k.roundDue(); due {
 			k.round(ctx, req)
@@ -50,18 +52,18 @@ func (k *leaseKeeper) failsafe(ctx context.Context) {
 // roundDue says whether a round is due, and what it asks: the agent holds
 // the lease, its last renew failed for want of the API server, and the
 // lease (as last read) has members.
-func (k *leaseKeeper) roundDue() (FailsafeRequest, bool) {
+func (k *leaseKeeper) roundDue() (agentapi.FailsafeRequest, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	rec := k.obs.Record
 	due := k.holding && k.outage && k.ask != nil && rec.HasMembers && rec.Holder == k.self
-	return FailsafeRequest{Pod: k.self, HolderUID: k.uid, ResourceVersion: rec.ResourceVersion, Members: rec.Members}, due
+	return agentapi.FailsafeRequest{Pod: k.self, HolderUID: k.uid, ResourceVersion: rec.ResourceVersion, Members: rec.Members}, due
 }
 
 // round asks every member but this one, in parallel, to confirm req; when
 // all do, the round's start is the holder's new lastConfirmed. With no
 // other member it succeeds at once: nobody could take the lease.
-func (k *leaseKeeper) round(ctx context.Context, req FailsafeRequest) {
+func (k *leaseKeeper) round(ctx context.Context, req agentapi.FailsafeRequest) {
 	start := k.now()
 	var others []string
 	for _, m := range req.Members {
@@ -104,7 +106,7 @@ func (k *leaseKeeper) round(ctx context.Context, req FailsafeRequest) {
 // Confirming, it takes no lease for LeaseDuration from now (mayTake). The
 // answer and the grant are one step under the lock a take's verdict and
 // write start under.
-func (k *leaseKeeper) confirm(req FailsafeRequest, promoting, primary bool) (bool, string) {
+func (k *leaseKeeper) confirm(req agentapi.FailsafeRequest, promoting, primary bool) (bool, string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := k.now()
@@ -136,7 +138,7 @@ func (k *leaseKeeper) failsafeHold() string {
 
 // handleFailsafe answers POST FailsafePath.
 func (a *Agent) handleFailsafe(w http.ResponseWriter, r *http.Request) {
-	var req FailsafeRequest
+	var req agentapi.FailsafeRequest
 	if !readJSON(w, r, &req) {
 		return
 	}
@@ -145,7 +147,7 @@ func (a *Agent) handleFailsafe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.mu.Lock()
-	promoting := a.promoting || a.state == StatePromoting
+	promoting := a.promoting || a.state == agentapi.StatePromoting
 	running := a.srv != nil
 	a.mu.Unlock()
 	primary := running && !isStandby(a.cfg.PGData)
@@ -154,7 +156,7 @@ func (a *Agent) handleFailsafe(w http.ResponseWriter, r *http.Request) {
 		writeError(w, conflict("%s", why))
 		return
 	}
-	writeJSON(w, http.StatusOK, FailsafeAnswer{Pod: a.cfg.Pod, Reason: why})
+	writeJSON(w, http.StatusOK, agentapi.FailsafeAnswer{Pod: a.cfg.Pod, Reason: why})
 }
 
 // EnvPeerAgents, when set (tests, which run every instance on one host),
@@ -176,7 +178,7 @@ type peerAsker struct {
 func newPeerAsker(cfg Config) *peerAsker {
 	_, port, err := net.SplitHostPort(cfg.Listen)
 	if err != nil || port == "" {
-		port = strconv.Itoa(int(Port))
+		port = strconv.Itoa(int(agentapi.Port))
 	}
 	p := &peerAsker{cfg: cfg, port: port}
 	if v := os.Getenv(EnvPeerAgents); v != "" {
@@ -198,7 +200,7 @@ func (p *peerAsker) address(pod string) (base, serverName string, err error) {
 		return u, "localhost", nil
 	}
 	if p.cfg.PeerDomain == "" || !dnsLabel(pod) {
-		return "", "", fmt.Errorf("cannot name the address of %q: no peer domain ($%s)", pod, EnvPeerDomain)
+		return "", "", fmt.Errorf("cannot name the address of %q: no peer domain ($%s)", pod, agentapi.EnvPeerDomain)
 	}
 	host := pod + "." + p.cfg.PeerDomain
 	scheme := "http"
@@ -209,7 +211,7 @@ func (p *peerAsker) address(pod string) (base, serverName string, err error) {
 }
 
 // ask posts req to pod's agent; nil is a confirmation.
-func (p *peerAsker) ask(ctx context.Context, pod string, req FailsafeRequest) error {
+func (p *peerAsker) ask(ctx context.Context, pod string, req agentapi.FailsafeRequest) error {
 	base, serverName, err := p.address(pod)
 	if err != nil {
 		return err
@@ -231,6 +233,6 @@ func (p *peerAsker) ask(ctx context.Context, pod string, req FailsafeRequest) er
 		transport.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: serverName}
 	}
 	defer transport.CloseIdleConnections()
-	_, err = Client{HTTP: &http.Client{Transport: transport}, Token: p.cfg.Token}.Failsafe(ctx, base, req)
+	_, err = agentapi.Client{HTTP: &http.Client{Transport: transport}, Token: p.cfg.Token}.Failsafe(ctx, base, req)
 	return err
 }

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // annotate sets an annotation of the fake keeper's lease, as the operator
@@ -49,11 +51,11 @@ func (f *fakeKeeper) unreachable(on *bool, mu *sync.Mutex) {
 type members struct {
 	mu     sync.Mutex
 	asked  []string
-	reqs   []FailsafeRequest
+	reqs   []agentapi.FailsafeRequest
 	refuse map[string]error
 }
 
-func (m *members) ask(_ context.Context, pod string, req FailsafeRequest) error {
+func (m *members) ask(_ context.Context, pod string, req agentapi.FailsafeRequest) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.asked = append(m.asked, pod)
@@ -97,7 +99,7 @@ func TestKeeperServesInFailsafeWhileEveryMemberConfirms(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeKeeper(t, "")
 	f.uid = "uid-1"
-	f.annotate(t, AnnotationMembers, "db-0,db-1,db-2")
+	f.annotate(t, agentapi.AnnotationMembers, "db-0,db-1,db-2")
 	m := &members{refuse: map[string]error{}}
 	f.ask = m.ask
 	_, err := f.tryTake(ctx)
@@ -109,10 +111,10 @@ func TestKeeperServesInFailsafeWhileEveryMemberConfirms(t *testing.T) {
 
 	assert.False(t, f.roundNow(ctx), "a round before any renew failed")
 	for i := 0; i < 30; i++ { // a minute
-		f.advance(LeaseRetryPeriod)
+		f.advance(agentapi.LeaseRetryPeriod)
 		f.renew(ctx)
 		require.True(t, f.roundNow(ctx), "no round while renews fail")
-		require.Empty(t, f.fenced, "fenced after %s although every member confirmed", time.Duration(i+1)*LeaseRetryPeriod)
+		require.Empty(t, f.fenced, "fenced after %s although every member confirmed", time.Duration(i+1)*agentapi.LeaseRetryPeriod)
 	}
 	assert.True(t, f.holds())
 	s := f.status()
@@ -123,21 +125,21 @@ func TestKeeperServesInFailsafeWhileEveryMemberConfirms(t *testing.T) {
 	assert.Equal(t, "db-0", m.asked[0])
 	assert.Equal(t, "db-2", m.asked[len(m.asked)-1])
 	assert.NotContains(t, m.asked, "db-1", "asked itself")
-	assert.Equal(t, FailsafeRequest{Pod: "db-1", HolderUID: "uid-1", ResourceVersion: rv, Members: []string{"db-0", "db-1", "db-2"}}, m.reqs[0])
+	assert.Equal(t, agentapi.FailsafeRequest{Pod: "db-1", HolderUID: "uid-1", ResourceVersion: rv, Members: []string{"db-0", "db-1", "db-2"}}, m.reqs[0])
 
 	// db-2 stops confirming: fenced by the renew deadline after the last
 	// round in which all did.
 	m.mu.Lock()
-	m.refuse["db-2"] = &Error{Code: 409, Message: "this instance is promoting"}
+	m.refuse["db-2"] = &agentapi.Error{Code: 409, Message: "this instance is promoting"}
 	m.mu.Unlock()
 	lastConfirmed := f.now()
-	f.advance(LeaseRetryPeriod)
+	f.advance(agentapi.LeaseRetryPeriod)
 	f.renew(ctx)
 	f.roundNow(ctx)
-	f.advance(LeaseRenewDeadline - LeaseRetryPeriod)
+	f.advance(agentapi.LeaseRenewDeadline - agentapi.LeaseRetryPeriod)
 	f.renew(ctx)
 	assert.Empty(t, f.fenced, "fenced before the deadline of the last confirmed round")
-	assert.Equal(t, LeaseRenewDeadline, f.now().Sub(lastConfirmed))
+	assert.Equal(t, agentapi.LeaseRenewDeadline, f.now().Sub(lastConfirmed))
 	f.advance(time.Millisecond)
 	f.renew(ctx)
 	require.Len(t, f.fenced, 1)
@@ -151,7 +153,7 @@ func TestKeeperServesInFailsafeWhileEveryMemberConfirms(t *testing.T) {
 func TestKeeperAloneServesThroughAnOutage(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeKeeper(t, "")
-	f.annotate(t, AnnotationMembers, "db-1")
+	f.annotate(t, agentapi.AnnotationMembers, "db-1")
 	m := &members{}
 	f.ask = m.ask
 	_, err := f.tryTake(ctx)
@@ -160,7 +162,7 @@ func TestKeeperAloneServesThroughAnOutage(t *testing.T) {
 	down := true
 	f.unreachable(&down, &mu)
 	for i := 0; i < 30; i++ {
-		f.advance(LeaseRetryPeriod)
+		f.advance(agentapi.LeaseRetryPeriod)
 		f.renew(ctx)
 		f.roundNow(ctx)
 	}
@@ -171,7 +173,7 @@ func TestKeeperAloneServesThroughAnOutage(t *testing.T) {
 	mu.Lock()
 	down = false
 	mu.Unlock()
-	f.advance(LeaseRetryPeriod)
+	f.advance(agentapi.LeaseRetryPeriod)
 	f.renew(ctx)
 	assert.Empty(t, f.fenced)
 	s := f.status()
@@ -187,7 +189,7 @@ func TestKeeperFailsafeOnlyForAnOutageAndWithMembers(t *testing.T) {
 	ctx := context.Background()
 	t.Run("409", func(t *testing.T) {
 		f := newFakeKeeper(t, "")
-		f.annotate(t, AnnotationMembers, "db-1")
+		f.annotate(t, agentapi.AnnotationMembers, "db-1")
 		f.ask = (&members{}).ask
 		_, err := f.tryTake(ctx)
 		require.NoError(t, err)
@@ -195,7 +197,7 @@ func TestKeeperFailsafeOnlyForAnOutageAndWithMembers(t *testing.T) {
 			return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "db-primary", nil)
 		})
 		for i := 0; i < 6; i++ {
-			f.advance(LeaseRetryPeriod)
+			f.advance(agentapi.LeaseRetryPeriod)
 			f.renew(ctx)
 			assert.False(t, f.roundNow(ctx), "a round after a 409")
 		}
@@ -210,7 +212,7 @@ func TestKeeperFailsafeOnlyForAnOutageAndWithMembers(t *testing.T) {
 		down := true
 		f.unreachable(&down, &mu)
 		for i := 0; i < 6; i++ {
-			f.advance(LeaseRetryPeriod)
+			f.advance(agentapi.LeaseRetryPeriod)
 			f.renew(ctx)
 			assert.False(t, f.roundNow(ctx), "a round for a lease without members")
 		}
@@ -231,20 +233,20 @@ func TestKeeperFailsafeOnlyForAnOutageAndWithMembers(t *testing.T) {
 func TestKeeperConfirmationBlocksTakes(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeKeeper(t, "db-0")
-	f.annotate(t, AnnotationMembers, "db-0,db-1")
+	f.annotate(t, agentapi.AnnotationMembers, "db-0,db-1")
 	_, err := f.read(ctx)
 	require.NoError(t, err)
 	f.advance(time.Minute)
-	req := FailsafeRequest{Pod: "db-0", Members: []string{"db-0", "db-1"}}
+	req := agentapi.FailsafeRequest{Pod: "db-0", Members: []string{"db-0", "db-1"}}
 	ok, why := f.confirm(req, false, false)
 	require.True(t, ok, why)
 	assert.Equal(t, "db-0", f.status().ConfirmedFailsafeOf)
 	assert.Contains(t, f.failsafeHold(), "db-0 is serving in failsafe")
-	f.advance(LeaseDuration - time.Millisecond)
+	f.advance(agentapi.LeaseDuration - time.Millisecond)
 	v, err := f.tryTake(ctx)
 	require.NoError(t, err)
-	assert.False(t, v.May, "took the lease of a primary it confirmed %s ago", LeaseDuration-time.Millisecond)
-	assert.Contains(t, v.Reason, fmt.Sprintf("db-0 is serving in failsafe: it checked in %s ago", LeaseDuration))
+	assert.False(t, v.May, "took the lease of a primary it confirmed %s ago", agentapi.LeaseDuration-time.Millisecond)
+	assert.Contains(t, v.Reason, fmt.Sprintf("db-0 is serving in failsafe: it checked in %s ago", agentapi.LeaseDuration))
 	assert.Zero(t, f.updates()-1, "wrote the lease") // the annotation's update only
 
 	f.advance(time.Millisecond)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // fenceKillAfter is how long a fence waits for the postmaster's immediate
@@ -49,7 +51,7 @@ func (a *Agent) fence(reason string) {
 		srv.expected = true
 	}
 	a.fencedAt = at
-	a.state, a.message = StateFenced, fmt.Sprintf("fenced at %s: %s", at.UTC().Format(time.RFC3339Nano), reason)
+	a.state, a.message = agentapi.StateFenced, fmt.Sprintf("fenced at %s: %s", at.UTC().Format(time.RFC3339Nano), reason)
 	a.mu.Unlock()
 	var pid int
 	var backends []process
@@ -108,7 +110,7 @@ func (a *Agent) rejoinWhenLost() {
 // it itself (mayServeAgain) takes it back and starts its data directory
 // as the primary again (serveAgain).
 func (a *Agent) rejoin() {
-	backoff := LeaseRetryPeriod
+	backoff := agentapi.LeaseRetryPeriod
 	for {
 		a.mu.Lock()
 		base := a.message
@@ -137,10 +139,10 @@ func (a *Agent) rejoin() {
 				return
 			}
 			a.log.Error(err, "Cannot rejoin as a standby: retrying", "in", backoff)
-			a.setState(StateFenced, fmt.Sprintf("rejoining %s as a standby: %v", holder, err))
+			a.setState(agentapi.StateFenced, fmt.Sprintf("rejoining %s as a standby: %v", holder, err))
 		} else {
-			a.setState(StateFenced, withoutSuffix(base)+rejoinSuffix)
-			backoff = LeaseRetryPeriod
+			a.setState(agentapi.StateFenced, withoutSuffix(base)+rejoinSuffix)
+			backoff = agentapi.LeaseRetryPeriod
 		}
 		select {
 		case <-a.ctx.Done():
@@ -169,7 +171,7 @@ func (a *Agent) serveAgain() bool {
 		return true
 	}
 	a.log.Info("Holding the primary lease again: starting as the primary", "why", v.Reason)
-	if err := a.startServer(StateStarting); err != nil {
+	if err := a.startServer(agentapi.StateStarting); err != nil {
 		a.fail(err)
 	}
 	return true

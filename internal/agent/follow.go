@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // detach stops the WAL receiver of a running standby: it ends the
@@ -13,7 +15,7 @@ import (
 // to EnvPrimaryHost: the new primary once the failover labelled it).
 func (a *Agent) detach(ctx context.Context) error {
 	s := a.status(ctx)
-	if s.State != StateRunning || s.Role != RoleReplica {
+	if s.State != agentapi.StateRunning || s.Role != agentapi.RoleReplica {
 		return conflict("not a running standby (state %s, role %q)", s.State, s.Role)
 	}
 	c, err := a.connect(ctx)
@@ -42,7 +44,7 @@ func (a *Agent) detach(ctx context.Context) error {
 // point") until rewound.
 func (a *Agent) rejoinStandby(ctx context.Context) error {
 	s := a.status(ctx)
-	if s.Role != RoleReplica || s.WALReceiver == "streaming" {
+	if s.Role != agentapi.RoleReplica || s.WALReceiver == "streaming" {
 		return conflict("not a standby that does not stream (role %q, WAL receiver %q)", s.Role, s.WALReceiver)
 	}
 	if !a.op.TryLock() {
@@ -51,7 +53,7 @@ func (a *Agent) rejoinStandby(ctx context.Context) error {
 	a.log.Info("Rejoining the primary through pg_rewind", "timeline", s.Timeline)
 	go func() {
 		defer a.op.Unlock()
-		a.setState(StateFenced, "rejoining the primary through pg_rewind: this standby received WAL the primary's history does not have")
+		a.setState(agentapi.StateFenced, "rejoining the primary through pg_rewind: this standby received WAL the primary's history does not have")
 		if err := a.stopServer(a.ctx); err != nil {
 			a.fail(err)
 			return

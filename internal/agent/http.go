@@ -11,22 +11,24 @@ import (
 	"net/http"
 	"path/filepath"
 	"time"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // listen opens the endpoint's socket (HTTPS with the Database's server
 // certificate when EnvTLSDir or EnvAPITLSDir is set).
 func (a *Agent) listen() (*http.Server, error) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+HealthPath, func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET "+ReadyPath, a.handleReady)
-	mux.Handle("GET "+StatusPath, a.authenticated(a.handleStatus))
-	mux.Handle("POST "+BootstrapPath, a.authenticated(a.handleBootstrap))
-	mux.Handle("POST "+DemotePath, a.authenticated(a.handleDemote))
-	mux.Handle("POST "+PromotePath, a.authenticated(a.handlePromote))
-	mux.Handle("POST "+DetachPath, a.authenticated(a.handleDetach))
-	mux.Handle("POST "+RejoinPath, a.authenticated(a.handleRejoin))
-	mux.Handle("POST "+FailsafePath, a.authenticated(a.handleFailsafe))
-	mux.Handle("POST "+BackupPath, a.authenticated(a.notDuringExpiry(a.handleBackup)))
+	mux.HandleFunc("GET "+agentapi.HealthPath, func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET "+agentapi.ReadyPath, a.handleReady)
+	mux.Handle("GET "+agentapi.StatusPath, a.authenticated(a.handleStatus))
+	mux.Handle("POST "+agentapi.BootstrapPath, a.authenticated(a.handleBootstrap))
+	mux.Handle("POST "+agentapi.DemotePath, a.authenticated(a.handleDemote))
+	mux.Handle("POST "+agentapi.PromotePath, a.authenticated(a.handlePromote))
+	mux.Handle("POST "+agentapi.DetachPath, a.authenticated(a.handleDetach))
+	mux.Handle("POST "+agentapi.RejoinPath, a.authenticated(a.handleRejoin))
+	mux.Handle("POST "+agentapi.FailsafePath, a.authenticated(a.handleFailsafe))
+	mux.Handle("POST "+agentapi.BackupPath, a.authenticated(a.notDuringExpiry(a.handleBackup)))
 	// every request's whole life is bounded: a client that sends slowly
 	// or never reads holds no goroutine for ever (the longest handler,
 	// a demote or promote, runs within requestContext's 3 minutes)
@@ -75,7 +77,7 @@ func (a *Agent) authenticated(h http.HandlerFunc) http.Handler {
 
 func (a *Agent) handleReady(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
-	running := a.state == StateRunning
+	running := a.state == agentapi.StateRunning
 	a.mu.Unlock()
 	if !running || a.ready.Do(r.Context()) != nil {
 		http.Error(w, "the server does not accept connections", http.StatusServiceUnavailable)
@@ -89,7 +91,7 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleBootstrap(w http.ResponseWriter, r *http.Request) {
-	var req BootstrapRequest
+	var req agentapi.BootstrapRequest
 	if !readJSON(w, r, &req) {
 		return
 	}
@@ -112,7 +114,7 @@ func (a *Agent) handleDemote(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handlePromote(w http.ResponseWriter, r *http.Request) {
-	var req PromoteRequest
+	var req agentapi.PromoteRequest
 	if !readJSON(w, r, &req) {
 		return
 	}

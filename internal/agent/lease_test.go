@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // fakeKeeper is a keeper of the lease "db-primary" held by holder (empty:
@@ -72,7 +74,7 @@ func TestKeeperTakesOverOnlyAfterLeaseDuration(t *testing.T) {
 	v, err := f.tryTake(ctx)
 	require.NoError(t, err)
 	assert.False(t, v.May, v.Reason)
-	f.advance(LeaseDuration - time.Millisecond)
+	f.advance(agentapi.LeaseDuration - time.Millisecond)
 	v, err = f.tryTake(ctx)
 	require.NoError(t, err)
 	assert.False(t, v.May, v.Reason)
@@ -84,7 +86,7 @@ func TestKeeperTakesOverOnlyAfterLeaseDuration(t *testing.T) {
 	assert.True(t, v.May, v.Reason)
 	l := f.get(t)
 	assert.Equal(t, "db-1", *l.Spec.HolderIdentity)
-	assert.EqualValues(t, LeaseDuration/time.Second, *l.Spec.LeaseDurationSeconds)
+	assert.EqualValues(t, agentapi.LeaseDuration/time.Second, *l.Spec.LeaseDurationSeconds)
 	assert.EqualValues(t, 4, *l.Spec.LeaseTransitions)
 	assert.NotNil(t, l.Spec.AcquireTime)
 	assert.True(t, f.holds())
@@ -102,8 +104,8 @@ func TestKeeperConflictIsAFailedRenew(t *testing.T) {
 	f.cs.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "db-primary", nil)
 	})
-	for range LeaseRenewDeadline / LeaseRetryPeriod {
-		f.advance(LeaseRetryPeriod)
+	for range agentapi.LeaseRenewDeadline / agentapi.LeaseRetryPeriod {
+		f.advance(agentapi.LeaseRetryPeriod)
 		f.renew(ctx)
 	}
 	assert.Contains(t, f.status().Error, "changed since it was read")
@@ -147,7 +149,7 @@ func TestKeeperWatchdogFencesWithoutTheRenewLoop(t *testing.T) {
 	f.mu.Lock()
 	assert.Empty(t, f.fenced)
 	f.mu.Unlock()
-	f.advance(LeaseRenewDeadline + time.Millisecond)
+	f.advance(agentapi.LeaseRenewDeadline + time.Millisecond)
 	require.Eventually(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.fenced) == 1 }, time.Second, 10*time.Millisecond)
 }
 
@@ -203,7 +205,7 @@ func TestKeeperPodOfTheSameNameIsAnotherHolder(t *testing.T) {
 	v, err := next.tryTake(ctx)
 	require.NoError(t, err)
 	assert.False(t, v.May, "took the lease its previous pod holds: %s", v.Reason)
-	next.advance(LeaseDuration)
+	next.advance(agentapi.LeaseDuration)
 	v, err = next.tryTake(ctx)
 	require.NoError(t, err)
 	assert.True(t, v.May, v.Reason)

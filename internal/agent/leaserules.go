@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // The lease's rules, without I/O: every decision about the primary lease
@@ -58,16 +60,6 @@ const AnnotationHolderUID = "database.dbkeeper.io/holder-uid"
 // AnnotationReleasedBy, on the primary Lease, names the instance that
 // released it: the last primary, whose data is the newest.
 const AnnotationReleasedBy = "database.dbkeeper.io/released-by"
-
-// AnnotationMembers, on the primary Lease, lists the instances (pod
-// names, comma-separated) that may hold it, as the operator writes it:
-// the Database's pods and the holder. An agent takes a Lease that names
-// another holder, or none, only when it is a member; a primary that
-// cannot renew the Lease because the API server does not answer keeps
-// serving past its renew deadline only while every other member confirms
-// it (the failsafe, failsafe.go). A Lease without it has neither the rule
-// nor the failsafe.
-const AnnotationMembers = "database.dbkeeper.io/members"
 
 // leaseObservation is the last record read and when, on this agent's
 // clock, it was first seen as it is.
@@ -123,7 +115,7 @@ type takeVerdict struct {
 func mayTake(self string, o leaseObservation, g failsafeGrant, now time.Time) takeVerdict {
 	switch {
 	case o.Since.IsZero():
-		return takeVerdict{Wait: LeaseDuration, Reason: "the lease was not read yet"}
+		return takeVerdict{Wait: agentapi.LeaseDuration, Reason: "the lease was not read yet"}
 	case g.active(now):
 		return takeVerdict{Wait: g.until().Sub(now), Reason: fmt.Sprintf("%s is serving in failsafe: it checked in %s ago",
 			g.Caller, now.Sub(g.At).Round(time.Second))}
@@ -135,11 +127,11 @@ func mayTake(self string, o leaseObservation, g failsafeGrant, now time.Time) ta
 		return takeVerdict{May: true, Reason: "it is released"}
 	}
 	d := o.unchangedFor(now)
-	if d >= LeaseDuration {
+	if d >= agentapi.LeaseDuration {
 		return takeVerdict{May: true, Reason: fmt.Sprintf("%s has not renewed it for %s", o.Record.Holder, d.Round(time.Millisecond))}
 	}
-	return takeVerdict{Wait: LeaseDuration - d, Reason: fmt.Sprintf("held by %s, unchanged for %s of %s",
-		o.Record.Holder, d.Round(time.Second), LeaseDuration)}
+	return takeVerdict{Wait: agentapi.LeaseDuration - d, Reason: fmt.Sprintf("held by %s, unchanged for %s of %s",
+		o.Record.Holder, d.Round(time.Second), agentapi.LeaseDuration)}
 }
 
 // mayServeAgain says whether a primary that fenced itself may take the
@@ -180,9 +172,9 @@ func shouldFence(self string, lastRenew time.Time, read *leaseRecord, now time.T
 	if lastRenew.IsZero() {
 		return fenceVerdict{Fence: true, Reason: "the primary lease was never renewed"}
 	}
-	if d := now.Sub(lastRenew); d > LeaseRenewDeadline {
+	if d := now.Sub(lastRenew); d > agentapi.LeaseRenewDeadline {
 		return fenceVerdict{Fence: true, Reason: fmt.Sprintf("the primary lease was last renewed %s ago, more than the renew deadline %s",
-			d.Round(time.Millisecond), LeaseRenewDeadline)}
+			d.Round(time.Millisecond), agentapi.LeaseRenewDeadline)}
 	}
 	return fenceVerdict{}
 }
@@ -196,7 +188,7 @@ func shouldFence(self string, lastRenew time.Time, read *leaseRecord, now time.T
 // (failsafeGrant): the Lease's timing rule, with the round in place of
 // the renew.
 func shouldFenceAt(lastRenew, lastConfirmed, now time.Time) fenceVerdict {
-	if lastConfirmed.After(lastRenew) && now.Sub(lastConfirmed) <= LeaseRenewDeadline {
+	if lastConfirmed.After(lastRenew) && now.Sub(lastConfirmed) <= agentapi.LeaseRenewDeadline {
 		return fenceVerdict{}
 	}
 	v := shouldFence("", lastRenew, nil, now)
@@ -210,7 +202,7 @@ func shouldFenceAt(lastRenew, lastConfirmed, now time.Time) fenceVerdict {
 // (shouldFenceAt) serves on the members' confirmations alone: its renew
 // deadline passed.
 func servingInFailsafe(lastRenew, lastConfirmed, now time.Time) bool {
-	return now.Sub(lastRenew) > LeaseRenewDeadline && !shouldFenceAt(lastRenew, lastConfirmed, now).Fence
+	return now.Sub(lastRenew) > agentapi.LeaseRenewDeadline && !shouldFenceAt(lastRenew, lastConfirmed, now).Fence
 }
 
 // failsafeGrant is this instance's last confirmation that a primary
@@ -221,7 +213,7 @@ type failsafeGrant struct {
 	At     time.Time
 }
 
-func (g failsafeGrant) until() time.Time { return g.At.Add(LeaseDuration) }
+func (g failsafeGrant) until() time.Time { return g.At.Add(agentapi.LeaseDuration) }
 
 // active says the grant still forbids taking the lease at now.
 func (g failsafeGrant) active(now time.Time) bool {
@@ -244,7 +236,7 @@ type memberState struct {
 // member that is not, and is not becoming, a primary, whose last read of
 // the lease (if any) names that very pod as the holder and no member the
 // primary did not ask (AnnotationMembers written since its last read).
-func answerFailsafe(self string, req FailsafeRequest, m memberState) (bool, string) {
+func answerFailsafe(self string, req agentapi.FailsafeRequest, m memberState) (bool, string) {
 	rec := m.Obs.Record
 	switch {
 	case req.Pod == "" || req.Pod == self:
@@ -312,10 +304,10 @@ func decideStart(self string, fenced bool, o leaseObservation, now time.Time) (s
 	if h == self && o.Record.PrevSelf {
 		// the pod before this one, of the same name: it stops (its
 		// agent releases the lease once its server is down) or is dead.
-		if d := o.unchangedFor(now); d >= LeaseDuration {
+		if d := o.unchangedFor(now); d >= agentapi.LeaseDuration {
 			return startTake, fmt.Sprintf("the previous pod %s has not renewed it for %s", h, d.Round(time.Millisecond))
 		}
-		return startWait, fmt.Sprintf("the previous pod named %s holds the lease: waiting for it to release it, or for %s without a renewal", h, LeaseDuration)
+		return startWait, fmt.Sprintf("the previous pod named %s holds the lease: waiting for it to release it, or for %s without a renewal", h, agentapi.LeaseDuration)
 	}
 	if fenced {
 		if ok, why := mayServeAgain(self, o.Record); ok {

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -49,19 +51,19 @@ func TestMayTake(t *testing.T) {
 		may  bool
 		wait time.Duration
 	}{
-		{"never read", leaseObservation{}, 20 * time.Second, false, LeaseDuration},
+		{"never read", leaseObservation{}, 20 * time.Second, false, agentapi.LeaseDuration},
 		{"own lease", seen("db-1", 0, at(0)), 0, true, 0},
 		{"its name's, held by the previous pod of that name, just seen", func() leaseObservation {
 			o := seen("db-1", 0, at(0))
 			o.Record.HolderUID, o.Record.PrevSelf = "uid-old", true
 			return o
-		}(), 0, false, LeaseDuration},
+		}(), 0, false, agentapi.LeaseDuration},
 		{"released", seen("", 0, at(0)), 0, true, 0},
-		{"another's, just seen", seen("db-0", 0, at(0)), 0, false, LeaseDuration},
-		{"another's, unchanged LeaseDuration-100ms", seen("db-0", 0, at(0)), LeaseDuration - 100*time.Millisecond, false, 100 * time.Millisecond},
-		{"another's, unchanged LeaseDuration", seen("db-0", 0, at(0)), LeaseDuration, true, 0},
-		{"another's with a renewTime long past, just seen", seen("db-0", 0, t0.Add(-time.Hour)), time.Second, false, LeaseDuration - time.Second},
-		{"another's with a renewTime in the future, unchanged LeaseDuration", seen("db-0", 0, t0.Add(time.Hour)), LeaseDuration, true, 0},
+		{"another's, just seen", seen("db-0", 0, at(0)), 0, false, agentapi.LeaseDuration},
+		{"another's, unchanged LeaseDuration-100ms", seen("db-0", 0, at(0)), agentapi.LeaseDuration - 100*time.Millisecond, false, 100 * time.Millisecond},
+		{"another's, unchanged LeaseDuration", seen("db-0", 0, at(0)), agentapi.LeaseDuration, true, 0},
+		{"another's with a renewTime long past, just seen", seen("db-0", 0, t0.Add(-time.Hour)), time.Second, false, agentapi.LeaseDuration - time.Second},
+		{"another's with a renewTime in the future, unchanged LeaseDuration", seen("db-0", 0, t0.Add(time.Hour)), agentapi.LeaseDuration, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := mayTake("db-1", tc.obs, failsafeGrant{}, at(tc.now))
@@ -77,8 +79,8 @@ func TestMayTake(t *testing.T) {
 // the deadline is shorter than the takeover wait, so it fences first.
 func TestShouldFence(t *testing.T) {
 	require := assert.New(t)
-	require.Less(LeaseRenewDeadline, LeaseDuration)
-	require.Less(LeaseRetryPeriod, LeaseRenewDeadline)
+	require.Less(agentapi.LeaseRenewDeadline, agentapi.LeaseDuration)
+	require.Less(agentapi.LeaseRetryPeriod, agentapi.LeaseRenewDeadline)
 	for _, tc := range []struct {
 		name      string
 		lastRenew time.Time
@@ -87,8 +89,8 @@ func TestShouldFence(t *testing.T) {
 		fence     bool
 	}{
 		{"renewed just now", at(0), nil, 0, false},
-		{"renewed 10s ago (the deadline)", at(0), nil, LeaseRenewDeadline, false},
-		{"renewed 10.001s ago", at(0), nil, LeaseRenewDeadline + time.Millisecond, true},
+		{"renewed 10s ago (the deadline)", at(0), nil, agentapi.LeaseRenewDeadline, false},
+		{"renewed 10.001s ago", at(0), nil, agentapi.LeaseRenewDeadline + time.Millisecond, true},
 		{"renewed 1s ago, the lease names another holder", at(0), &leaseRecord{Holder: "db-1"}, time.Second, true},
 		{"renewed 1s ago, the lease names it", at(0), &leaseRecord{Holder: "db-0"}, time.Second, false},
 		{"renewed 1s ago, the lease names another pod of its name", at(0), &leaseRecord{Holder: "db-0", HolderUID: "uid-new", PrevSelf: true}, time.Second, true},
@@ -121,9 +123,9 @@ func TestFenceComesBeforeTakeover(t *testing.T) {
 			taken = d
 		}
 	}
-	assert.Equal(t, LeaseRenewDeadline+10*time.Millisecond, fenced)
-	assert.Equal(t, LeaseDuration, taken)
-	assert.GreaterOrEqual(t, taken-fenced, LeaseDuration-LeaseRenewDeadline-10*time.Millisecond)
+	assert.Equal(t, agentapi.LeaseRenewDeadline+10*time.Millisecond, fenced)
+	assert.Equal(t, agentapi.LeaseDuration, taken)
+	assert.GreaterOrEqual(t, taken-fenced, agentapi.LeaseDuration-agentapi.LeaseRenewDeadline-10*time.Millisecond)
 }
 
 // What a data directory that would start as a primary does about the
@@ -156,10 +158,10 @@ func TestDecideStart(t *testing.T) {
 		{"another's, renewed while watching", false, seen("db-1", 0, 2*time.Second), 3 * time.Second, startRejoin},
 		{"released by itself (its own pod deletion)", false, released("db-0"), 0, startTake},
 		{"held by the previous pod of its name (force-deleted): its server may still run", false, prevSelf(0, 0), 3 * time.Second, startWait},
-		{"held by the previous pod of its name, renewed while watching", false, prevSelf(0, 2*time.Second), 2*time.Second + LeaseDuration - time.Millisecond, startWait},
-		{"held by the previous pod of its name, silent for LeaseDuration: it is dead or fenced", false, prevSelf(0, 0), LeaseDuration, startTake},
+		{"held by the previous pod of its name, renewed while watching", false, prevSelf(0, 2*time.Second), 2*time.Second + agentapi.LeaseDuration - time.Millisecond, startWait},
+		{"held by the previous pod of its name, silent for LeaseDuration: it is dead or fenced", false, prevSelf(0, 0), agentapi.LeaseDuration, startTake},
 		{"released by the primary after it: that one's data is newer", false, released("db-1"), time.Hour, startWait},
-		{"another's, unchanged for LeaseDuration: a failover is the operator's", false, seen("db-1", 0, 0), LeaseDuration, startWait},
+		{"another's, unchanged for LeaseDuration: a failover is the operator's", false, seen("db-1", 0, 0), agentapi.LeaseDuration, startWait},
 		{"fenced, own lease: nobody promoted since", true, seen("db-0", 0, 0), 0, startTake},
 		{"fenced, released: someone held it since", true, seen("", 0, 0), time.Minute, startWait},
 		{"fenced, released by another: that one held it since", true, released("db-1"), time.Minute, startWait},
@@ -206,7 +208,7 @@ func TestMayTakeOnlyAsAMember(t *testing.T) {
 		}(), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := mayTake("db-1", tc.obs, failsafeGrant{}, at(LeaseDuration))
+			v := mayTake("db-1", tc.obs, failsafeGrant{}, at(agentapi.LeaseDuration))
 			assert.Equal(t, tc.may, v.May, v.Reason)
 			if !tc.may {
 				assert.Contains(t, v.Reason, "do not include this instance")
@@ -230,10 +232,10 @@ func TestMayTakeRefusesDuringAFailsafeConfirmation(t *testing.T) {
 	}{
 		{"another's, silent for an hour, just confirmed", "db-0", time.Hour, false},
 		{"another's, silent for an hour, confirmed 3 s ago", "db-0", time.Hour + 3*time.Second, false},
-		{"another's, silent for an hour, confirmed LeaseDuration-1ms ago", "db-0", time.Hour + LeaseDuration - time.Millisecond, false},
-		{"another's, silent for an hour, confirmed LeaseDuration ago", "db-0", time.Hour + LeaseDuration, true},
+		{"another's, silent for an hour, confirmed LeaseDuration-1ms ago", "db-0", time.Hour + agentapi.LeaseDuration - time.Millisecond, false},
+		{"another's, silent for an hour, confirmed LeaseDuration ago", "db-0", time.Hour + agentapi.LeaseDuration, true},
 		{"released, confirmed 3 s ago", "", time.Hour + 3*time.Second, false},
-		{"released, confirmed LeaseDuration ago", "", time.Hour + LeaseDuration, true},
+		{"released, confirmed LeaseDuration ago", "", time.Hour + agentapi.LeaseDuration, true},
 		{"its own, confirmed 3 s ago", "db-1", time.Hour + 3*time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -242,7 +244,7 @@ func TestMayTakeRefusesDuringAFailsafeConfirmation(t *testing.T) {
 			assert.Equal(t, tc.may, v.May, v.Reason)
 			if !tc.may {
 				assert.Contains(t, v.Reason, "db-0 is serving in failsafe: it checked in ")
-				assert.Equal(t, g.At.Add(LeaseDuration).Sub(at(tc.now)), v.Wait)
+				assert.Equal(t, g.At.Add(agentapi.LeaseDuration).Sub(at(tc.now)), v.Wait)
 			}
 		})
 	}
@@ -253,7 +255,7 @@ func TestMayTakeRefusesDuringAFailsafeConfirmation(t *testing.T) {
 // A holder fences when neither its last renew nor the last round in
 // which every other member confirmed it began within the renew deadline.
 func TestShouldFenceAt(t *testing.T) {
-	rd := LeaseRenewDeadline
+	rd := agentapi.LeaseRenewDeadline
 	require.GreaterOrEqual(t, rd, 3*time.Second, "the rows below need a deadline of 3 s at least")
 	for _, tc := range []struct {
 		name                     string
@@ -304,9 +306,9 @@ func TestFailsafeComesBeforeTakeover(t *testing.T) {
 				taken = d
 			}
 		}
-		assert.Equal(t, LeaseRenewDeadline+10*time.Millisecond, fenced, "answer %s after the round began", delay)
-		assert.Equal(t, LeaseDuration+delay, taken)
-		assert.GreaterOrEqual(t, taken-fenced, LeaseDuration-LeaseRenewDeadline-10*time.Millisecond)
+		assert.Equal(t, agentapi.LeaseRenewDeadline+10*time.Millisecond, fenced, "answer %s after the round began", delay)
+		assert.Equal(t, agentapi.LeaseDuration+delay, taken)
+		assert.GreaterOrEqual(t, taken-fenced, agentapi.LeaseDuration-agentapi.LeaseRenewDeadline-10*time.Millisecond)
 	}
 }
 
@@ -314,7 +316,7 @@ func TestFailsafeComesBeforeTakeover(t *testing.T) {
 // becoming a primary and its last read of the lease names that pod and
 // no member the primary did not ask.
 func TestAnswerFailsafe(t *testing.T) {
-	req := FailsafeRequest{Pod: "db-0", HolderUID: "uid-0", ResourceVersion: "9", Members: []string{"db-0", "db-1", "db-2"}}
+	req := agentapi.FailsafeRequest{Pod: "db-0", HolderUID: "uid-0", ResourceVersion: "9", Members: []string{"db-0", "db-1", "db-2"}}
 	read := func(holder, uid string, members ...string) leaseObservation {
 		rec := leaseRecord{Holder: holder, HolderUID: uid, ResourceVersion: "9"}
 		if members != nil {
@@ -325,7 +327,7 @@ func TestAnswerFailsafe(t *testing.T) {
 	named := read("db-0", "uid-0", "db-0", "db-1", "db-2")
 	for _, tc := range []struct {
 		name string
-		req  FailsafeRequest
+		req  agentapi.FailsafeRequest
 		m    memberState
 		ok   bool
 		why  string
@@ -342,8 +344,8 @@ func TestAnswerFailsafe(t *testing.T) {
 		{"its read is released", req, memberState{Obs: read("", "", "db-0", "db-1", "db-2")}, false, "released"},
 		{"its read names another pod of the name", req, memberState{Obs: read("db-0", "uid-new", "db-0", "db-1", "db-2")}, false, "another pod of the name db-0"},
 		{"its read names a member the primary did not ask", req, memberState{Obs: read("db-0", "uid-0", "db-0", "db-1", "db-2", "db-3")}, false, "did not ask: db-3"},
-		{"the request names itself", FailsafeRequest{Pod: "db-1"}, memberState{Obs: named}, false, "not another instance"},
-		{"the request names nobody", FailsafeRequest{}, memberState{Obs: named}, false, "not another instance"},
+		{"the request names itself", agentapi.FailsafeRequest{Pod: "db-1"}, memberState{Obs: named}, false, "not another instance"},
+		{"the request names nobody", agentapi.FailsafeRequest{}, memberState{Obs: named}, false, "not another instance"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, why := answerFailsafe("db-1", tc.req, tc.m)

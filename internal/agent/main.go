@@ -1,3 +1,13 @@
+// Package agent is dbkeeper's in-pod instance agent. The agent
+// (`manager agent`, the manager binary copied into the engine pod by an
+// init container running `manager copy-self`) is PID 1 of the engine
+// container: it owns the postmaster, bootstraps an empty data directory
+// when the operator says how (initdb for the first primary, pg_basebackup
+// for a standby), serves an authenticated status endpoint, and carries out
+// the operator's demote and promote. The operator decides; the agent
+// enforces (docs/design/replication.md). Its contract with the manager,
+// the HTTP API's types and client, environment, files and ports, is
+// package agentapi.
 package agent
 
 import (
@@ -11,6 +21,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // Main runs the agent until SIGTERM or SIGINT, which stop the server and
@@ -68,6 +80,14 @@ func Main(cfg Config, log logr.Logger) error {
 	case runErr = <-a.fatal:
 	case runErr = <-httpErr:
 	}
+	return a.shutDown(runErr, hs, stopBackupServer, backupServerDone)
+}
+
+// shutDown stops the agent after runErr (nil: a signal): the server, then
+// (when the agent stopped it and held the lease) the lease, the backup
+// server and the endpoint hs. It returns runErr, or why the stop failed.
+func (a *Agent) shutDown(runErr error, hs *http.Server, stopBackupServer context.CancelFunc, backupServerDone <-chan struct{}) error {
+	log := a.log
 	a.mu.Lock()
 	a.stopping = true
 	a.mu.Unlock()
@@ -126,7 +146,7 @@ func (a *Agent) begin() {
 			}
 		}
 		if a.keeper != nil && !isStandby(a.cfg.PGData) {
-			a.setState(StateStarting, "reading the primary lease")
+			a.setState(agentapi.StateStarting, "reading the primary lease")
 			go func() {
 				a.op.Lock()
 				defer a.op.Unlock()
@@ -134,7 +154,7 @@ func (a *Agent) begin() {
 			}()
 			return
 		}
-		if err := a.startServer(StateStarting); err != nil {
+		if err := a.startServer(agentapi.StateStarting); err != nil {
 			a.fail(err)
 		}
 		return
@@ -142,11 +162,11 @@ func (a *Agent) begin() {
 	empty, err := isEmpty(a.cfg.PGData)
 	switch {
 	case err != nil:
-		a.setState(StateFailed, err.Error())
+		a.setState(agentapi.StateFailed, err.Error())
 	case !empty:
-		a.setState(StateFailed, "the data directory is not empty and holds no cluster: it needs a person")
+		a.setState(agentapi.StateFailed, "the data directory is not empty and holds no cluster: it needs a person")
 	default:
 		a.log.Info("The data directory is empty: waiting for a bootstrap request")
-		a.setState(StateWaiting, "")
+		a.setState(agentapi.StateWaiting, "")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // otherPrimary names the instance that runs as the Database's primary when
@@ -56,7 +58,7 @@ func (a *Agent) otherPrimary(ctx context.Context) (string, string) {
 	case !obs.Since.After(obs.First):
 		return "", fmt.Sprintf("this agent has not yet seen %s renew the primary lease", holder)
 	}
-	if d := obs.unchangedFor(time.Now()); d >= LeaseRenewDeadline {
+	if d := obs.unchangedFor(time.Now()); d >= agentapi.LeaseRenewDeadline {
 		return "", fmt.Sprintf("%s has not renewed the primary lease for %s", holder, d.Round(time.Second))
 	}
 	cd, err := a.controlData(ctx)
@@ -84,7 +86,7 @@ func (a *Agent) queryPrimaryHost(ctx context.Context) (recovery bool, systemID s
 	ctx, cancel := context.WithTimeout(ctx, 2*connectTimeout)
 	defer cancel()
 	ci := fmt.Sprintf("host=%s port=%d user=%s passfile=%s dbname=postgres application_name=%s connect_timeout=%d",
-		conninfoValue(a.cfg.PrimaryHost), a.cfg.PrimaryPort, ReplicationUser, conninfoValue(a.pgpass),
+		conninfoValue(a.cfg.PrimaryHost), a.cfg.PrimaryPort, agentapi.ReplicationUser, conninfoValue(a.pgpass),
 		conninfoValue(a.cfg.Pod+"-check"), int(connectTimeout/time.Second))
 	cfg, err := pgx.ParseConfig(ci + a.sslConninfo())
 	if err != nil {

@@ -10,107 +10,15 @@ import (
 	"sort"
 	"strings"
 	"time"
-)
 
-// EnvRepository is the Repository (JSON) this instance archives into and
-// takes base backups to, set by the StatefulSet when the Database has
-// spec.backup.objectStore (docs/design/backup.md).
-const EnvRepository = "DBKEEPER_REPOSITORY"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
+)
 
 // longIOTimeout is the io-timeout of a base backup or a restore.
 const longIOTimeout = "--io-timeout=60"
 
-// Stanza is the pgBackRest stanza of every repository dbkeeper writes:
-// each repository path holds one Database, so the stanza needs no name of
-// its own.
-const Stanza = "db"
-
-// The files of a Repository's Secrets, as the StatefulSet mounts them.
-const (
-	AccessKeyIDFile     = "accessKeyId"
-	SecretAccessKeyFile = "secretAccessKey"
-	CAFile              = "ca.crt"
-	PassphraseFile      = "passphrase"
-)
-
-// Repository is a pgBackRest repository in an S3-compatible object store.
-// The secrets are files (mounted Secrets), read whenever the configuration
-// is written, so that a rotated key is used without a restart.
-type Repository struct {
-	// Endpoint is the store's host[:port]; HTTPS.
-	Endpoint string `json:"endpoint"`
-	// Bucket holds the repository.
-	Bucket string `json:"bucket"`
-	// Path is the repository's whole path in the bucket.
-	Path string `json:"path"`
-	// Region is the store's region.
-	Region string `json:"region,omitempty"`
-	// URIStyle is "path" or "host".
-	URIStyle string `json:"uriStyle,omitempty"`
-	// CredentialsDir holds AccessKeyIDFile and SecretAccessKeyFile.
-	CredentialsDir string `json:"credentialsDir"`
-	// CADir, when set, holds CAFile, which verifies the store.
-	CADir string `json:"caDir,omitempty"`
-	// CipherDir, when set, holds PassphraseFile: the repository is
-	// encrypted (aes-256-cbc).
-	CipherDir string `json:"cipherDir,omitempty"`
-	// RecoveryWindow is how far back every point stays recoverable: the
-	// primary's expiry keeps every backup and WAL segment a point within
-	// it needs (expire.go); 7 days when zero.
-	RecoveryWindow time.Duration `json:"recoveryWindow,omitempty"`
-	// ArchiveTimeout is PostgreSQL's archive_timeout.
-	ArchiveTimeout time.Duration `json:"archiveTimeout,omitempty"`
-	// Secrets, when set, are the credentials themselves instead of the
-	// directories' files: a recovery's source comes in its bootstrap
-	// request, read by the operator from Secrets the pod does not mount.
-	Secrets *RepositorySecrets `json:"secrets,omitempty"`
-}
-
-// RepositorySecrets are an object store's credentials, CA bundle (PEM)
-// and the repository's passphrase.
-type RepositorySecrets struct {
-	AccessKeyID     string `json:"accessKeyId"`
-	SecretAccessKey string `json:"secretAccessKey"`
-	CA              string `json:"ca,omitempty"`
-	Passphrase      string `json:"passphrase,omitempty"`
-}
-
-// RecoverySource is what a restore bootstrap recovers: a repository (with
-// its Secrets) and the point to stop at.
-type RecoverySource struct {
-	Repository Repository `json:"repository"`
-	// Target is where replay stops; the zero value replays to the end of
-	// the archive.
-	Target RecoveryTarget `json:"target,omitempty"`
-}
-
-// RecoveryTarget is at most one of its fields (see the Database's
-// spec.bootstrap.recovery.target).
-type RecoveryTarget struct {
-	// Time is RFC 3339, fractions of a second allowed.
-	Time string `json:"time,omitempty"`
-	LSN  string `json:"lsn,omitempty"`
-	XID  string `json:"xid,omitempty"`
-	Name string `json:"name,omitempty"`
-}
-
-// String says what t is, for logs and status.
-func (t RecoveryTarget) String() string {
-	switch {
-	case t.Time != "":
-		return "time " + t.Time
-	case t.LSN != "":
-		return "lsn " + t.LSN
-	case t.XID != "":
-		return "xid " + t.XID
-	case t.Name != "":
-		return "restore point " + t.Name
-	}
-	return "the end of the archive"
-}
-
 // restoreArgs are pgbackrest restore's options for t.
-func (t RecoveryTarget) restoreArgs() ([]string, error) {
+func restoreArgs(t agentapi.RecoveryTarget) ([]string, error) {
 	switch {
 	case t.Time != "":
 		at, err := time.Parse(time.RFC3339Nano, t.Time)
@@ -146,35 +54,10 @@ func readEnvJSON(name string, v any) (bool, error) {
 // configuration, reading its secrets from their files (or r.Secrets);
 // dir holds pgBackRest's logs, lock files and spool, and the CA file of
 // r.Secrets.
-func (r Repository) pgbackrestOptions(dir string) (map[string]string, error) {
-	read := func(d, file string) (string, error) {
-		b, err := os.ReadFile(filepath.Join(d, file))
-		if err != nil {
-			return "", fmt.Errorf("reading the object store's %s: %w", file, err)
-		}
-		return oneLine(file, string(b))
-	}
-	sec := r.Secrets
-	if sec == nil {
-		sec = &RepositorySecrets{}
-		var err error
-		if sec.AccessKeyID, err = read(r.CredentialsDir, AccessKeyIDFile); err != nil {
-			return nil, err
-		}
-		if sec.SecretAccessKey, err = read(r.CredentialsDir, SecretAccessKeyFile); err != nil {
-			return nil, err
-		}
-		if r.CipherDir != "" {
-			if sec.Passphrase, err = read(r.CipherDir, PassphraseFile); err != nil {
-				return nil, err
-			}
-		}
-	} else {
-		for _, v := range []struct{ name, v string }{{AccessKeyIDFile, sec.AccessKeyID}, {SecretAccessKeyFile, sec.SecretAccessKey}} {
-			if _, err := oneLine(v.name, v.v); err != nil {
-				return nil, err
-			}
-		}
+func pgbackrestOptions(r agentapi.Repository, dir string) (map[string]string, error) {
+	sec, err := repositorySecrets(r)
+	if err != nil {
+		return nil, err
 	}
 	key, secret := strings.TrimSpace(sec.AccessKeyID), strings.TrimSpace(sec.SecretAccessKey)
 	host, port := r.Endpoint, ""
@@ -223,7 +106,7 @@ func (r Repository) pgbackrestOptions(dir string) (map[string]string, error) {
 		}
 		o["repo1-storage-ca-file"] = ca
 	case r.Secrets == nil && r.CADir != "":
-		o["repo1-storage-ca-file"] = filepath.Join(r.CADir, CAFile)
+		o["repo1-storage-ca-file"] = filepath.Join(r.CADir, agentapi.CAFile)
 	}
 	if pass := strings.TrimSpace(sec.Passphrase); pass != "" {
 		o["repo1-cipher-type"] = "aes-256-cbc"
@@ -233,6 +116,41 @@ func (r Repository) pgbackrestOptions(dir string) (map[string]string, error) {
 	// nothing (pgBackRest warns that repo1-retention-full is not set), and
 	// the agent expires with a count of its own (expire.go).
 	return o, nil
+}
+
+// repositorySecrets are r's credentials and cipher passphrase: r.Secrets
+// (whose keys must be one line each), else read from their files.
+func repositorySecrets(r agentapi.Repository) (*agentapi.RepositorySecrets, error) {
+	read := func(d, file string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(d, file))
+		if err != nil {
+			return "", fmt.Errorf("reading the object store's %s: %w", file, err)
+		}
+		return oneLine(file, string(b))
+	}
+	sec := r.Secrets
+	if sec == nil {
+		sec = &agentapi.RepositorySecrets{}
+		var err error
+		if sec.AccessKeyID, err = read(r.CredentialsDir, agentapi.AccessKeyIDFile); err != nil {
+			return nil, err
+		}
+		if sec.SecretAccessKey, err = read(r.CredentialsDir, agentapi.SecretAccessKeyFile); err != nil {
+			return nil, err
+		}
+		if r.CipherDir != "" {
+			if sec.Passphrase, err = read(r.CipherDir, agentapi.PassphraseFile); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		for _, v := range []struct{ name, v string }{{agentapi.AccessKeyIDFile, sec.AccessKeyID}, {agentapi.SecretAccessKeyFile, sec.SecretAccessKey}} {
+			if _, err := oneLine(v.name, v.v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return sec, nil
 }
 
 // pgbackrestConfig is a whole pgBackRest configuration: global holds the
@@ -252,7 +170,7 @@ func pgbackrestConfig(global map[string]string, pgdata, socketDir string, port i
 	}
 	section("global", global)
 	b.WriteString("\n")
-	section(Stanza, map[string]string{
+	section(agentapi.Stanza, map[string]string{
 		"pg1-path":        pgdata,
 		"pg1-socket-path": socketDir,
 		"pg1-port":        fmt.Sprint(port),

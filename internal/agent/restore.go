@@ -13,15 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 )
-
-// BootstrapRestore fills the empty data directory of the first instance
-// from EnvRecovery's repository (pgbackrest restore of the newest base
-// backup before the target) and starts the server in targeted recovery:
-// it replays archived WAL up to the target, accepts no connection
-// meanwhile (hot_standby=off), and is promoted at the target.
-const BootstrapRestore BootstrapMode = "restore"
 
 // restoreTimeout bounds the copy of a base backup.
 const restoreTimeout = 6 * time.Hour
@@ -53,14 +47,14 @@ func (a *Agent) restoringMark() string { return filepath.Join(a.recoveryDir(), "
 // restore copies the newest base backup before src's target and starts
 // the recovery (under a.op, once the agent holds the primary lease). A
 // failed copy empties the data directory again.
-func (a *Agent) restore(src RecoverySource) error {
+func (a *Agent) restore(src agentapi.RecoverySource) error {
 	if err := os.MkdirAll(filepath.Join(a.recoveryDir(), "lock"), 0o700); err != nil {
 		return fmt.Errorf("making %s: %w", a.recoveryDir(), err)
 	}
 	if err := a.writeConfig(src.Repository, a.sourceConfigPath()); err != nil {
 		return err
 	}
-	target, err := src.Target.restoreArgs()
+	target, err := restoreArgs(src.Target)
 	if err != nil {
 		return err
 	}
@@ -70,10 +64,10 @@ func (a *Agent) restore(src RecoverySource) error {
 	if err := os.WriteFile(a.restoringMark(), nil, 0o600); err != nil {
 		return fmt.Errorf("marking the restore: %w", err)
 	}
-	restoreCmd := fmt.Sprintf(`pgbackrest --config=%s --stanza=%s archive-get %%f "%%p"`, a.sourceConfigPath(), Stanza)
+	restoreCmd := fmt.Sprintf(`pgbackrest --config=%s --stanza=%s archive-get %%f "%%p"`, a.sourceConfigPath(), agentapi.Stanza)
 	args := append([]string{"restore", longIOTimeout, "--recovery-option=restore_command=" + restoreCmd}, target...)
 	start := time.Now()
-	a.setState(StateBootstrapping, "restoring the base backup before "+src.Target.String()+" from "+src.Repository.Bucket+src.Repository.Path)
+	a.setState(agentapi.StateBootstrapping, "restoring the base backup before "+src.Target.String()+" from "+src.Repository.Bucket+src.Repository.Path)
 	a.log.Info("Restoring", "bucket", src.Repository.Bucket, "path", src.Repository.Path, "target", src.Target.String())
 	if _, err := a.pgbackrest(a.ctx, a.sourceConfigPath(), restoreTimeout, args...); err != nil {
 		if rerr := emptyDir(a.cfg.PGData); rerr != nil {
@@ -88,7 +82,7 @@ func (a *Agent) restore(src RecoverySource) error {
 		return fmt.Errorf("unmarking the restore: %w", err)
 	}
 	a.log.Info("Restored the base backup: replaying the archive", "duration", time.Since(start).Round(time.Millisecond), "target", src.Target.String())
-	return a.startServer(StateStarting)
+	return a.startServer(agentapi.StateStarting)
 }
 
 // clearHalfRestore empties a data directory whose restore was cut short
@@ -178,11 +172,11 @@ func (a *Agent) recoveryArgs() []string {
 }
 
 // checkRestore says whether req can restore.
-func checkRestore(req BootstrapRequest) error {
+func checkRestore(req agentapi.BootstrapRequest) error {
 	if req.Recovery == nil {
 		return &opError{code: http.StatusBadRequest, msg: "a restore bootstrap needs its recovery source"}
 	}
-	if _, err := req.Recovery.Target.restoreArgs(); err != nil {
+	if _, err := restoreArgs(req.Recovery.Target); err != nil {
 		return &opError{code: http.StatusBadRequest, msg: err.Error()}
 	}
 	return nil
@@ -283,7 +277,7 @@ func (a *Agent) recoveryExited(srv *server, err error) {
 		msg += "; the target may lie past the end of the archive (check spec.bootstrap.recovery.target), or the store could not be read"
 	}
 	a.log.Error(err, "The server exited during the recovery: starting it again later", "reason", line, "in", delay, "exits", n)
-	a.setState(StateFailed, fmt.Sprintf("%s; starting it again in %s", msg, delay))
+	a.setState(agentapi.StateFailed, fmt.Sprintf("%s; starting it again in %s", msg, delay))
 	last := line
 	if last == "" {
 		last = err.Error()
@@ -304,7 +298,7 @@ func (a *Agent) restartRecovery(delay time.Duration, last string) {
 	a.op.Lock()
 	defer a.op.Unlock()
 	a.mu.Lock()
-	failed := a.state == StateFailed && a.srv == nil && !a.stopping
+	failed := a.state == agentapi.StateFailed && a.srv == nil && !a.stopping
 	a.mu.Unlock()
 	if !failed || a.ctx.Err() != nil {
 		return
@@ -312,12 +306,12 @@ func (a *Agent) restartRecovery(delay time.Duration, last string) {
 	a.log.Info("Starting the server again to go on with the recovery")
 	if a.keeper != nil {
 		a.startPrimary()
-	} else if err := a.startServer(StateStarting); err != nil {
+	} else if err := a.startServer(agentapi.StateStarting); err != nil {
 		a.fail(err)
 		return
 	}
 	a.mu.Lock()
-	if a.srv != nil && a.state == StateStarting && a.message == "" {
+	if a.srv != nil && a.state == agentapi.StateStarting && a.message == "" {
 		a.message = "replaying the archive again; the last run ended with: " + last
 	}
 	a.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // TestRecoveryRetryDelay: the server of an unfinished recovery starts
@@ -71,7 +73,7 @@ func TestFailedBootstrapBacksOff(t *testing.T) {
 	a := &Agent{cfg: Config{PGData: t.TempDir()}}
 	a.bootstrapFailed("restore: pgbackrest restore: ERROR: [075]: unable to find backup set with stop time less than '2026-12-06 10:35:21+00'")
 	assert.Contains(t, a.message, "failure 1 in a row; the next attempt in 10s")
-	err := a.bootstrap(BootstrapRequest{Mode: BootstrapInitdb})
+	err := a.bootstrap(agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	var oe *opError
 	require.ErrorAs(t, err, &oe)
 	assert.Equal(t, 409, oe.code)

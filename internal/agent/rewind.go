@@ -1,46 +1,21 @@
 package agent
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // rewindTimeout bounds one pg_rewind, pg_waldump or single-user recovery.
 const rewindTimeout = 10 * time.Minute
-
-// rewindReportPath is where the last RewindReport is kept, beside the data
-// directory on its volume, so that it survives restarts.
-func (a *Agent) rewindReportPath() string {
-	return filepath.Join(filepath.Dir(a.cfg.PGData), "dbkeeper-rewind.json")
-}
-
-// lastRewind reads the persisted RewindReport, nil when there is none.
-func (a *Agent) lastRewind() *RewindReport {
-	b, err := os.ReadFile(a.rewindReportPath())
-	if err != nil {
-		return nil
-	}
-	var r RewindReport
-	if json.Unmarshal(b, &r) != nil {
-		return nil
-	}
-	return &r
-}
 
 // maxRewindFailures is how many rejoins in a row may fail in pg_rewind
 // (rejoin retries with backoff in between: 2, 4 s) before the agent stops
@@ -88,13 +63,13 @@ func (a *Agent) rewindAndStart() error {
 	if err != nil {
 		return a.rewindFailed(ctx, nil, err)
 	}
-	var report *RewindReport
+	var report *agentapi.RewindReport
 	if !strings.Contains(out, "no rewind required") {
 		lsn, tli, ok := parseDivergence(out)
 		if !ok {
 			return fmt.Errorf("pg_rewind --dry-run did not say where the servers diverged: %s", errorLine(out))
 		}
-		report = &RewindReport{DivergedLSN: lsn, DivergedTimeline: tli}
+		report = &agentapi.RewindReport{DivergedLSN: lsn, DivergedTimeline: tli}
 		n, end, err := a.countCommits(ctx, lsn, tli)
 		if err != nil {
 			return err
@@ -122,7 +97,7 @@ func (a *Agent) rewindAndStart() error {
 	if err := a.clearFenced(); err != nil {
 		return err
 	}
-	if err := a.startServer(StateStarting); err != nil {
+	if err := a.startServer(agentapi.StateStarting); err != nil {
 		return err
 	}
 	if report != nil {
@@ -130,16 +105,6 @@ func (a *Agent) rewindAndStart() error {
 		a.message = fmt.Sprintf("rejoined as a standby after pg_rewind: %d transactions after %s on timeline %d discarded",
 			report.DiscardedTransactions, report.DivergedLSN, report.DivergedTimeline)
 		a.mu.Unlock()
-	}
-	return nil
-}
-
-// writeRewindReport keeps report, as of now, beside the data directory.
-func (a *Agent) writeRewindReport(report *RewindReport) error {
-	report.At = metav1.Now()
-	b, _ := json.Marshal(report)
-	if err := os.WriteFile(a.rewindReportPath(), b, 0o600); err != nil {
-		return fmt.Errorf("writing the rewind report: %w", err)
 	}
 	return nil
 }
@@ -154,7 +119,7 @@ func (a *Agent) writeRewindReport(report *RewindReport) error {
 // made from what pg_rewind printed of the divergence and this instance's
 // own WAL) and empties the data directory to be cloned again (reclone).
 // Otherwise it returns err, saying why, and rejoin tries again.
-func (a *Agent) rewindFailed(ctx context.Context, report *RewindReport, err error) error {
+func (a *Agent) rewindFailed(ctx context.Context, report *agentapi.RewindReport, err error) error {
 	var rerr *pgRewindError
 	if !errors.As(err, &rerr) {
 		return err
@@ -185,29 +150,12 @@ func (a *Agent) rewindFailed(ctx context.Context, report *RewindReport, err erro
 	return a.reclone(fmt.Sprintf("pg_rewind failed %d times in a row (%s) and %s runs as the primary", n, errorLine(rerr.out), primary))
 }
 
-// reportFromOutput is the report of a rewind that did not run: where
-// pg_rewind's output (its dry run's, or a failed run's) says the servers
-// diverged, and the transactions this instance's WAL committed after
-// that; nil when the output does not say.
-func (a *Agent) reportFromOutput(ctx context.Context, out string) *RewindReport {
-	lsn, tli, ok := parseDivergence(out)
-	if !ok {
-		return nil
-	}
-	n, end, err := a.countCommits(ctx, lsn, tli)
-	if err != nil {
-		a.log.Error(err, "Cannot count the transactions after the divergence")
-		return nil
-	}
-	return &RewindReport{DivergedLSN: lsn, DivergedTimeline: tli, DiscardedTransactions: n, EndLSN: end}
-}
-
 // rewindKeepingWAL runs pg_rewind for a divergence at lsn on timeline tli,
 // links back the segments of the shared history it removed (see keepWAL),
 // and names a segment recovery still lacks (see missingRecoveryWAL), ""
 // when none.
 func (a *Agent) rewindKeepingWAL(ctx context.Context, lsn string, tli uint32) (string, error) {
-	diverged, err := ParseLSN(lsn)
+	diverged, err := agentapi.ParseLSN(lsn)
 	if err != nil {
 		return "", err
 	}
@@ -237,7 +185,7 @@ func (a *Agent) rewindKeepingWAL(ctx context.Context, lsn string, tli uint32) (s
 	if cd, err = a.controlData(ctx); err != nil {
 		return "", err
 	}
-	until, err := ParseLSN(cd["Minimum recovery ending location"])
+	until, err := agentapi.ParseLSN(cd["Minimum recovery ending location"])
 	if err != nil {
 		return "", fmt.Errorf("pg_controldata: minimum recovery ending location: %w", err)
 	}
@@ -265,32 +213,8 @@ func (a *Agent) reclone(why string) error {
 	if err := a.clearFenced(); err != nil {
 		return err
 	}
-	a.setState(StateWaiting, why+": the data directory was emptied, to be cloned from the primary again")
+	a.setState(agentapi.StateWaiting, why+": the data directory was emptied, to be cloned from the primary again")
 	return nil
-}
-
-// serverSettings are the -c settings of the server's command
-// (wal_log_hints among them, which pg_rewind needs recorded in pg_control).
-func (a *Agent) serverSettings() []string {
-	var out []string
-	for i, arg := range a.cfg.Command {
-		if arg == "-c" && i+1 < len(a.cfg.Command) {
-			out = append(out, "-c", a.cfg.Command[i+1])
-		}
-	}
-	return out
-}
-
-// commandSets says whether the server's command sets the setting name
-// with -c.
-func (a *Agent) commandSets(name string) bool {
-	settings := a.serverSettings()
-	for i := 1; i < len(settings); i += 2 {
-		if k, _, _ := strings.Cut(settings[i], "="); strings.TrimSpace(k) == name {
-			return true
-		}
-	}
-	return false
 }
 
 // ensureCleanShutdown runs crash recovery of a data directory that was not
@@ -335,79 +259,4 @@ func (a *Agent) pgRewind(ctx context.Context, dry bool) (string, error) {
 		return out, &pgRewindError{out: out, err: err}
 	}
 	return out, nil
-}
-
-// run runs a program of the server's and returns its output; a failure
-// carries the line that says why.
-func (a *Agent) run(ctx context.Context, name string, args []string, stdin io.Reader) (string, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.Stdin = stdin
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	if err := a.reaper.start(cmd); err != nil {
-		return "", fmt.Errorf("running %s: %w", name, err)
-	}
-	if err := a.reaper.wait(cmd); err != nil {
-		return out.String(), fmt.Errorf("%s: %w: %s", name, err, errorLine(out.String()))
-	}
-	return out.String(), nil
-}
-
-var divergedRE = regexp.MustCompile(`servers diverged at WAL location ([0-9A-Fa-f]+/[0-9A-Fa-f]+) on timeline (\d+)`)
-
-// parseDivergence finds pg_rewind's "servers diverged at WAL location X on
-// timeline N".
-func parseDivergence(out string) (lsn string, tli uint32, ok bool) {
-	m := divergedRE.FindStringSubmatch(out)
-	if m == nil {
-		return "", 0, false
-	}
-	n, err := strconv.ParseUint(m[2], 10, 32)
-	if err != nil {
-		return "", 0, false
-	}
-	return m[1], uint32(n), true
-}
-
-// countCommits counts the commit records of this instance's WAL on
-// timeline tli from lsn on, and returns the position of its last record.
-// pg_waldump exits non-zero at the end of the WAL; what it printed counts.
-func (a *Agent) countCommits(ctx context.Context, lsn string, tli uint32) (int64, string, error) {
-	cmd := exec.CommandContext(ctx, "pg_waldump", "--path="+filepath.Join(a.cfg.PGData, "pg_wal"),
-		"--timeline="+strconv.FormatUint(uint64(tli), 10), "--start="+lsn)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	if err := a.reaper.start(cmd); err != nil {
-		return 0, "", fmt.Errorf("running pg_waldump: %w", err)
-	}
-	waitErr := a.reaper.wait(cmd)
-	n, end := countCommitRecords(out.String())
-	if waitErr != nil && end == "" {
-		a.log.Info("No WAL record after the divergence", "lsn", lsn, "timeline", tli, "pg_waldump", errorLine(errOut.String()))
-	}
-	return n, end, nil
-}
-
-var waldumpLSNRE = regexp.MustCompile(`lsn: ([0-9A-Fa-f]+/[0-9A-Fa-f]+)`)
-
-// countCommitRecords counts the transaction commit records in pg_waldump's
-// output, and returns the position of the last record.
-func countCommitRecords(out string) (int64, string) {
-	var n int64
-	end := ""
-	sc := bufio.NewScanner(strings.NewReader(out))
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if m := waldumpLSNRE.FindStringSubmatch(line); m != nil {
-			end = m[1]
-		}
-		if strings.HasPrefix(line, "rmgr: Transaction") &&
-			(strings.Contains(line, "desc: COMMIT ") || strings.Contains(line, "desc: COMMIT_PREPARED ")) {
-			n++
-		}
-	}
-	return n, end
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // startPrimary (under a.op) starts a data directory that would start as a
@@ -32,7 +34,7 @@ func (a *Agent) startPrimary() {
 					return
 				}
 				a.log.Info("Holding the primary lease: starting as the primary", "why", why)
-				if err := a.startServer(StateStarting); err != nil {
+				if err := a.startServer(agentapi.StateStarting); err != nil {
 					a.fail(err)
 				}
 				return
@@ -43,16 +45,16 @@ func (a *Agent) startPrimary() {
 		case startRejoin:
 			a.log.Info("Another instance holds the primary lease: rejoining it as a standby", "why", why)
 			if !fenced {
-				a.setState(StateFenced, "not starting as a primary: "+why)
+				a.setState(agentapi.StateFenced, "not starting as a primary: "+why)
 			}
 			a.rejoin()
 			return
 		}
-		a.setState(StateStarting, fmt.Sprintf("waiting for the primary lease held by %q: %s", a.keeper.observation().Record.Holder, why))
+		a.setState(agentapi.StateStarting, fmt.Sprintf("waiting for the primary lease held by %q: %s", a.keeper.observation().Record.Holder, why))
 		select {
 		case <-a.ctx.Done():
 			return
-		case <-time.After(LeaseRetryPeriod):
+		case <-time.After(agentapi.LeaseRetryPeriod):
 		}
 	}
 }

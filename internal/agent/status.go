@@ -13,13 +13,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // status is the instance's status: from the server when it answers, else
 // from the data directory.
-func (a *Agent) status(ctx context.Context) Status {
+func (a *Agent) status(ctx context.Context) agentapi.Status {
 	a.mu.Lock()
-	s := Status{Pod: a.cfg.Pod, State: a.state, Message: a.message}
+	s := agentapi.Status{Pod: a.cfg.Pod, State: a.state, Message: a.message}
 	pid := 0
 	if a.srv != nil {
 		pid = a.srv.cmd.Process.Pid
@@ -38,7 +40,7 @@ func (a *Agent) status(ctx context.Context) Status {
 	if pid != 0 && postmasterPID(a.cfg.PGData) == pid {
 		q := s
 		if err := a.queryStatus(ctx, &q); err == nil {
-			q.Archive = a.archiveReport(ctx, q.Role == RolePrimary)
+			q.Archive = a.archiveReport(ctx, q.Role == agentapi.RolePrimary)
 			return q
 		}
 	}
@@ -93,15 +95,15 @@ func (a *Agent) queryRow(ctx context.Context, sql string, dest ...any) error {
 }
 
 // queryStatus fills s from the running server.
-func (a *Agent) queryStatus(ctx context.Context, s *Status) error {
+func (a *Agent) queryStatus(ctx context.Context, s *agentapi.Status) error {
 	var recovery bool
 	var tli int64
 	if err := a.queryRow(ctx, statusSQL, &recovery, &s.SystemID, &s.CurrentLSN, &s.ReceivedLSN, &s.ReplayedLSN, &tli, &s.WALReceiver); err != nil {
 		return fmt.Errorf("reading the server's status: %w", err)
 	}
-	s.Role = RolePrimary
+	s.Role = agentapi.RolePrimary
 	if recovery {
-		s.Role = RoleReplica
+		s.Role = agentapi.RoleReplica
 	}
 	s.Timeline = uint32(tli)
 	s.Ready = true
@@ -136,15 +138,15 @@ func (a *Agent) exec(ctx context.Context, sql string, args ...any) error {
 // diskStatus fills s from the data directory, for a server that does not
 // run: its role from standby.signal, its identity and timeline from
 // pg_control.
-func (a *Agent) diskStatus(ctx context.Context, s *Status) {
+func (a *Agent) diskStatus(ctx context.Context, s *agentapi.Status) {
 	empty, err := isEmpty(a.cfg.PGData)
 	s.DataEmpty = err == nil && empty
 	if !hasCluster(a.cfg.PGData) {
 		return
 	}
-	s.Role = RolePrimary
+	s.Role = agentapi.RolePrimary
 	if isStandby(a.cfg.PGData) {
-		s.Role = RoleReplica
+		s.Role = agentapi.RoleReplica
 	}
 	cd, err := a.controlData(ctx)
 	if err != nil {

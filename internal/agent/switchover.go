@@ -9,28 +9,30 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // demote stops a running primary (fast shutdown) and restarts it as a
 // standby of EnvPrimaryHost; it answers the shutdown checkpoint's LSN.
-func (a *Agent) demote(ctx context.Context) (DemoteResponse, error) {
+func (a *Agent) demote(ctx context.Context) (agentapi.DemoteResponse, error) {
 	if !a.op.TryLock() {
-		return DemoteResponse{}, errBusy
+		return agentapi.DemoteResponse{}, errBusy
 	}
 	defer a.op.Unlock()
-	if s := a.status(ctx); s.State != StateRunning || !s.Ready || s.Role != RolePrimary {
-		return DemoteResponse{}, conflict("not a running primary (state %s, role %q)", s.State, s.Role)
+	if s := a.status(ctx); s.State != agentapi.StateRunning || !s.Ready || s.Role != agentapi.RolePrimary {
+		return agentapi.DemoteResponse{}, conflict("not a running primary (state %s, role %q)", s.State, s.Role)
 	}
 	a.log.Info("Demoting")
-	a.setState(StateDemoting, "")
+	a.setState(agentapi.StateDemoting, "")
 	// a checkpoint first makes the shutdown checkpoint short.
 	if err := a.exec(ctx, "CHECKPOINT"); err != nil {
-		a.setState(StateRunning, err.Error())
-		return DemoteResponse{}, err
+		a.setState(agentapi.StateRunning, err.Error())
+		return agentapi.DemoteResponse{}, err
 	}
 	if err := a.stopServer(ctx); err != nil {
 		a.fail(err)
-		return DemoteResponse{}, err
+		return agentapi.DemoteResponse{}, err
 	}
 	cd, err := a.controlData(ctx)
 	if err == nil {
@@ -43,15 +45,15 @@ func (a *Agent) demote(ctx context.Context) (DemoteResponse, error) {
 		}
 	}
 	if err == nil {
-		err = a.startServer(StateStarting)
+		err = a.startServer(agentapi.StateStarting)
 	}
 	if err != nil {
 		a.fail(err)
-		return DemoteResponse{}, err
+		return agentapi.DemoteResponse{}, err
 	}
 	lsn := cd["Latest checkpoint location"]
 	a.log.Info("Demoted: restarting as a standby", "shutdownLSN", lsn)
-	return DemoteResponse{ShutdownLSN: lsn, Status: a.status(ctx)}, nil
+	return agentapi.DemoteResponse{ShutdownLSN: lsn, Status: a.status(ctx)}, nil
 }
 
 // promote promotes a running standby that replayed at least
@@ -61,7 +63,7 @@ func (a *Agent) demote(ctx context.Context) (DemoteResponse, error) {
 // Either way the promotion runs in the background, holding a.op: a caller
 // that gives up (ctx ends) gets an error, and the promotion is followed to
 // its end all the same (doPromote), Promoting in the status meanwhile.
-func (a *Agent) promote(ctx context.Context, req PromoteRequest) (s Status, accepted bool, err error) {
+func (a *Agent) promote(ctx context.Context, req agentapi.PromoteRequest) (s agentapi.Status, accepted bool, err error) {
 	if req.Failover {
 		a.mu.Lock()
 		running := a.promoting
@@ -71,7 +73,7 @@ func (a *Agent) promote(ctx context.Context, req PromoteRequest) (s Status, acce
 		}
 	}
 	if !a.op.TryLock() {
-		return Status{}, false, errBusy
+		return agentapi.Status{}, false, errBusy
 	}
 	locked := true
 	defer func() {
@@ -80,18 +82,18 @@ func (a *Agent) promote(ctx context.Context, req PromoteRequest) (s Status, acce
 		}
 	}()
 	s = a.status(ctx)
-	if s.State != StateRunning || !s.Ready || s.Role != RoleReplica {
-		return Status{}, false, conflict("not a running standby (state %s, role %q)", s.State, s.Role)
+	if s.State != agentapi.StateRunning || !s.Ready || s.Role != agentapi.RoleReplica {
+		return agentapi.Status{}, false, conflict("not a running standby (state %s, role %q)", s.State, s.Role)
 	}
 	if err := a.caughtUp(ctx, s, req.MinReplayedLSN); err != nil {
-		return Status{}, false, err
+		return agentapi.Status{}, false, err
 	}
 	a.mu.Lock()
 	a.promoting = true
-	a.state, a.message = StatePromoting, ""
+	a.state, a.message = agentapi.StatePromoting, ""
 	a.mu.Unlock()
 	type result struct {
-		s   Status
+		s   agentapi.Status
 		err error
 	}
 	done := make(chan result, 1)
@@ -119,7 +121,7 @@ func (a *Agent) promote(ctx context.Context, req PromoteRequest) (s Status, acce
 	case r := <-done:
 		return r.s, false, r.err
 	case <-ctx.Done():
-		return Status{}, false, fmt.Errorf("promoting: %w (the promotion goes on: see the status)", ctx.Err())
+		return agentapi.Status{}, false, fmt.Errorf("promoting: %w (the promotion goes on: see the status)", ctx.Err())
 	}
 }
 
@@ -130,7 +132,7 @@ func (a *Agent) endPromoting() {
 }
 
 // caughtUp refuses (409) a standby that has not replayed up to min.
-func (a *Agent) caughtUp(ctx context.Context, s Status, min string) error {
+func (a *Agent) caughtUp(ctx context.Context, s agentapi.Status, min string) error {
 	if min == "" {
 		return nil
 	}
@@ -161,23 +163,23 @@ func (a *Agent) caughtUp(ctx context.Context, s Status, min string) error {
 // completes it must hold the lease, renewed, with the watchdog armed.
 // The lease goes back only when pg_promote certainly did not ask and the
 // server is still in recovery.
-func (a *Agent) doPromote(ctx context.Context, s Status) (Status, error) {
+func (a *Agent) doPromote(ctx context.Context, s agentapi.Status) (agentapi.Status, error) {
 	if a.keeper != nil {
-		err := a.keeper.acquire(ctx, func(msg string) { a.setState(StatePromoting, msg) })
+		err := a.keeper.acquire(ctx, func(msg string) { a.setState(agentapi.StatePromoting, msg) })
 		if err != nil {
-			a.setState(StateRunning, err.Error())
-			return Status{}, &opError{code: http.StatusConflict, msg: err.Error()}
+			a.setState(agentapi.StateRunning, err.Error())
+			return agentapi.Status{}, &opError{code: http.StatusConflict, msg: err.Error()}
 		}
 	}
 	a.mu.Lock()
 	srv := a.srv
 	a.mu.Unlock()
 	a.log.Info("Promoting", "replayedLSN", s.ReplayedLSN)
-	a.setState(StatePromoting, "promoting")
+	a.setState(agentapi.StatePromoting, "promoting")
 	asked, err := a.pgPromote(ctx)
 	var recovery bool
 	if !asked && (a.queryRow(a.ctx, "SELECT pg_is_in_recovery()", &recovery) != nil || recovery) {
-		a.setState(StateRunning, err.Error())
+		a.setState(agentapi.StateRunning, err.Error())
 		// a standby that stays one gives the lease back (one already out
 		// of recovery, "recovery is not in progress", keeps it, below).
 		if a.keeper != nil {
@@ -187,14 +189,14 @@ func (a *Agent) doPromote(ctx context.Context, s Status) (Status, error) {
 			}
 			cancel()
 		}
-		return Status{}, fmt.Errorf("promoting: %w", err)
+		return agentapi.Status{}, fmt.Errorf("promoting: %w", err)
 	}
 	if err != nil {
 		a.log.Info("The promotion goes on after pg_promote: following it", "pg_promote", err.Error())
-		a.setState(StatePromoting, fmt.Sprintf("promoting: %v; following the promotion until recovery ends", err))
+		a.setState(agentapi.StatePromoting, fmt.Sprintf("promoting: %v; following the promotion until recovery ends", err))
 	}
 	if srv == nil {
-		return Status{}, errors.New("promoting: the server does not run")
+		return agentapi.Status{}, errors.New("promoting: the server does not run")
 	}
 	return a.followPromotion(srv)
 }
@@ -207,13 +209,13 @@ const promotePoll = 200 * time.Millisecond
 // recovery (then the agent runs a primary) or stopped. The lease keeper
 // renews meanwhile, so a promotion that outlasts LeaseRenewDeadline keeps
 // the lease, and a lost lease fences (stops) srv, which ends the wait.
-func (a *Agent) followPromotion(srv *server) (Status, error) {
+func (a *Agent) followPromotion(srv *server) (agentapi.Status, error) {
 	for {
 		var recovery bool
 		if err := a.queryRow(a.ctx, "SELECT pg_is_in_recovery()", &recovery); err == nil && !recovery {
 			a.mu.Lock()
-			if a.state == StatePromoting {
-				a.state, a.message = StateRunning, ""
+			if a.state == agentapi.StatePromoting {
+				a.state, a.message = agentapi.StateRunning, ""
 			}
 			a.mu.Unlock()
 			s := a.status(a.ctx)
@@ -222,9 +224,9 @@ func (a *Agent) followPromotion(srv *server) (Status, error) {
 		}
 		select {
 		case <-srv.done:
-			return Status{}, errors.New("promoting: the server stopped before it left recovery")
+			return agentapi.Status{}, errors.New("promoting: the server stopped before it left recovery")
 		case <-a.ctx.Done():
-			return Status{}, fmt.Errorf("promoting: %w", a.ctx.Err())
+			return agentapi.Status{}, fmt.Errorf("promoting: %w", a.ctx.Err())
 		case <-time.After(promotePoll):
 		}
 	}

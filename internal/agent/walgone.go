@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // A standby whose primary no longer has the WAL it needs next retries for
@@ -66,7 +68,7 @@ func (a *Agent) walGone(ctx context.Context, w *walGoneWatch) (string, bool) {
 	a.mu.Lock()
 	srv, state := a.srv, a.state
 	a.mu.Unlock()
-	if srv == nil || state != StateRunning || !isStandby(a.cfg.PGData) {
+	if srv == nil || state != agentapi.StateRunning || !isStandby(a.cfg.PGData) {
 		*w = walGoneWatch{}
 		return "", false
 	}
@@ -98,7 +100,7 @@ func (a *Agent) recloneWhenWALGone(ctx context.Context, srv *server, segment str
 	}
 	defer a.op.Unlock()
 	a.mu.Lock()
-	same := a.srv == srv && a.state == StateRunning
+	same := a.srv == srv && a.state == agentapi.StateRunning
 	a.mu.Unlock()
 	if !same || !isStandby(a.cfg.PGData) {
 		return
@@ -108,7 +110,7 @@ func (a *Agent) recloneWhenWALGone(ctx context.Context, srv *server, segment str
 	if primary == "" {
 		a.log.Info("The standby cannot stream, and its data directory is kept", "segment", segment, "why", keep)
 		a.mu.Lock()
-		if a.srv == srv && a.state == StateRunning {
+		if a.srv == srv && a.state == agentapi.StateRunning {
 			a.message = why + "; not cloning it again: " + keep
 		}
 		a.mu.Unlock()

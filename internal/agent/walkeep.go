@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // pg_rewind removes every file of the target that the source does not
@@ -103,12 +105,6 @@ func walSegment(name string, segSize uint64) (tli uint32, segNo uint64, ok bool)
 // inverse of walSegment.
 func walSegmentName(tli uint32, segNo, segSize uint64) string {
 	return fmt.Sprintf("%08X%08X%08X", tli, segNo/segmentsPerID(segSize), segNo%segmentsPerID(segSize))
-}
-
-// WALFileName is the name of the WAL segment (of segSize bytes) that holds
-// position lsn on timeline tli, as pg_walfile_name says it.
-func WALFileName(tli uint32, lsn, segSize uint64) string {
-	return walSegmentName(tli, lsn/segSize, segSize)
 }
 
 // segmentsPerID is how many segments of segSize bytes a name's middle part
@@ -234,7 +230,7 @@ func timelineSpans(pgdata string, tli uint32, segSize uint64) (history, error) {
 		if err != nil {
 			return nil, fmt.Errorf("history of timeline %d: line %q: %w", tli, line, err)
 		}
-		switched, err := ParseLSN(fields[1])
+		switched, err := agentapi.ParseLSN(fields[1])
 		if err != nil {
 			return nil, fmt.Errorf("history of timeline %d: line %q: %w", tli, line, err)
 		}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 const segSize16MB = 16 << 20
@@ -61,7 +63,7 @@ func TestKeepWALAcrossRewind(t *testing.T) {
 	writeSegments(t, wal, "000000010000000000000003", "000000020000000000000004")
 	require.NoError(t, os.WriteFile(filepath.Join(wal, "000000010000000000000003"), []byte("from the source"), 0o600))
 
-	diverged, err := ParseLSN("0/412F5E0")
+	diverged, err := agentapi.ParseLSN("0/412F5E0")
 	require.NoError(t, err)
 	restored, err := restoreWAL(pgdata, keep, diverged, 1, segSize16MB)
 	require.NoError(t, err)
@@ -107,7 +109,7 @@ func TestMissingRecoveryWAL(t *testing.T) {
 	pgdata := t.TempDir()
 	wal := filepath.Join(pgdata, "pg_wal")
 	writeSegments(t, wal, "000000010000000000000003", "000000020000000000000004")
-	until, err := ParseLSN("0/4000100")
+	until, err := agentapi.ParseLSN("0/4000100")
 	require.NoError(t, err)
 	missing, err := missingRecoveryWAL(pgdata, until, 2, segSize16MB)
 	require.NoError(t, err)
@@ -124,7 +126,7 @@ func TestMissingRecoveryWAL(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, missing, "the start on a later timeline, then each segment to the minimum recovery point")
 
-	until, err = ParseLSN("0/6000000")
+	until, err = agentapi.ParseLSN("0/6000000")
 	require.NoError(t, err)
 	missing, err = missingRecoveryWAL(pgdata, until, 2, segSize16MB)
 	require.NoError(t, err)
@@ -147,7 +149,7 @@ func TestMissingRecoveryWALFollowsTheHistory(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(wal, "00000002.history"), []byte("1\t0/4000000\tno recovery target specified\n"), 0o600))
 	label := "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\n"
 	require.NoError(t, os.WriteFile(filepath.Join(pgdata, "backup_label"), []byte(label), 0o600))
-	until, err := ParseLSN("0/5000100")
+	until, err := agentapi.ParseLSN("0/5000100")
 	require.NoError(t, err)
 	missing := func(tli uint32) string {
 		t.Helper()

@@ -1,9 +1,5 @@
 package engine
 
-// ReplicationUser is the role standbys stream with (agent.ReplicationUser,
-// repeated here because the agent imports this package).
-const ReplicationUser = "dbkeeper_replication"
-
 // Replication is how an engine's server runs under the instance agent and
 // streams to hot standbys, embedded in Engine.
 type Replication interface {

@@ -7,15 +7,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 )
-
-// TestReplicationUserIsTheAgents: the role the rules let stream is the one
-// the agent streams as.
-func TestReplicationUserIsTheAgents(t *testing.T) {
-	assert.Equal(t, agent.ReplicationUser, engine.ReplicationUser)
-}
 
 // TestHostBasedAuthLetsStandbysStream: with TLS on, the replication role
 // may open a replication connection over TLS with its password (no "all"
@@ -32,7 +26,7 @@ func TestHostBasedAuthLetsStandbysStream(t *testing.T) {
 	for i, f := range rules {
 		switch {
 		case f[1] == "replication":
-			assert.Equal(t, []string{"hostssl", "replication", agent.ReplicationUser, "all", "scram-sha-256"}, f)
+			assert.Equal(t, []string{"hostssl", "replication", agentapi.ReplicationUser, "all", "scram-sha-256"}, f)
 			repl = i
 		case f[0] == "host" && f[len(f)-1] == "reject":
 			reject = i

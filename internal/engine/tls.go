@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // TLS is how an engine serves TLS, embedded in Engine.
@@ -43,7 +45,7 @@ func (Postgres) TLSArgs(certFile, keyFile, hbaFile string) []string {
 }
 
 // CertAuthMap is the name of the pg_ident map (CertAuthIdent) that lets
-// the instances' certificate log in as ReplicationUser.
+// the instances' certificate log in as agentapi.ReplicationUser.
 const CertAuthMap = "instances"
 
 // CertAuthArgs are the server options that make it ask TCP clients for a
@@ -60,10 +62,10 @@ func (Postgres) CertAuthArgs(caFile, hbaFile, identFile string) []string {
 
 // CertAuthHBA are the client authentication rules of a server whose
 // clients may present certificates from the Database's own CA: no
-// password logs in the superuser or ReplicationUser over the network.
+// password logs in the superuser or agentapi.ReplicationUser over the network.
 //   - the unix socket trusts the pod's own processes (the entrypoint's
 //     bootstrap, the agent, kubectl exec: see docs/design/security.md);
-//   - ReplicationUser streams (the "replication" pseudo database) and
+//   - agentapi.ReplicationUser streams (the "replication" pseudo database) and
 //     reads the primary's files for pg_rewind (the postgres database)
 //     with the instances' own certificate, which CertAuthMap admits, and
 //     nothing else;
@@ -73,12 +75,12 @@ func (Postgres) CertAuthArgs(caFile, hbaFile, identFile string) []string {
 //     refused.
 func (Postgres) CertAuthHBA(superuser string) string {
 	return strings.Join([]string{
-		"# Written by dbkeeper's agent: no password logs in " + superuser + " or " + ReplicationUser + " over TCP.",
+		"# Written by dbkeeper's agent: no password logs in " + superuser + " or " + agentapi.ReplicationUser + " over TCP.",
 		"# TYPE   DATABASE     USER                  ADDRESS  METHOD",
 		"local    all          all                            trust",
-		"hostssl  replication  " + ReplicationUser + "  all      cert map=" + CertAuthMap,
-		"hostssl  postgres     " + ReplicationUser + "  all      cert map=" + CertAuthMap,
-		"hostssl  all          " + ReplicationUser + "  all      reject",
+		"hostssl  replication  " + agentapi.ReplicationUser + "  all      cert map=" + CertAuthMap,
+		"hostssl  postgres     " + agentapi.ReplicationUser + "  all      cert map=" + CertAuthMap,
+		"hostssl  all          " + agentapi.ReplicationUser + "  all      reject",
 		"hostssl  all          " + hbaName(superuser) + "  all      cert",
 		"hostssl  all          all                   all      scram-sha-256",
 		"host     all          all                   all      reject",
@@ -88,12 +90,12 @@ func (Postgres) CertAuthHBA(superuser string) string {
 
 // CertAuthIdent is the user name map of CertAuthHBA: the common name of
 // the instances' certificate (every instance of a Database serves the same
-// one) logs in as ReplicationUser.
+// one) logs in as agentapi.ReplicationUser.
 func (Postgres) CertAuthIdent(instanceCN string) string {
 	return strings.Join([]string{
 		"# Written by dbkeeper's agent.",
 		"# MAPNAME  SYSTEM-USERNAME  PG-USERNAME",
-		CertAuthMap + "  " + hbaName(instanceCN) + "  " + ReplicationUser,
+		CertAuthMap + "  " + hbaName(instanceCN) + "  " + agentapi.ReplicationUser,
 		"",
 	}, "\n")
 }
@@ -109,7 +111,7 @@ func hbaName(name string) string {
 // bootstrap, the agent's and an operator's kubectl exec) trusts the pod's
 // own processes as the image's initdb does; TCP needs TLS and a SCRAM
 // password, for the standbys' streaming too (the "replication" pseudo
-// database matches no "all" line, so ReplicationUser gets a line of its
+// database matches no "all" line, so agentapi.ReplicationUser gets a line of its
 // own, and one for the postgres database, which pg_rewind reads a former
 // primary's new source from: "all" covers it today, the line says so on
 // purpose); plaintext TCP is refused with the server's "pg_hba.conf rejects
@@ -120,8 +122,8 @@ func (Postgres) HostBasedAuth() string {
 		"# TYPE   DATABASE     USER                  ADDRESS  METHOD",
 		"local    all          all                            trust",
 		"hostssl  all          all                   all      scram-sha-256",
-		"hostssl  replication  " + ReplicationUser + "  all      scram-sha-256",
-		"hostssl  postgres     " + ReplicationUser + "  all      scram-sha-256",
+		"hostssl  replication  " + agentapi.ReplicationUser + "  all      scram-sha-256",
+		"hostssl  postgres     " + agentapi.ReplicationUser + "  all      scram-sha-256",
 		"host     all          all                   all      reject",
 		"",
 	}, "\n")

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/pki"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -23,26 +23,26 @@ import (
 // returns an error when the agent does not answer or refuses.
 type Agents interface {
 	// Status is what the agent of pod reports.
-	Status(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error)
+	Status(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error)
 	// Bootstrap asks the agent of pod to fill its empty data directory.
-	Bootstrap(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.BootstrapRequest) (agent.Status, error)
+	Bootstrap(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.BootstrapRequest) (agentapi.Status, error)
 	// Demote asks the agent of the primary pod to stop taking writes and
 	// restart as a standby.
-	Demote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.DemoteResponse, error)
+	Demote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.DemoteResponse, error)
 	// Promote asks the agent of the standby pod to promote its server: a
 	// switchover's once it replayed up to req.MinReplayedLSN (when not
 	// empty), a failover's (req.Failover) once it took the primary lease
 	// over, which the agent answers (202) before it is done.
-	Promote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.PromoteRequest) (agent.Status, error)
+	Promote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.PromoteRequest) (agentapi.Status, error)
 	// Detach asks the agent of the standby pod to stop its WAL receiver
 	// (a failover cuts the standbys off the lost primary first).
-	Detach(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error)
+	Detach(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error)
 	// RejoinStandby asks the agent of a standby pod that cannot follow the
 	// primary's timeline to rewind from it (pg_rewind), in the background.
-	RejoinStandby(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error)
+	RejoinStandby(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error)
 	// Backup asks the agent of the primary pod to start a base backup
 	// into the Database's repository (or returns the run of req's ID).
-	Backup(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.BackupRequest) (agent.BackupRun, error)
+	Backup(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.BackupRequest) (agentapi.BackupRun, error)
 }
 
 // agentTimeout bounds one call to an agent; a demote or promote waits for
@@ -53,7 +53,7 @@ const (
 )
 
 // PodAgents is the Agents of a running manager: it calls the agent at the
-// pod's IP (agent.Port), over HTTPS verified with the CA of the Database's
+// pod's IP (agentapi.Port), over HTTPS verified with the CA of the Database's
 // TLS Secret for the pod's DNS name under the headless Service when the
 // pod serves TLS, over HTTP otherwise, with the bearer token of the
 // replication Secret. Secrets reads those Secrets from the API server
@@ -65,52 +65,52 @@ type PodAgents struct {
 var _ Agents = PodAgents{}
 
 // Status implements Agents.
-func (a PodAgents) Status(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
-	return call(ctx, a, db, pod, agentStatusTimeout, func(c agent.Client, ctx context.Context, base string) (agent.Status, error) {
+func (a PodAgents) Status(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error) {
+	return call(ctx, a, db, pod, agentStatusTimeout, func(c agentapi.Client, ctx context.Context, base string) (agentapi.Status, error) {
 		return c.Status(ctx, base)
 	})
 }
 
 // Bootstrap implements Agents.
-func (a PodAgents) Bootstrap(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.BootstrapRequest) (agent.Status, error) {
-	return call(ctx, a, db, pod, agentActionTimeout, func(c agent.Client, ctx context.Context, base string) (agent.Status, error) {
+func (a PodAgents) Bootstrap(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.BootstrapRequest) (agentapi.Status, error) {
+	return call(ctx, a, db, pod, agentActionTimeout, func(c agentapi.Client, ctx context.Context, base string) (agentapi.Status, error) {
 		return c.Bootstrap(ctx, base, req)
 	})
 }
 
 // Demote implements Agents.
-func (a PodAgents) Demote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.DemoteResponse, error) {
-	return call(ctx, a, db, pod, agentActionTimeout, agent.Client.Demote)
+func (a PodAgents) Demote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.DemoteResponse, error) {
+	return call(ctx, a, db, pod, agentActionTimeout, agentapi.Client.Demote)
 }
 
 // Promote implements Agents.
-func (a PodAgents) Promote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.PromoteRequest) (agent.Status, error) {
-	return call(ctx, a, db, pod, agentActionTimeout, func(c agent.Client, ctx context.Context, base string) (agent.Status, error) {
+func (a PodAgents) Promote(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.PromoteRequest) (agentapi.Status, error) {
+	return call(ctx, a, db, pod, agentActionTimeout, func(c agentapi.Client, ctx context.Context, base string) (agentapi.Status, error) {
 		return c.Promote(ctx, base, req)
 	})
 }
 
 // Detach implements Agents.
-func (a PodAgents) Detach(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
-	return call(ctx, a, db, pod, agentActionTimeout, agent.Client.Detach)
+func (a PodAgents) Detach(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error) {
+	return call(ctx, a, db, pod, agentActionTimeout, agentapi.Client.Detach)
 }
 
 // RejoinStandby implements Agents.
-func (a PodAgents) RejoinStandby(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
-	return call(ctx, a, db, pod, agentActionTimeout, agent.Client.Rejoin)
+func (a PodAgents) RejoinStandby(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error) {
+	return call(ctx, a, db, pod, agentActionTimeout, agentapi.Client.Rejoin)
 }
 
 // Backup implements Agents.
-func (a PodAgents) Backup(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.BackupRequest) (agent.BackupRun, error) {
-	return call(ctx, a, db, pod, agentStatusTimeout, func(c agent.Client, ctx context.Context, base string) (agent.BackupRun, error) {
+func (a PodAgents) Backup(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.BackupRequest) (agentapi.BackupRun, error) {
+	return call(ctx, a, db, pod, agentStatusTimeout, func(c agentapi.Client, ctx context.Context, base string) (agentapi.BackupRun, error) {
 		return c.Backup(ctx, base, req)
 	})
 }
 
 // call makes one request f of pod's agent within timeout; f has the
-// shape of agent.Client's methods as method expressions (receiver first).
+// shape of agentapi.Client's methods as method expressions (receiver first).
 func call[T any](ctx context.Context, a PodAgents, db *dbv1.Database, pod *corev1.Pod, timeout time.Duration,
-	f func(agent.Client, context.Context, string) (T, error)) (T, error) {
+	f func(agentapi.Client, context.Context, string) (T, error)) (T, error) {
 	c, base, err := a.client(ctx, db, pod)
 	if err != nil {
 		var zero T
@@ -122,23 +122,23 @@ func call[T any](ctx context.Context, a PodAgents, db *dbv1.Database, pod *corev
 }
 
 // client is the agent client of pod and its base URL.
-func (a PodAgents) client(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Client, string, error) {
+func (a PodAgents) client(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Client, string, error) {
 	if pod.Status.PodIP == "" {
-		return agent.Client{}, "", fmt.Errorf("pod %s has no IP: %w", pod.Name, ErrNotReady)
+		return agentapi.Client{}, "", fmt.Errorf("pod %s has no IP: %w", pod.Name, ErrNotReady)
 	}
 	if a.Secrets == nil {
-		return agent.Client{}, "", fmt.Errorf("no reader for Secret %s", resources.ReplicationSecretName(db))
+		return agentapi.Client{}, "", fmt.Errorf("no reader for Secret %s", resources.ReplicationSecretName(db))
 	}
 	name := resources.ReplicationSecretName(db)
 	sec := &corev1.Secret{}
 	if err := a.Secrets.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
-		return agent.Client{}, "", fmt.Errorf("getting Secret %s for the agents' token: %w", name, err)
+		return agentapi.Client{}, "", fmt.Errorf("getting Secret %s for the agents' token: %w", name, err)
 	}
 	token := string(sec.Data[resources.AgentTokenKey])
 	if token == "" {
-		return agent.Client{}, "", fmt.Errorf("Secret %s lacks the key %s", name, resources.AgentTokenKey)
+		return agentapi.Client{}, "", fmt.Errorf("Secret %s lacks the key %s", name, resources.AgentTokenKey)
 	}
-	host := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(agent.Port)))
+	host := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(agentapi.Port)))
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	// One transport per call: no idle connection may outlive it.
 	transport.DisableKeepAlives = true
@@ -146,12 +146,12 @@ func (a PodAgents) client(ctx context.Context, db *dbv1.Database, pod *corev1.Po
 	if resources.PodAgentServesTLS(pod) {
 		cfg, err := a.serverTLS(ctx, db, PodHost(db, pod.Name))
 		if err != nil {
-			return agent.Client{}, "", err
+			return agentapi.Client{}, "", err
 		}
 		transport.TLSClientConfig = cfg
 		base = "https://" + host
 	}
-	return agent.Client{HTTP: &http.Client{Transport: transport}, Token: token}, base, nil
+	return agentapi.Client{HTTP: &http.Client{Transport: transport}, Token: token}, base, nil
 }
 
 func (a PodAgents) serverTLS(ctx context.Context, db *dbv1.Database, serverName string) (*tls.Config, error) {

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -46,7 +46,7 @@ func TestEnginePodRunsTheAgent(t *testing.T) {
 		require.Len(t, pod.InitContainers, 1)
 		initC := pod.InitContainers[0]
 		assert.Equal(t, testAgentImage, initC.Image)
-		assert.Equal(t, []string{"/manager", "copy-self", agent.BinDir}, initC.Command)
+		assert.Equal(t, []string{"/manager", "copy-self", agentapi.BinDir}, initC.Command)
 		require.NotNil(t, initC.SecurityContext)
 		assert.True(t, *initC.SecurityContext.ReadOnlyRootFilesystem)
 		assert.False(t, *initC.SecurityContext.AllowPrivilegeEscalation)
@@ -54,7 +54,7 @@ func TestEnginePodRunsTheAgent(t *testing.T) {
 
 		require.Len(t, pod.Containers, 1)
 		c := pod.Containers[0]
-		assert.Equal(t, []string{agent.Binary, "agent", "--", "docker-entrypoint.sh"}, c.Command)
+		assert.Equal(t, []string{agentapi.Binary, "agent", "--", "docker-entrypoint.sh"}, c.Command)
 		require.NotEmpty(t, c.Args)
 		assert.Equal(t, "postgres", c.Args[0], "the image's entrypoint runs the server")
 		assert.Contains(t, c.Args, "wal_log_hints=on")
@@ -69,26 +69,26 @@ func TestEnginePodRunsTheAgent(t *testing.T) {
 		for _, v := range pod.Volumes {
 			if v.EmptyDir != nil {
 				for _, m := range initC.VolumeMounts {
-					if m.Name == v.Name && m.MountPath == agent.BinDir {
+					if m.Name == v.Name && m.MountPath == agentapi.BinDir {
 						bin = v.Name
 					}
 				}
 			}
 		}
-		require.NotEmpty(t, bin, "no emptyDir mounted at %s in the init container", agent.BinDir)
-		assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: bin, MountPath: agent.BinDir, ReadOnly: true})
+		require.NotEmpty(t, bin, "no emptyDir mounted at %s in the init container", agentapi.BinDir)
+		assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: bin, MountPath: agentapi.BinDir, ReadOnly: true})
 
 		env := envOf(c)
-		assert.Equal(t, "metadata.name", env[agent.EnvPodName].ValueFrom.FieldRef.FieldPath)
+		assert.Equal(t, "metadata.name", env[agentapi.EnvPodName].ValueFrom.FieldRef.FieldPath)
 		assert.Equal(t, corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "orders-replication"}, Key: resources.AgentTokenKey},
-			*env[agent.EnvToken].ValueFrom.SecretKeyRef)
+			*env[agentapi.EnvToken].ValueFrom.SecretKeyRef)
 		assert.Equal(t, corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "orders-replication"}, Key: resources.ReplicationPasswordKey},
-			*env[agent.EnvReplicationPassword].ValueFrom.SecretKeyRef)
-		assert.Equal(t, "orders.shop.svc", env[agent.EnvPrimaryHost].Value)
+			*env[agentapi.EnvReplicationPassword].ValueFrom.SecretKeyRef)
+		assert.Equal(t, "orders.shop.svc", env[agentapi.EnvPrimaryHost].Value)
 
 		if tls {
-			dir, ok := env[agent.EnvTLSDir]
-			require.True(t, ok, "no %s with TLS", agent.EnvTLSDir)
+			dir, ok := env[agentapi.EnvTLSDir]
+			require.True(t, ok, "no %s with TLS", agentapi.EnvTLSDir)
 			assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "tls", MountPath: dir.Value, ReadOnly: true}, "the directory is the certificate's")
 			var files []string
 			for _, v := range pod.Volumes {
@@ -103,13 +103,13 @@ func TestEnginePodRunsTheAgent(t *testing.T) {
 				}
 			}
 			assert.ElementsMatch(t, []string{"tls.crt", "tls.key", "ca.crt"}, files)
-			assert.NotContains(t, env, agent.EnvAPITLSDir)
+			assert.NotContains(t, env, agentapi.EnvAPITLSDir)
 		} else {
-			assert.NotContains(t, env, agent.EnvTLSDir, "plaintext")
+			assert.NotContains(t, env, agentapi.EnvTLSDir, "plaintext")
 			// the agent's endpoint serves the Database's certificate
 			// still: its token never travels in clear
-			dir, ok := env[agent.EnvAPITLSDir]
-			require.True(t, ok, "no %s without the server's TLS", agent.EnvAPITLSDir)
+			dir, ok := env[agentapi.EnvAPITLSDir]
+			require.True(t, ok, "no %s without the server's TLS", agentapi.EnvAPITLSDir)
 			assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "agent-tls", MountPath: dir.Value, ReadOnly: true})
 			var files []string
 			for _, v := range pod.Volumes {
@@ -122,10 +122,10 @@ func TestEnginePodRunsTheAgent(t *testing.T) {
 			}
 			assert.ElementsMatch(t, []string{"tls.crt", "tls.key", "ca.crt"}, files)
 		}
-		assert.Contains(t, c.Ports, corev1.ContainerPort{Name: agent.PortName, ContainerPort: agent.Port, Protocol: corev1.ProtocolTCP})
-		for probe, path := range map[*corev1.Probe]string{c.ReadinessProbe: agent.ReadyPath, c.LivenessProbe: agent.HealthPath} {
+		assert.Contains(t, c.Ports, corev1.ContainerPort{Name: agentapi.PortName, ContainerPort: agentapi.Port, Protocol: corev1.ProtocolTCP})
+		for probe, path := range map[*corev1.Probe]string{c.ReadinessProbe: agentapi.ReadyPath, c.LivenessProbe: agentapi.HealthPath} {
 			require.NotNil(t, probe)
-			assert.Equal(t, &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(agent.PortName), Scheme: corev1.URISchemeHTTPS}, probe.HTTPGet)
+			assert.Equal(t, &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(agentapi.PortName), Scheme: corev1.URISchemeHTTPS}, probe.HTTPGet)
 			assert.Nil(t, probe.Exec, "no pg_isready: the agent owns the server")
 		}
 		assert.Nil(t, c.StartupProbe)

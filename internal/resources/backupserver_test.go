@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestEnginePodDeclaresTheBackupServer(t *testing.T) {
 	backupPort := func(c corev1.Container) *corev1.ContainerPort {
 		for i, p := range c.Ports {
-			if p.Name == agent.BackupServerPortName {
+			if p.Name == agentapi.BackupServerPortName {
 				return &c.Ports[i]
 			}
 		}
@@ -35,8 +35,8 @@ func TestEnginePodDeclaresTheBackupServer(t *testing.T) {
 		assert.Equal(t, corev1.ProtocolTCP, p.Protocol)
 	}
 	env := envOf(c)
-	assert.Equal(t, "orders-headless.shop.svc", env[agent.EnvPeerDomain].Value)
-	assert.Contains(t, resources.ServerDNSNames(db), "*."+env[agent.EnvPeerDomain].Value,
+	assert.Equal(t, "orders-headless.shop.svc", env[agentapi.EnvPeerDomain].Value)
+	assert.Contains(t, resources.ServerDNSNames(db), "*."+env[agentapi.EnvPeerDomain].Value,
 		"the certificate does not name the standbys as the primary reaches them")
 
 	for name, c := range map[string]corev1.Container{
@@ -45,6 +45,6 @@ func TestEnginePodDeclaresTheBackupServer(t *testing.T) {
 		"neither of them": enginePod(t, sample("orders", func(*dbv1.Database) {}), resources.TLSOff).Spec.Template.Spec.Containers[0],
 	} {
 		assert.Nil(t, backupPort(c), "%s: a pgbackrest port", name)
-		assert.Equal(t, "orders-headless.shop.svc", envOf(c)[agent.EnvPeerDomain].Value, "%s: the peer domain", name)
+		assert.Equal(t, "orders-headless.shop.svc", envOf(c)[agentapi.EnvPeerDomain].Value, "%s: the peer domain", name)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // The primary Lease (issue 19) and what lets the agents use it: the engine
@@ -61,7 +61,7 @@ func InstanceRoleBinding(db *dbv1.Database) *rbacv1ac.RoleBindingApplyConfigurat
 
 // LeaseObject is what the operator applies of the primary Lease: its
 // metadata only, with the instances that may hold it, members, in the
-// annotation agent.AnnotationMembers. An apply without spec creates the
+// annotation agentapi.AnnotationMembers. An apply without spec creates the
 // Lease empty (released) when it is missing and never touches the holder,
 // renew time or transitions the agents write, so a holder's renewals
 // survive every reconcile. An agent takes the Lease from another holder
@@ -71,7 +71,7 @@ func InstanceRoleBinding(db *dbv1.Database) *rbacv1ac.RoleBindingApplyConfigurat
 func LeaseObject(db *dbv1.Database, members []string) *coordinationv1ac.LeaseApplyConfiguration {
 	return coordinationv1ac.Lease(LeaseName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
-		WithAnnotations(map[string]string{agent.AnnotationMembers: strings.Join(members, ",")}).
+		WithAnnotations(map[string]string{agentapi.AnnotationMembers: strings.Join(members, ",")}).
 		WithOwnerReferences(OwnerReference(db))
 }
 

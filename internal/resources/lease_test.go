@@ -8,7 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -62,15 +62,15 @@ func TestEnginePodHoldsTheLease(t *testing.T) {
 		}
 		env[*e.Name] = v
 	}
-	assert.Equal(t, "orders-primary", env[agent.EnvLeaseName])
-	assert.Equal(t, "field:metadata.namespace", env[agent.EnvNamespace])
+	assert.Equal(t, "orders-primary", env[agentapi.EnvLeaseName])
+	assert.Equal(t, "field:metadata.namespace", env[agentapi.EnvNamespace])
 
 	// A frozen agent makes the pod NotReady within about 5 s, long before
 	// the lease could be taken over.
 	probe := pod.Containers[0].ReadinessProbe
 	worst := *probe.PeriodSeconds**probe.FailureThreshold + *probe.TimeoutSeconds
 	assert.LessOrEqual(t, worst, int32(5))
-	assert.Less(t, worst, int32(agent.LeaseDuration.Seconds()))
+	assert.Less(t, worst, int32(agentapi.LeaseDuration.Seconds()))
 }
 
 // The primary Lease names its members, the instances that may hold it:
@@ -79,7 +79,7 @@ func TestEnginePodHoldsTheLease(t *testing.T) {
 func TestLeaseNamesItsMembers(t *testing.T) {
 	db := sample("orders", nil)
 	lease := resources.LeaseObject(db, resources.LeaseMembers(db, ""))
-	assert.Equal(t, map[string]string{agent.AnnotationMembers: "orders-0"}, lease.Annotations, "one instance")
+	assert.Equal(t, map[string]string{agentapi.AnnotationMembers: "orders-0"}, lease.Annotations, "one instance")
 
 	db.Spec.Replicas = ptr.To[int32](3)
 	for _, tc := range []struct {
@@ -89,7 +89,7 @@ func TestLeaseNamesItsMembers(t *testing.T) {
 		{"orders-1", "orders-0,orders-1,orders-2"},
 		{"orders-4", "orders-0,orders-1,orders-2,orders-4"},
 	} {
-		assert.Equal(t, tc.want, resources.LeaseObject(db, resources.LeaseMembers(db, tc.holder)).Annotations[agent.AnnotationMembers], "holder %q", tc.holder)
+		assert.Equal(t, tc.want, resources.LeaseObject(db, resources.LeaseMembers(db, tc.holder)).Annotations[agentapi.AnnotationMembers], "holder %q", tc.holder)
 	}
 
 	// the primary's pod is kept through a scale-down (Instances)

@@ -103,7 +103,7 @@ func PodSelectorLabels(db *dbv1.Database) map[string]string {
 }
 
 // ReplicationSecretName is the Secret of the replication role's password
-// (agent.ReplicationUser) and of the agents' bearer token; the secret
+// (agentapi.ReplicationUser) and of the agents' bearer token; the secret
 // controller creates it, the engine pods and the replication controller
 // read it.
 func ReplicationSecretName(db *dbv1.Database) string { return db.Name + "-replication" }

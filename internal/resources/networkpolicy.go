@@ -9,7 +9,7 @@ import (
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // ManagerPeer is the manager's pods as a NetworkPolicy names them: their
@@ -63,7 +63,7 @@ func NetworkPolicy(db *dbv1.Database, port int32, manager ManagerPeer) *networki
 			WithPolicyTypes(networkingv1.PolicyTypeIngress).
 			WithIngress(
 				networkingv1ac.NetworkPolicyIngressRule().WithPorts(tcp(port)).WithFrom(clients...),
-				networkingv1ac.NetworkPolicyIngressRule().WithPorts(tcp(agent.Port)).WithFrom(trusted...),
+				networkingv1ac.NetworkPolicyIngressRule().WithPorts(tcp(agentapi.Port)).WithFrom(trusted...),
 			))
 }
 

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -36,7 +36,7 @@ func TestNetworkPolicy(t *testing.T) {
 	require.Len(t, server.Ports, 1)
 	assert.Equal(t, int32(5432), server.Ports[0].Port.IntVal)
 	require.Len(t, agentRule.Ports, 1)
-	assert.Equal(t, agent.Port, agentRule.Ports[0].Port.IntVal)
+	assert.Equal(t, agentapi.Port, agentRule.Ports[0].Port.IntVal)
 
 	admits := func(rule networkingv1.NetworkPolicyIngressRule, ns string, podLabels map[string]string) bool {
 		for _, p := range rule.From {

@@ -32,6 +32,19 @@ func OwnerReference(db *dbv1.Database) *metav1ac.OwnerReferenceApplyConfiguratio
 		WithBlockOwnerDeletion(true)
 }
 
+// ownerReferenceOf is OwnerReference as a metav1 value, for the children
+// dbkeeper creates instead of applying.
+func ownerReferenceOf(db *dbv1.Database) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         dbv1.GroupVersion.String(),
+		Kind:               "Database",
+		Name:               db.Name,
+		UID:                db.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
 // IsDatabaseReference reports whether ref points to a Database of the given
 // name (of any UID).
 func IsDatabaseReference(ref metav1.OwnerReference, name string) bool {

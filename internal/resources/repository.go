@@ -11,7 +11,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // repositoryMountPath is where the engine container mounts the Secrets of
@@ -78,13 +78,13 @@ func RecoveryStore(db, source *dbv1.Database) (*dbv1.ObjectStoreSpec, error) {
 
 // agentRepository is the agent's view of store at repository path repo,
 // without its Secrets.
-func agentRepository(store *dbv1.ObjectStoreSpec, repo string) agent.Repository {
-	return agent.Repository{Endpoint: store.Endpoint, Bucket: store.Bucket, Path: repo, Region: store.Region,
+func agentRepository(store *dbv1.ObjectStoreSpec, repo string) agentapi.Repository {
+	return agentapi.Repository{Endpoint: store.Endpoint, Bucket: store.Bucket, Path: repo, Region: store.Region,
 		URIStyle: strings.ToLower(store.URIStyle)}
 }
 
 // addRepository gives the engine container db's repository (Store): its
-// description in agent.EnvRepository and its Secrets as files (so that a
+// description in agentapi.EnvRepository and its Secrets as files (so that a
 // rotated key reaches pgBackRest without a restart).
 func addRepository(db *dbv1.Database, tls ServerTLS, pod *corev1ac.PodSpecApplyConfiguration, container *corev1ac.ContainerApplyConfiguration) error {
 	store := Store(db, tls)
@@ -105,7 +105,7 @@ func addRepository(db *dbv1.Database, tls ServerTLS, pod *corev1ac.PodSpecApplyC
 	if err != nil {
 		return fmt.Errorf("encoding the repository: %w", err)
 	}
-	container.WithEnv(corev1ac.EnvVar().WithName(agent.EnvRepository).WithValue(string(raw)))
+	container.WithEnv(corev1ac.EnvVar().WithName(agentapi.EnvRepository).WithValue(string(raw)))
 	mountStoreSecrets(pod, container, "repository", repositoryMountPath, store)
 	return nil
 }
@@ -113,20 +113,20 @@ func addRepository(db *dbv1.Database, tls ServerTLS, pod *corev1ac.PodSpecApplyC
 // RecoverySource is what the first instance of db restores (the agent's
 // restore bootstrap): store (see RecoveryStore) with its Secrets' values,
 // and spec.bootstrap.recovery.target.
-func RecoverySource(db *dbv1.Database, store *dbv1.ObjectStoreSpec, secrets agent.RepositorySecrets) agent.RecoverySource {
+func RecoverySource(db *dbv1.Database, store *dbv1.ObjectStoreSpec, secrets agentapi.RepositorySecrets) agentapi.RecoverySource {
 	repo := agentRepository(store, store.Path)
 	repo.Secrets = &secrets
-	return agent.RecoverySource{Repository: repo, Target: RecoveryTarget(db)}
+	return agentapi.RecoverySource{Repository: repo, Target: RecoveryTarget(db)}
 }
 
 // RecoveryTarget is spec.bootstrap.recovery.target as the agent takes it;
 // the zero value (no target) replays to the end of the archive.
-func RecoveryTarget(db *dbv1.Database) agent.RecoveryTarget {
+func RecoveryTarget(db *dbv1.Database) agentapi.RecoveryTarget {
 	t := db.Spec.Bootstrap.Recovery.Target
 	if t == nil {
-		return agent.RecoveryTarget{}
+		return agentapi.RecoveryTarget{}
 	}
-	return agent.RecoveryTarget{Time: t.Time, LSN: t.LSN, XID: t.XID, Name: t.Name}
+	return agentapi.RecoveryTarget{Time: t.Time, LSN: t.LSN, XID: t.XID, Name: t.Name}
 }
 
 // mountStoreSecrets mounts store's credentials, CA and passphrase Secrets
@@ -141,12 +141,12 @@ func mountStoreSecrets(pod *corev1ac.PodSpecApplyConfiguration, container *corev
 			WithSecret(corev1ac.SecretVolumeSource().WithSecretName(secret).WithDefaultMode(0o440).WithItems(items...)))
 		container.WithVolumeMounts(corev1ac.VolumeMount().WithName(prefix + "-" + name).WithMountPath(dir + "/" + sub).WithReadOnly(true))
 	}
-	mount("credentials", store.CredentialsSecret, "credentials", agent.AccessKeyIDFile, agent.SecretAccessKeyFile)
+	mount("credentials", store.CredentialsSecret, "credentials", agentapi.AccessKeyIDFile, agentapi.SecretAccessKeyFile)
 	if store.CASecret != "" {
-		mount("ca", store.CASecret, "ca", agent.CAFile)
+		mount("ca", store.CASecret, "ca", agentapi.CAFile)
 	}
 	if store.EncryptionSecret != "" {
-		mount("cipher", store.EncryptionSecret, "cipher", agent.PassphraseFile)
+		mount("cipher", store.EncryptionSecret, "cipher", agentapi.PassphraseFile)
 	}
 }
 

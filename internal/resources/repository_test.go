@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -145,20 +145,20 @@ func TestRecoveryStoreNeedsConsent(t *testing.T) {
 	})
 	store, err = resources.RecoveryStore(gone, nil)
 	require.NoError(t, err)
-	src := resources.RecoverySource(gone, store, agent.RepositorySecrets{AccessKeyID: "k", SecretAccessKey: "s"})
+	src := resources.RecoverySource(gone, store, agentapi.RepositorySecrets{AccessKeyID: "k", SecretAccessKey: "s"})
 	assert.Equal(t, "/dbkeeper/prod/orders/old-uid", src.Repository.Path)
 	assert.Equal(t, "2026-12-05T14:01:59.5Z", src.Target.Time)
 	assert.Equal(t, "k", src.Repository.Secrets.AccessKeyID)
 	assert.Empty(t, src.Repository.CredentialsDir)
 }
 
-// repositoryOf is the agent.Repository a container gets in
-// agent.EnvRepository (the zero one without).
-func repositoryOf(t *testing.T, c corev1.Container) agent.Repository {
+// repositoryOf is the agentapi.Repository a container gets in
+// agentapi.EnvRepository (the zero one without).
+func repositoryOf(t *testing.T, c corev1.Container) agentapi.Repository {
 	t.Helper()
-	var repo agent.Repository
+	var repo agentapi.Repository
 	for _, e := range c.Env {
-		if e.Name == agent.EnvRepository {
+		if e.Name == agentapi.EnvRepository {
 			require.NoError(t, json.Unmarshal([]byte(e.Value), &repo))
 		}
 	}

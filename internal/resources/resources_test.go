@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -200,10 +200,10 @@ func TestStatefulSetUsesSuperuserSecret(t *testing.T) {
 			}
 		}
 		assert.Equal(t, map[string]string{
-			"POSTGRES_USER":              resources.SuperuserSecretName(db),
-			"POSTGRES_PASSWORD":          resources.SuperuserSecretName(db),
-			agent.EnvToken:               resources.ReplicationSecretName(db),
-			agent.EnvReplicationPassword: resources.ReplicationSecretName(db),
+			"POSTGRES_USER":                 resources.SuperuserSecretName(db),
+			"POSTGRES_PASSWORD":             resources.SuperuserSecretName(db),
+			agentapi.EnvToken:               resources.ReplicationSecretName(db),
+			agentapi.EnvReplicationPassword: resources.ReplicationSecretName(db),
 		}, refs, name)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -105,7 +105,7 @@ func TestEnginePodUnderLoad(t *testing.T) {
 			assert.Nil(t, c.StartupProbe)
 			require.NotNil(t, c.LivenessProbe)
 			require.NotNil(t, c.LivenessProbe.HTTPGet)
-			assert.Equal(t, agent.HealthPath, *c.LivenessProbe.HTTPGet.Path)
+			assert.Equal(t, agentapi.HealthPath, *c.LivenessProbe.HTTPGet.Path)
 		})
 	}
 }

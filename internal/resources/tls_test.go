@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -148,8 +148,8 @@ func TestServerTLSVolumeNeedsNoPasswordRules(t *testing.T) {
 			db.Spec.TLS = &dbv1.TLSSpec{IssuerRef: &dbv1.IssuerReference{Name: "team-ca", Kind: "ClusterIssuer"}}
 		}, map[string][]string{
 			"orders-tls":             {"tls.crt", "tls.key", "ca.crt"},
-			"orders-ca":              {agent.ClientCAFile},
-			"orders-replication-tls": {agent.ClientCertFile, agent.ClientKeyFile},
+			"orders-ca":              {agentapi.ClientCAFile},
+			"orders-replication-tls": {agentapi.ClientCertFile, agentapi.ClientKeyFile},
 		}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -174,7 +174,7 @@ func TestServerTLSVolumeNeedsNoPasswordRules(t *testing.T) {
 			for _, arg := range c.Args {
 				assert.NotContains(t, arg, "hba_file", "the agent's rules, not a mounted file")
 			}
-			assert.Contains(t, c.Env, corev1.EnvVar{Name: agent.EnvClientCertAuth, Value: "true"})
+			assert.Contains(t, c.Env, corev1.EnvVar{Name: agentapi.EnvClientCertAuth, Value: "true"})
 		})
 	}
 }

@@ -9,7 +9,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 )
 
@@ -55,7 +55,7 @@ func VerificationSchedule(db *dbv1.Database) string {
 // of spec.backup.verification.scratchSize (default spec.storage.size). The
 // pod has no ServiceAccount token and its server takes no network
 // connection; it runs once (no retry: a failure is what it reports) within
-// spec.backup.verification.timeout, and writes its agent.VerifyReport to
+// spec.backup.verification.timeout, and writes its agentapi.VerifyReport to
 // its termination message. id is status.backup.lastVerification.id.
 func VerificationJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage, id string) (*batchv1ac.JobApplyConfiguration, error) {
 	image, err := engine.ImageFor(eng, db)
@@ -86,14 +86,14 @@ func VerificationJob(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentI
 	container := corev1ac.Container().
 		WithName(VerificationContainer).
 		WithImage(image).
-		WithCommand(agent.Binary, agent.VerifyCommand, "--timeout="+timeout.String()).
+		WithCommand(agentapi.Binary, agentapi.VerifyCommand, "--timeout="+timeout.String()).
 		WithEnv(envApply(env)...).
 		WithResources(resourcesApply(res)).
 		WithSecurityContext(restrictedContainer(eng.User())).
 		WithTerminationMessagePolicy(corev1.TerminationMessageReadFile).
 		WithVolumeMounts(
 			corev1ac.VolumeMount().WithName("verify").WithMountPath(verificationMountPath),
-			corev1ac.VolumeMount().WithName(agentVolume).WithMountPath(agent.BinDir).WithReadOnly(true))
+			corev1ac.VolumeMount().WithName(agentVolume).WithMountPath(agentapi.BinDir).WithReadOnly(true))
 	pod := corev1ac.PodSpec().
 		WithRestartPolicy(corev1.RestartPolicyNever).
 		WithEnableServiceLinks(false).

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -51,7 +51,7 @@ func TestVerificationJobIsThrowawayAndBounded(t *testing.T) {
 	assert.Equal(t, corev1.RestartPolicyNever, pod.Spec.RestartPolicy)
 	require.Len(t, pod.Spec.Containers, 1)
 	c := pod.Spec.Containers[0]
-	assert.Equal(t, []string{agent.Binary, agent.VerifyCommand, "--timeout=30m0s"}, c.Command)
+	assert.Equal(t, []string{agentapi.Binary, agentapi.VerifyCommand, "--timeout=30m0s"}, c.Command)
 	assert.Equal(t, resource.MustParse("512Mi"), c.Resources.Limits[corev1.ResourceMemory])
 	assert.Equal(t, corev1.TerminationMessageReadFile, c.TerminationMessagePolicy)
 	for _, e := range c.Env {

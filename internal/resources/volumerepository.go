@@ -17,7 +17,7 @@ import (
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/reposerver"
 )
@@ -121,7 +121,7 @@ func VolumeRepositorySecret(db *dbv1.Database) (*corev1.Secret, error) {
 			OwnerReferences: []metav1.OwnerReference{ownerReferenceOf(db)},
 		},
 		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{agent.AccessKeyIDFile: []byte(strings.ToUpper(key)), agent.SecretAccessKeyFile: []byte(secret)},
+		Data: map[string][]byte{agentapi.AccessKeyIDFile: []byte(strings.ToUpper(key)), agentapi.SecretAccessKeyFile: []byte(secret)},
 	}, nil
 }
 
@@ -163,8 +163,8 @@ func VolumeRepositoryStatefulSet(db *dbv1.Database, eng engine.Engine, agentImag
 		WithCommand("/manager", reposerver.Command, "--dir="+volumeDir+"/"+volumeRepositoryDir,
 			"--cert="+tlsDir+"/tls.crt", "--key="+tlsDir+"/tls.key").
 		WithEnv(
-			corev1ac.EnvVar().WithName(reposerver.EnvAccessKeyID).WithValueFrom(secretKey(agent.AccessKeyIDFile)),
-			corev1ac.EnvVar().WithName(reposerver.EnvSecretAccessKey).WithValueFrom(secretKey(agent.SecretAccessKeyFile))).
+			corev1ac.EnvVar().WithName(reposerver.EnvAccessKeyID).WithValueFrom(secretKey(agentapi.AccessKeyIDFile)),
+			corev1ac.EnvVar().WithName(reposerver.EnvSecretAccessKey).WithValueFrom(secretKey(agentapi.SecretAccessKeyFile))).
 		WithPorts(corev1ac.ContainerPort().WithName("s3").WithContainerPort(reposerver.Port).WithProtocol(corev1.ProtocolTCP)).
 		WithReadinessProbe(corev1ac.Probe().
 			WithTCPSocket(corev1ac.TCPSocketAction().WithPort(intstr.FromString("s3"))).

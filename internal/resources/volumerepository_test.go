@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/reposerver"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -90,7 +90,7 @@ func TestVolumeRepositoryServer(t *testing.T) {
 	require.NoError(t, err)
 	again, err := resources.VolumeRepositorySecret(db)
 	require.NoError(t, err)
-	assert.NotEqual(t, sec.Data[agent.SecretAccessKeyFile], again.Data[agent.SecretAccessKeyFile], "random credentials")
+	assert.NotEqual(t, sec.Data[agentapi.SecretAccessKeyFile], again.Data[agentapi.SecretAccessKeyFile], "random credentials")
 	assert.Equal(t, corev1.SecretTypeOpaque, sec.Type)
 }
 

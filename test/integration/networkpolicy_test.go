@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -35,7 +35,7 @@ func TestNetworkPolicyFollowsTheSpec(t *testing.T) {
 	require.Len(t, np.Spec.Ingress, 2)
 	assert.Equal(t, &metav1.LabelSelector{}, np.Spec.Ingress[0].From[0].PodSelector, "PostgreSQL's port from every pod of the namespace")
 	assert.Nil(t, np.Spec.Ingress[0].From[0].NamespaceSelector)
-	assert.Equal(t, agent.Port, np.Spec.Ingress[1].Ports[0].Port.IntVal)
+	assert.Equal(t, agentapi.Port, np.Spec.Ingress[1].Ports[0].Port.IntVal)
 	for _, p := range np.Spec.Ingress[1].From {
 		assert.NotEqual(t, &metav1.LabelSelector{}, p.PodSelector, "the agent's port from any pod")
 	}

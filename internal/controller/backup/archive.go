@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -20,8 +20,8 @@ type ArchiveView struct {
 	// Primary is the primary instance's name, Report its agent's archive
 	// report, Status its whole status.
 	Primary string
-	Report  *agent.ArchiveReport
-	Status  *agent.Status
+	Report  *agentapi.ArchiveReport
+	Status  *agentapi.Status
 	// Unreachable says why no report could be read.
 	Unreachable string
 	// VolumeBytes is the data volume's requested size.
@@ -143,7 +143,7 @@ func AssessArchive(db *dbv1.Database, v ArchiveView, now time.Time) metav1.Condi
 }
 
 // newestBackup is the report's newest base backup, nil without one.
-func newestBackup(rep *agent.ArchiveReport) *agent.BaseBackup {
+func newestBackup(rep *agentapi.ArchiveReport) *agentapi.BaseBackup {
 	if len(rep.Backups) == 0 {
 		return nil
 	}
@@ -152,7 +152,7 @@ func newestBackup(rep *agent.ArchiveReport) *agent.BaseBackup {
 
 // walPilingUp says how full pg_wal makes the volume while archiving
 // fails, empty while it is under walPilingUpShare.
-func walPilingUp(rep *agent.ArchiveReport, v ArchiveView) string {
+func walPilingUp(rep *agentapi.ArchiveReport, v ArchiveView) string {
 	if v.VolumeBytes <= 0 || rep.WALBytes <= 0 {
 		return ""
 	}
@@ -173,7 +173,7 @@ func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
 // archiveStale says why the archive is stale: the primary writes on a
 // later segment than the last archived one, and nothing was archived for
 // archiveTimeout plus archiveStaleMargin. Empty when it is not.
-func archiveStale(db *dbv1.Database, rep *agent.ArchiveReport, st *agent.Status, now time.Time) string {
+func archiveStale(db *dbv1.Database, rep *agentapi.ArchiveReport, st *agentapi.Status, now time.Time) string {
 	if rep.LastArchivedTime == nil || st == nil || st.CurrentLSN == "" {
 		return ""
 	}
@@ -196,12 +196,12 @@ func archiveStale(db *dbv1.Database, rep *agent.ArchiveReport, st *agent.Status,
 
 // currentSegment is the name of the WAL segment st's primary writes
 // (16 MiB segments, the default).
-func currentSegment(st *agent.Status) (string, error) {
-	lsn, err := agent.ParseLSN(st.CurrentLSN)
+func currentSegment(st *agentapi.Status) (string, error) {
+	lsn, err := agentapi.ParseLSN(st.CurrentLSN)
 	if err != nil {
 		return "", err
 	}
-	return agent.WALFileName(st.Timeline, lsn, 16<<20), nil
+	return agentapi.WALFileName(st.Timeline, lsn, 16<<20), nil
 }
 
 // classifyStoreError maps a pgBackRest error to a reason of its own and a

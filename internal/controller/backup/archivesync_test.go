@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // TestBackupStatusApplyKeepsEveryField: what the backup controller applies
@@ -44,18 +44,18 @@ func TestBackupStatusApplyKeepsEveryField(t *testing.T) {
 func TestRetryDue(t *testing.T) {
 	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 	at := func(ago time.Duration) *metav1.Time { m := metav1.NewTime(now.Add(-ago)); return &m }
-	older := agent.BaseBackup{Label: "old", Finished: *at(48 * time.Hour)}
-	failed := func(ago time.Duration) *agent.BackupRun {
-		return &agent.BackupRun{ID: "scheduled-x", Started: *at(ago + time.Minute), Finished: at(ago), Error: "interrupted"}
+	older := agentapi.BaseBackup{Label: "old", Finished: *at(48 * time.Hour)}
+	failed := func(ago time.Duration) *agentapi.BackupRun {
+		return &agentapi.BackupRun{ID: "scheduled-x", Started: *at(ago + time.Minute), Finished: at(ago), Error: "interrupted"}
 	}
-	assert.True(t, RetryDue(&agent.ArchiveReport{Backups: []agent.BaseBackup{older}, Run: failed(10 * time.Minute)}, now))
-	assert.False(t, RetryDue(&agent.ArchiveReport{Backups: []agent.BaseBackup{older}, Run: failed(time.Minute)}, now), "too soon")
-	newer := agent.BaseBackup{Label: "new", Finished: *at(5 * time.Minute)}
-	assert.False(t, RetryDue(&agent.ArchiveReport{Backups: []agent.BaseBackup{older, newer}, Run: failed(10 * time.Minute)}, now), "a newer backup finished")
+	assert.True(t, RetryDue(&agentapi.ArchiveReport{Backups: []agentapi.BaseBackup{older}, Run: failed(10 * time.Minute)}, now))
+	assert.False(t, RetryDue(&agentapi.ArchiveReport{Backups: []agentapi.BaseBackup{older}, Run: failed(time.Minute)}, now), "too soon")
+	newer := agentapi.BaseBackup{Label: "new", Finished: *at(5 * time.Minute)}
+	assert.False(t, RetryDue(&agentapi.ArchiveReport{Backups: []agentapi.BaseBackup{older, newer}, Run: failed(10 * time.Minute)}, now), "a newer backup finished")
 	ok := failed(10 * time.Minute)
 	ok.Error = ""
-	assert.False(t, RetryDue(&agent.ArchiveReport{Backups: []agent.BaseBackup{older}, Run: ok}, now), "the last run succeeded")
-	assert.False(t, RetryDue(&agent.ArchiveReport{Backups: []agent.BaseBackup{older}}, now), "no run")
+	assert.False(t, RetryDue(&agentapi.ArchiveReport{Backups: []agentapi.BaseBackup{older}, Run: ok}, now), "the last run succeeded")
+	assert.False(t, RetryDue(&agentapi.ArchiveReport{Backups: []agentapi.BaseBackup{older}}, now), "no run")
 }
 
 // TestLastBaseBackupNamesItsInstance: status.backup.lastBaseBackup's
@@ -65,17 +65,17 @@ func TestRetryDue(t *testing.T) {
 func TestLastBaseBackupNamesItsInstance(t *testing.T) {
 	start := metav1.Unix(1_800_000_000, 0)
 	end := metav1.Unix(1_800_000_060, 0)
-	b1 := agent.BaseBackup{Label: "b1", Type: "full", Started: start, Finished: end}
-	run := &agent.BackupRun{ID: "r1", Type: "full", Instance: "orders-1", Started: metav1.Unix(1_799_999_999, 0), Finished: &end,
+	b1 := agentapi.BaseBackup{Label: "b1", Type: "full", Started: start, Finished: end}
+	run := &agentapi.BackupRun{ID: "r1", Type: "full", Instance: "orders-1", Started: metav1.Unix(1_799_999_999, 0), Finished: &end,
 		Note: "taken from standby orders-1"}
 	st, prev := &dbv1.BackupStatus{}, &dbv1.BackupStatus{}
-	fillArchive(st, prev, &agent.ArchiveReport{Backups: []agent.BaseBackup{b1}, Run: run})
+	fillArchive(st, prev, &agentapi.ArchiveReport{Backups: []agentapi.BaseBackup{b1}, Run: run})
 	require.NotNil(t, st.LastBaseBackup)
 	assert.Equal(t, "orders-1", st.LastBaseBackup.Instance)
 	assert.Equal(t, "taken from standby orders-1", st.LastBaseBackup.Note)
 
 	again := &dbv1.BackupStatus{}
-	fillArchive(again, st, &agent.ArchiveReport{Backups: []agent.BaseBackup{b1}})
+	fillArchive(again, st, &agentapi.ArchiveReport{Backups: []agentapi.BaseBackup{b1}})
 	assert.Equal(t, "orders-1", again.LastBaseBackup.Instance, "the same backup, reported by a primary that did not run it")
 	assert.Equal(t, "taken from standby orders-1", again.LastBaseBackup.Note)
 }
@@ -85,7 +85,7 @@ func TestLastBaseBackupNamesItsInstance(t *testing.T) {
 func TestExpiryReachesTheStatus(t *testing.T) {
 	at := metav1.Unix(1_800_000_000, 0)
 	st := &dbv1.BackupStatus{}
-	fillArchive(st, &dbv1.BackupStatus{}, &agent.ArchiveReport{ExpiredAt: &at, ExpireError: "ERROR: [039]: HTTP request failed"})
+	fillArchive(st, &dbv1.BackupStatus{}, &agentapi.ArchiveReport{ExpiredAt: &at, ExpireError: "ERROR: [039]: HTTP request failed"})
 	require.NotNil(t, st.Archive)
 	assert.Equal(t, &at, st.Archive.LastExpiryTime)
 	assert.Equal(t, "ERROR: [039]: HTTP request failed", st.Archive.ExpiryFailure)

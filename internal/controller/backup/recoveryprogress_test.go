@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 )
 
@@ -23,15 +23,15 @@ func TestRecoveryProgressQuotesTheServersExit(t *testing.T) {
 	db.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{Database: "ledger",
 		Target: &dbv1.RecoveryTarget{Time: "2030-01-01T00:00:00Z"}}}
 	now := time.Now()
-	view := func(state agent.State, msg string) ArchiveView {
+	view := func(state agentapi.State, msg string) ArchiveView {
 		return ArchiveView{Primary: "orders-0", Unreachable: "orders-0 is " + string(state) + " (primary)",
-			Status: &agent.Status{Pod: "orders-0", State: state, Role: agent.RolePrimary, Recovering: true, Message: msg}}
+			Status: &agentapi.Status{Pod: "orders-0", State: state, Role: agentapi.RolePrimary, Recovering: true, Message: msg}}
 	}
 
 	// the agent's message (recoveryExited)
 	failed := "the server exited during the recovery (exit status 1): FATAL:  recovery ended before configured recovery target was reached; " +
 		"the target may lie past the end of the archive (check spec.bootstrap.recovery.target), or the store could not be read; starting it again in 20s"
-	cond, done := recoveryProgress(db, view(agent.StateFailed, failed), now)
+	cond, done := recoveryProgress(db, view(agentapi.StateFailed, failed), now)
 	assert.False(t, done)
 	assert.Equal(t, dbv1.ConditionBackupReady, cond.Type)
 	assert.Equal(t, metav1.ConditionFalse, cond.Status)
@@ -41,7 +41,7 @@ func TestRecoveryProgressQuotesTheServersExit(t *testing.T) {
 	assert.Contains(t, cond.Message, "check spec.bootstrap.recovery.target")
 	assert.Contains(t, cond.Message, "starting it again in 20s", "the message was cut")
 
-	cond, done = recoveryProgress(db, view(agent.StateStarting,
+	cond, done = recoveryProgress(db, view(agentapi.StateStarting,
 		"replaying the archive again; the last run ended with: FATAL: recovery ended before configured recovery target was reached"), now)
 	assert.False(t, done)
 	assert.Equal(t, dbv1.ReasonRecovering, cond.Reason)

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/jobs"
@@ -125,10 +125,10 @@ func (s *syncer) syncVerification(ctx context.Context, db *dbv1.Database, eng en
 	return after, nil
 }
 
-// verificationReport is the agent.VerifyReport of a finished verification
+// verificationReport is the agentapi.VerifyReport of a finished verification
 // Job's pod (its termination message); nil when there is none (the pod
 // never ran the verification: see the Job's own failure).
-func (s *syncer) verificationReport(ctx context.Context, job *batchv1.Job) (*agent.VerifyReport, error) {
+func (s *syncer) verificationReport(ctx context.Context, job *batchv1.Job) (*agentapi.VerifyReport, error) {
 	pods := &corev1.PodList{}
 	if err := s.client.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{jobNameLabel: job.Name}); err != nil {
 		return nil, fmt.Errorf("listing the pods of verification Job %s: %w", job.Name, err)
@@ -138,7 +138,7 @@ func (s *syncer) verificationReport(ctx context.Context, job *batchv1.Job) (*age
 			if c.Name != resources.VerificationContainer || c.State.Terminated == nil || c.State.Terminated.Message == "" {
 				continue
 			}
-			rep := &agent.VerifyReport{}
+			rep := &agentapi.VerifyReport{}
 			if err := json.Unmarshal([]byte(c.State.Terminated.Message), rep); err != nil {
 				rep.Error = "the verification pod's report cannot be read: " + conditions.Quote(c.State.Terminated.Message, 300)
 			}
@@ -149,7 +149,7 @@ func (s *syncer) verificationReport(ctx context.Context, job *batchv1.Job) (*age
 }
 
 // verificationStatus is status.backup.lastVerification of a finished Job.
-func verificationStatus(id string, job *batchv1.Job, rep *agent.VerifyReport, failed bool, at time.Time, jobMsg string) *dbv1.VerificationStatus {
+func verificationStatus(id string, job *batchv1.Job, rep *agentapi.VerifyReport, failed bool, at time.Time, jobMsg string) *dbv1.VerificationStatus {
 	started, finished := job.CreationTimestamp, metav1.NewTime(at)
 	v := &dbv1.VerificationStatus{ID: id, Job: job.Name, Started: &started, Finished: &finished, Succeeded: !failed}
 	switch {

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 )
 
@@ -64,13 +64,13 @@ func TestVerificationStatusAndCondition(t *testing.T) {
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "orders-verify", CreationTimestamp: metav1.NewTime(at.Add(-10 * time.Minute))}}
 	healthy := conditions.True(dbv1.ConditionBackupReady, dbv1.ReasonArchiving, "archiving")
 
-	ok := verificationStatus("scheduled-x", job, &agent.VerifyReport{Backup: "20261206-040000F", ReplayedLSN: "0/5000000", Database: "app", Tables: 3, Rows: 1200}, false, at, "")
+	ok := verificationStatus("scheduled-x", job, &agentapi.VerifyReport{Backup: "20261206-040000F", ReplayedLSN: "0/5000000", Database: "app", Tables: 3, Rows: 1200}, false, at, "")
 	assert.True(t, ok.Succeeded)
 	assert.Equal(t, int64(1200), ok.Rows)
 	assert.Equal(t, "20261206-040000F", ok.Backup)
 	assert.Equal(t, healthy, verificationCondition(healthy, &dbv1.BackupStatus{LastVerification: ok}))
 
-	bad := verificationStatus("on-demand-2", job, &agent.VerifyReport{Backup: "20261206-040000F",
+	bad := verificationStatus("on-demand-2", job, &agentapi.VerifyReport{Backup: "20261206-040000F",
 		Error: "restoring base backup 20261206-040000F: pgbackrest restore: ERROR: [026]: ... checksum mismatch"}, true, at, "BackoffLimitExceeded")
 	assert.False(t, bad.Succeeded)
 	cond := verificationCondition(healthy, &dbv1.BackupStatus{LastVerification: bad})

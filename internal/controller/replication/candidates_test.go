@@ -10,8 +10,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
-	"github.com/dbkeeper/dbkeeper/internal/agent/agenttest"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
+	"github.com/dbkeeper/dbkeeper/internal/instance/agentstest"
 )
 
 // TestFailoverCandidates (issue 28, item 3): how the standbys are ranked
@@ -20,12 +20,12 @@ import (
 // replayed its WAL); an unknown position never passes maxFailoverLag; only
 // the newest timeline among them, never one behind the lost primary's.
 func TestFailoverCandidates(t *testing.T) {
-	restarted := func(name, replayed string) *agent.Status {
+	restarted := func(name, replayed string) *agentapi.Status {
 		s := received(name, "", replayed)
 		s.WALReceiver = ""
 		return s
 	}
-	onTimeline := func(s *agent.Status, tli uint32) *agent.Status { s.Timeline = tli; return s }
+	onTimeline := func(s *agentapi.Status, tli uint32) *agentapi.Status { s.Timeline = tli; return s }
 	primaryTimeline := func(tli int64) func(*dbv1.Database) {
 		return func(db *dbv1.Database) { db.Status.Replication.Instances[0].Timeline = tli }
 	}
@@ -125,17 +125,17 @@ func TestFailoverRanksAfterDetaching(t *testing.T) {
 	clock := clocked(s)
 	f.agents.Write(f.db, 0x2000)
 	f.step(s)
-	pos, err := agent.ParseLSN(f.get().Status.Replication.Instances[2].ReceivedLSN)
+	pos, err := agentapi.ParseLSN(f.get().Status.Replication.Instances[2].ReceivedLSN)
 	require.NoError(t, err)
 
 	f.lose("orders-0")
 	// orders-2 receives more from the old primary until it is detached:
 	// behind orders-1 before, ahead of it after
-	h.setEdit("orders-2", func(st *agent.Status, detached bool) {
+	h.setEdit("orders-2", func(st *agentapi.Status, detached bool) {
 		if detached {
-			st.ReceivedLSN = agenttest.LSN(pos + 0x100)
+			st.ReceivedLSN = agentstest.LSN(pos + 0x100)
 		} else {
-			st.ReceivedLSN = agenttest.LSN(pos - 0x100)
+			st.ReceivedLSN = agentstest.LSN(pos - 0x100)
 		}
 	})
 	f.step(s)

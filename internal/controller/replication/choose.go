@@ -7,11 +7,8 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
-	"github.com/dbkeeper/dbkeeper/internal/conditions"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // transitionTimeout bounds two waits that would otherwise leave the
@@ -27,7 +24,7 @@ const transitionTimeout = 20 * time.Second
 // else (a standby that restarted has received nothing since, yet replayed
 // its WAL) the replayed one, whichever is further; "" when it reports
 // neither.
-func position(a *agent.Status) string {
+func position(a *agentapi.Status) string {
 	r, okR := parseLSN(a.ReceivedLSN)
 	p, okP := parseLSN(a.ReplayedLSN)
 	switch {
@@ -42,7 +39,7 @@ func position(a *agent.Status) string {
 // timelineOf is inst's timeline: the highest of what it reports and its
 // row in status (a standby without a WAL receiver reports its last
 // restartpoint's, behind a recent switch).
-func timelineOf(db *dbv1.Database, name string, a *agent.Status) uint32 {
+func timelineOf(db *dbv1.Database, name string, a *agentapi.Status) uint32 {
 	tli := uint32(0)
 	if a != nil {
 		tli = a.Timeline
@@ -88,64 +85,96 @@ type choice struct {
 // unknown position never passing a limit.
 func chooseTarget(in Input, systemID string, a chooseArgs) choice {
 	db := in.DB
-	n := replicas(db)
-	var candidates []*Instance
-	var rejected []string
-	reject := func(inst *Instance, why string) {
-		if inst.Ordinal < n {
-			rejected = append(rejected, inst.Name+": "+why)
-		}
+	c := candidatesOf(in, systemID, a.exclude)
+	if len(c.list) == 0 {
+		return choice{refusal: fmt.Sprintf("no standby can be promoted (%s)", strings.Join(c.rejected, "; "))}
 	}
+	if refusal := c.onNewestTimeline(db, a.fromTimeline); refusal != "" {
+		return choice{refusal: refusal}
+	}
+	rank(c.list, a.prefer)
+	best, refusal := synchronousBest(db, c.list, a)
+	if refusal != "" {
+		return choice{refusal: refusal}
+	}
+	pos := position(best.Agent)
+	if refusal := lagRefusal(db, best.Name, pos, a.from); refusal != "" {
+		return choice{refusal: refusal}
+	}
+	return choice{best: best, position: pos}
+}
+
+// candidates are the instances a failover may promote, and why the others
+// below spec.replicas may not.
+type candidates struct {
+	list     []*Instance
+	rejected []string
+	n        int
+}
+
+func (c *candidates) reject(inst *Instance, why string) {
+	if inst.Ordinal < c.n {
+		c.rejected = append(c.rejected, inst.Name+": "+why)
+	}
+}
+
+// candidatesOf are in's instances but exclude that failoverCandidate
+// accepts and, once in.Detached says which were, were detached.
+func candidatesOf(in Input, systemID string, exclude []string) *candidates {
+	c := &candidates{n: replicas(in.DB)}
 	for i := range in.Instances {
 		inst := &in.Instances[i]
-		if slices.Contains(a.exclude, inst.Name) {
+		if slices.Contains(exclude, inst.Name) {
 			continue
 		}
-		why := failoverCandidate(inst, systemID, n)
+		why := failoverCandidate(inst, systemID, c.n)
 		if why == "" && in.Detached != nil && !in.Detached[inst.Name] {
 			why = "it could not be detached from the lost primary"
 		}
 		if why != "" {
-			reject(inst, why)
+			c.reject(inst, why)
 			continue
 		}
-		candidates = append(candidates, inst)
+		c.list = append(c.list, inst)
 	}
-	none := func() choice {
-		return choice{refusal: fmt.Sprintf("no standby can be promoted (%s)", strings.Join(rejected, "; "))}
-	}
-	if len(candidates) == 0 {
-		return none()
-	}
+	return c
+}
 
-	// Positions compare only on one history: the newest timeline among
-	// the candidates, never one behind the lost primary's (such a standby
-	// did not follow the last promotion; what it has past the fork is
-	// WAL the primary's history never had).
+// onNewestTimeline keeps the candidates on the newest timeline among
+// them: positions compare only on one history. It refuses when that is
+// behind the lost primary's timeline (fromTimeline): such a standby did
+// not follow the last promotion; what it has past the fork is WAL the
+// primary's history never had.
+func (c *candidates) onNewestTimeline(db *dbv1.Database, fromTimeline uint32) string {
 	newest := uint32(0)
-	for _, c := range candidates {
-		newest = max(newest, timelineOf(db, c.Name, c.Agent))
+	for _, inst := range c.list {
+		newest = max(newest, timelineOf(db, inst.Name, inst.Agent))
 	}
-	if a.fromTimeline > newest {
-		return choice{refusal: fmt.Sprintf("the standbys that can be promoted (%s) are on timeline %d, behind the lost primary's timeline %d",
-			names(candidates), newest, a.fromTimeline)}
+	if fromTimeline > newest {
+		return fmt.Sprintf("the standbys that can be promoted (%s) are on timeline %d, behind the lost primary's timeline %d",
+			names(c.list), newest, fromTimeline)
 	}
-	candidates = slices.DeleteFunc(candidates, func(c *Instance) bool {
-		if tli := timelineOf(db, c.Name, c.Agent); tli < newest {
-			reject(c, fmt.Sprintf("it is on timeline %d, behind %d", tli, newest))
+	c.list = slices.DeleteFunc(c.list, func(inst *Instance) bool {
+		if tli := timelineOf(db, inst.Name, inst.Agent); tli < newest {
+			c.reject(inst, fmt.Sprintf("it is on timeline %d, behind %d", tli, newest))
 			return true
 		}
 		return false
 	})
+	return ""
+}
 
-	slices.SortFunc(candidates, func(x, y *Instance) int {
+// rank sorts the candidates, the most advanced first: by position, then
+// prefer, then the replayed position, then the name.
+func rank(list []*Instance, prefer string) {
+	slices.SortFunc(list, func(x, y *Instance) int {
 		px, _ := parseLSN(position(x.Agent))
 		py, _ := parseLSN(position(y.Agent))
 		if c := cmp.Compare(py, px); c != 0 {
 			return c
 		}
-		if (x.Name == a.prefer) != (y.Name == a.prefer) {
-			if x.Name == a.prefer {
+		if (x.Name == prefer) != (y.Name == prefer) {
+			if x.Name == prefer {
 				return -1
 			}
 			return 1
@@ -157,46 +186,58 @@ func chooseTarget(in Input, systemID string, a chooseArgs) choice {
 		}
 		return cmp.Compare(x.Name, y.Name)
 	})
-	best := candidates[0]
-	pos := position(best.Agent)
+}
 
-	// With Required synchronous replication every acknowledged commit is
-	// on k of the named standbys S: any |S|-k+1 of them include one that
-	// has it, and the most advanced of those has them all.
+// synchronousBest is the target among the ranked candidates: the first,
+// but with Required synchronous replication (every acknowledged commit is
+// on k of the named standbys S: any |S|-k+1 of them include one that has
+// it, and the most advanced of those has them all) the first of those S
+// names, unless the first has a.from, the old primary's final WAL.
+func synchronousBest(db *dbv1.Database, ranked []*Instance, a chooseArgs) (*Instance, string) {
+	best := ranked[0]
+	pos := position(best.Agent)
 	hasAll := a.final && lacks(a.from, pos) == 0 && pos != "" && a.from != ""
 	st := db.Status.Replication
-	if sync := db.Spec.HighAvailability.Synchronous; !hasAll && sync != nil && sync.DataDurability != dbv1.DataDurabilityPreferred &&
-		st != nil && st.Synchronous != nil && len(st.Synchronous.Standbys) > 0 {
-		named, k := st.Synchronous.Standbys, int(st.Synchronous.Number)
-		var answering []*Instance
-		for _, c := range candidates {
-			if slices.Contains(named, c.Name) {
-				answering = append(answering, c)
-			}
-		}
-		need := len(named) - k + 1
-		if len(answering) < need {
-			return choice{refusal: fmt.Sprintf("spec.highAvailability.synchronous.dataDurability is Required and only %d of the synchronous standbys %s can be promoted; %d are needed (status.replication.synchronous: %d of %d confirm each commit) to be sure none acknowledged is lost",
-				len(answering), strings.Join(named, ", "), need, k, len(named))}
-		}
-		best = answering[0]
-		pos = position(best.Agent)
+	sync := db.Spec.HighAvailability.Synchronous
+	if hasAll || sync == nil || sync.DataDurability == dbv1.DataDurabilityPreferred ||
+		st == nil || st.Synchronous == nil || len(st.Synchronous.Standbys) == 0 {
+		return best, ""
 	}
+	named, k := st.Synchronous.Standbys, int(st.Synchronous.Number)
+	var answering []*Instance
+	for _, c := range ranked {
+		if slices.Contains(named, c.Name) {
+			answering = append(answering, c)
+		}
+	}
+	need := len(named) - k + 1
+	if len(answering) < need {
+		return nil, fmt.Sprintf("spec.highAvailability.synchronous.dataDurability is Required and only %d of the synchronous standbys %s can be promoted; %d are needed (status.replication.synchronous: %d of %d confirm each commit) to be sure none acknowledged is lost",
+			len(answering), strings.Join(named, ", "), need, k, len(named))
+	}
+	return answering[0], ""
+}
 
-	if limit := db.Spec.MaxFailoverLag(); limit > 0 {
-		switch lack := lacks(a.from, pos); {
-		case pos == "":
-			return choice{refusal: fmt.Sprintf("the most advanced standby %s reports no WAL position (received or replayed), so its lag cannot be held to spec.highAvailability.maxFailoverLag (%d bytes; 0 is no limit)",
-				best.Name, limit)}
-		case a.from == "":
-			return choice{refusal: fmt.Sprintf("the lost primary's last position is unknown, so what %s lacks of it cannot be held to spec.highAvailability.maxFailoverLag (%d bytes; 0 is no limit)",
-				best.Name, limit)}
-		case lack > limit:
-			return choice{refusal: fmt.Sprintf("the most advanced standby %s received %s, %d bytes behind the lost primary's last position %s; spec.highAvailability.maxFailoverLag is %d bytes",
-				best.Name, pos, lack, a.from, limit)}
-		}
+// lagRefusal says why best, at pos, lacks too much of from, the lost
+// primary's last position (spec.highAvailability.maxFailoverLag; an
+// unknown position never passes a limit), "" when it does not.
+func lagRefusal(db *dbv1.Database, best, pos, from string) string {
+	limit := db.Spec.MaxFailoverLag()
+	if limit <= 0 {
+		return ""
 	}
-	return choice{best: best, position: pos}
+	switch lack := lacks(from, pos); {
+	case pos == "":
+		return fmt.Sprintf("the most advanced standby %s reports no WAL position (received or replayed), so its lag cannot be held to spec.highAvailability.maxFailoverLag (%d bytes; 0 is no limit)",
+			best, limit)
+	case from == "":
+		return fmt.Sprintf("the lost primary's last position is unknown, so what %s lacks of it cannot be held to spec.highAvailability.maxFailoverLag (%d bytes; 0 is no limit)",
+			best, limit)
+	case lack > limit:
+		return fmt.Sprintf("the most advanced standby %s received %s, %d bytes behind the lost primary's last position %s; spec.highAvailability.maxFailoverLag is %d bytes",
+			best, pos, lack, from, limit)
+	}
+	return ""
 }
 
 func names(insts []*Instance) string {
@@ -212,7 +253,7 @@ func names(insts []*Instance) string {
 func toDetach(in Input, exclude []string) []string {
 	var out []string
 	for _, inst := range in.Instances {
-		if !slices.Contains(exclude, inst.Name) && inst.Exists && !inst.Terminating && inst.Agent != nil && inst.Agent.Role == agent.RoleReplica {
+		if !slices.Contains(exclude, inst.Name) && inst.Exists && !inst.Terminating && inst.Agent != nil && inst.Agent.Role == agentapi.RoleReplica {
 			out = append(out, inst.Name)
 		}
 	}
@@ -222,110 +263,36 @@ func toDetach(in Input, exclude []string) []string {
 // primaryTimeline is the lost primary's timeline as last seen: its row
 // in status or its last answer, whichever is higher.
 func primaryTimeline(db *dbv1.Database, prim *Instance, name string) uint32 {
-	var last *agent.Status
+	var last *agentapi.Status
 	if prim != nil {
 		last = prim.lastAnswer()
 	}
 	return timelineOf(db, name, last)
 }
 
-// fallBack ends a switchover whose target has not promoted within
-// transitionTimeout of the old primary's demotion: the former primary,
-// when it answers and has the newest data, is promoted back, else the most
-// advanced standby left (failover rules, and only with failover enabled).
-// Either is recorded as a failover from the target, which never became
-// the primary: currentPrimary names it until the promotion is done, and
-// the promotion takes the primary lease as a failover's does, so a target
-// that did promote and vanished cannot run beside it.
-func fallBack(p *Plan, in Input, byName map[string]*Instance, why string) {
-	db := in.DB
-	old, target := p.CurrentPrimary, p.TargetPrimary
-	from, final := p.SwitchoverLSN, p.SwitchoverLSN != ""
-	st := dbv1.ReplicationStatus{}
-	if db.Status.Replication != nil {
-		st = *db.Status.Replication
-	}
-	if !final {
-		from = lastPrimaryLSN(st, byName[old])
-	}
-	stuck := fmt.Sprintf("the switchover from %s to %s did not finish: it waited %s for %s", old, target, transitionTimeout, why)
-	c := chooseTarget(in, p.SystemID, chooseArgs{exclude: []string{target}, from: from, fromTimeline: primaryTimeline(db, byName[old], old),
-		prefer: old, final: final})
-	if c.refusal != "" {
-		p.Condition = conditions.False(dbv1.ConditionReplicationReady, dbv1.ReasonFailoverRefused, stuck+"; no instance can take over: "+c.refusal)
-		return
-	}
-	if c.best.Name != old && !db.Spec.FailoverEnabled() {
-		p.Condition = conditions.False(dbv1.ConditionReplicationReady, dbv1.ReasonFailoverRefused, fmt.Sprintf(
-			"%s; %s cannot be promoted back and spec.highAvailability.failover is false, so %s is not promoted instead", stuck, old, c.best.Name))
-		return
-	}
-	if in.Detached == nil {
-		detachFirst(p, in, []string{target}, stuck)
-		return
-	}
-	reason := stuck + "; " + old + " has the newest data and is promoted back"
-	if c.best.Name != old {
-		reason = fmt.Sprintf("%s; %s is the most advanced instance left", stuck, c.best.Name)
-	}
-	p.CurrentPrimary = target
-	p.PrimaryLostSince = &metav1.Time{Time: in.Now}
-	startFailover(p, in, c.best, c.position, from, reason)
-	p.Action.EventReason = ReasonSwitchoverFellBack
-}
-
-// detachFirst makes the plan detach the standbys (all but exclude) before
-// the target is ranked.
-func detachFirst(p *Plan, in Input, exclude []string, why string) {
-	p.Action = Action{Kind: ActDetach, Pods: toDetach(in, exclude), Why: why}
-	p.Condition = conditions.False(dbv1.ConditionReplicationReady, dbv1.ReasonFailingOver,
-		why+": detaching the standbys from the old primary before choosing the one to promote")
-}
-
-// replaceTarget replaces the target of a running failover that has been
-// gone (absent says how) for transitionTimeout since the failover started
-// with the best of the remaining candidates, or says why none can be.
-func replaceTarget(p *Plan, in Input, byName map[string]*Instance, absent string) {
-	db := in.DB
-	lost, gone := p.CurrentPrimary, p.TargetPrimary
-	f := p.LastFailover
-	c := chooseTarget(in, p.SystemID, chooseArgs{exclude: []string{lost, gone}, from: f.FromLSN, fromTimeline: primaryTimeline(db, byName[lost], lost)})
-	if c.refusal != "" {
-		p.Condition.Message += fmt.Sprintf("; it has been gone for more than %s, and no other standby can replace it: %s", transitionTimeout, c.refusal)
-		return
-	}
-	why := fmt.Sprintf("%s did not become the primary within %s of the failover's start (%s)", gone, transitionTimeout, absent)
-	if in.Detached == nil {
-		detachFirst(p, in, []string{lost, gone}, fmt.Sprintf("failing over from %s: %s", lost, why))
-		return
-	}
-	reason := fmt.Sprintf("%s; %s: %s replaces it", f.Reason, why, c.best.Name)
-	startFailover(p, in, c.best, c.position, f.FromLSN, reason)
-	p.Action.EventReason = ReasonFailoverRetargeted
-}
-
-// targetAbsent says why a failover's target cannot be promoted now, ""
-// when it can (a running standby) or is promoting.
-func targetAbsent(target *Instance) string {
+// failoverCandidate says why inst cannot be promoted by a failover, ""
+// when it can: it runs as a Ready standby of the Database's system. Its
+// WAL receiver need not stream (the primary it streamed from is lost).
+func failoverCandidate(inst *Instance, systemID string, n int) string {
 	switch {
-	case target == nil || !target.Exists:
+	case inst.Ordinal >= n:
+		return fmt.Sprintf("its ordinal %d is not below spec.replicas %d", inst.Ordinal, n)
+	case !inst.Exists:
 		return "its pod does not exist"
-	case target.Terminating:
+	case inst.Terminating:
 		return "its pod is being deleted"
-	case target.Agent == nil && target.Err != "":
-		return "its agent does not answer: " + conditions.Quote(target.Err, 120)
-	case target.Agent == nil:
+	case inst.Agent == nil && inst.Err != "":
+		return "its agent does not answer"
+	case inst.Agent == nil:
 		return "its pod has no IP"
-	case target.Agent.State == agent.StatePromoting:
-		return ""
-	case target.Agent.State != agent.StateRunning || target.Agent.Role != agent.RoleReplica:
-		return "it is " + describe(target.Agent)
+	case inst.Agent.State != agentapi.StateRunning:
+		return "it is " + string(inst.Agent.State)
+	case inst.Agent.Role != agentapi.RoleReplica:
+		return fmt.Sprintf("it reports role %q", inst.Agent.Role)
+	case !inst.Agent.Ready || !inst.PodReady:
+		return "it is not ready"
+	case systemID != "" && inst.Agent.SystemID != systemID:
+		return fmt.Sprintf("its system identifier %s is not the Database's %s", inst.Agent.SystemID, systemID)
 	}
 	return ""
-}
-
-// untilTransitionTimeout is how long from since until transitionTimeout
-// has passed, for messages.
-func untilTransitionTimeout(now, since time.Time) time.Duration {
-	return (transitionTimeout - now.Sub(since)).Round(100 * time.Millisecond)
 }

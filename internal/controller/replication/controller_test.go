@@ -20,11 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
-	"github.com/dbkeeper/dbkeeper/internal/agent/agenttest"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/instance/agentstest"
 	"github.com/dbkeeper/dbkeeper/internal/instance/instancetest"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -34,7 +34,7 @@ import (
 type fixture struct {
 	t        *testing.T
 	c        client.Client
-	agents   *agenttest.Agents
+	agents   *agentstest.Agents
 	servers  *instancetest.Servers
 	events   *events.FakeRecorder
 	db       *dbv1.Database
@@ -56,7 +56,7 @@ func newFixture(t *testing.T, n int32) *fixture {
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: resources.SuperuserSecretName(db)},
 			Data: map[string][]byte{engine.UsernameKey: []byte("postgres"), engine.PasswordKey: []byte("super-pw")}},
 	}
-	f := &fixture{t: t, c: facettest.Client(t, append(secrets, db, sts)...), agents: agenttest.New(), servers: instancetest.New(),
+	f := &fixture{t: t, c: facettest.Client(t, append(secrets, db, sts)...), agents: agentstest.New(), servers: instancetest.New(),
 		events: events.NewFakeRecorder(1000), db: db, revision: "r1"}
 	f.pods()
 	return f
@@ -210,7 +210,7 @@ func TestBootstrap(t *testing.T) {
 	assert.Equal(t, "streaming", st.Instances[1].WALReceiver)
 	require.NotNil(t, st.Instances[1].LagBytes)
 	assert.Zero(t, *st.Instances[1].LagBytes)
-	assert.True(t, f.servers.CanLogin(f.db, agent.ReplicationUser, "repl-pw"), "the replication role has the Secret's password")
+	assert.True(t, f.servers.CanLogin(f.db, agentapi.ReplicationUser, "repl-pw"), "the replication role has the Secret's password")
 	assert.Equal(t, []string{"dbkeeper_orders_1", "dbkeeper_orders_2"}, f.servers.Slots(f.db))
 }
 
@@ -221,7 +221,7 @@ func TestNoInitdbWhenDataExists(t *testing.T) {
 	ctx := context.Background()
 	pod := &corev1.Pod{}
 	require.NoError(t, f.c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders-1"}, pod))
-	_, err := f.agents.Bootstrap(ctx, f.db, pod, agent.BootstrapRequest{Mode: agent.BootstrapInitdb})
+	_, err := f.agents.Bootstrap(ctx, f.db, pod, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
 	require.NoError(t, err)
 	_, err = f.agents.Demote(ctx, f.db, pod)
 	require.NoError(t, err)
@@ -291,7 +291,7 @@ func TestSwitchover(t *testing.T) {
 		assert.Contains(t, ev, want)
 	}
 	assert.Contains(t, ev, "Switched over from orders-0 to orders-2 at")
-	assert.Equal(t, map[string]agent.Role{"orders-0": agent.RoleReplica, "orders-1": agent.RoleReplica, "orders-2": agent.RolePrimary}, f.agents.Roles(f.db))
+	assert.Equal(t, map[string]agentapi.Role{"orders-0": agentapi.RoleReplica, "orders-1": agentapi.RoleReplica, "orders-2": agentapi.RolePrimary}, f.agents.Roles(f.db))
 }
 
 // TestSwitchoverRefused: a target that cannot take over is refused with
@@ -344,8 +344,8 @@ func TestRestartDuringSwitchover(t *testing.T) {
 			assert.Equal(t, []string{"orders-1"}, f.labelled(dbv1.RolePrimary))
 			assert.Equal(t, []string{"orders-0", "orders-2"}, f.labelled(dbv1.RoleReplica))
 			roles := f.agents.Roles(f.db)
-			assert.Equal(t, agent.RolePrimary, roles["orders-1"])
-			assert.Equal(t, agent.RoleReplica, roles["orders-0"])
+			assert.Equal(t, agentapi.RolePrimary, roles["orders-1"])
+			assert.Equal(t, agentapi.RoleReplica, roles["orders-0"])
 			assert.Equal(t, dbv1.ReasonReplicating, f.condition().Reason, f.condition().Message)
 		})
 	}

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // lose deletes the pod of the primary for good (its node is gone): its
@@ -183,7 +183,7 @@ func TestNoFailover(t *testing.T) {
 		assert.Equal(t, "orders-0", f.get().Status.Replication.CurrentPrimary)
 		assert.Equal(t, dbv1.ReasonFailoverRefused, f.condition().Reason)
 		assert.Contains(t, f.condition().Message, "spec.highAvailability.failover is false")
-		assert.Equal(t, map[string]agent.Role{"orders-0": agent.RolePrimary, "orders-1": agent.RoleReplica}, f.agents.Roles(f.db))
+		assert.Equal(t, map[string]agentapi.Role{"orders-0": agentapi.RolePrimary, "orders-1": agentapi.RoleReplica}, f.agents.Roles(f.db))
 	})
 }
 

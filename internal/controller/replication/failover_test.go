@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 )
 
@@ -41,14 +41,14 @@ func notReady(i Instance) Instance { i.PodReady = false; return i }
 
 // received is a standby that stopped streaming (its primary is lost)
 // having received and replayed the given positions.
-func received(name, recv, replayed string) *agent.Status {
+func received(name, recv, replayed string) *agentapi.Status {
 	s := standbyAt(name, recv)
 	s.ReplayedLSN, s.WALReceiver = replayed, "waiting"
 	return s
 }
 
-func withLease(s *agent.Status, holder string, held bool) *agent.Status {
-	s.Lease = &agent.LeaseStatus{Holder: holder, Held: held}
+func withLease(s *agentapi.Status, holder string, held bool) *agentapi.Status {
+	s.Lease = &agentapi.LeaseStatus{Holder: holder, Held: held}
 	return s
 }
 
@@ -60,7 +60,7 @@ func TestDecideFailover(t *testing.T) {
 		}
 		return append([]Instance{first}, rest...)
 	}
-	fenced := &agent.Status{Pod: "orders-0", State: agent.StateFenced, Role: agent.RolePrimary, SystemID: "7", Message: "lease not renewed for 10s"}
+	fenced := &agentapi.Status{Pod: "orders-0", State: agentapi.StateFenced, Role: agentapi.RolePrimary, SystemID: "7", Message: "lease not renewed for 10s"}
 	syncRequired := func(names []string, k int32) func(*dbv1.Database) {
 		return func(db *dbv1.Database) {
 			db.Spec.HighAvailability.Synchronous = &dbv1.SynchronousSpec{Method: dbv1.SynchronousAny, Number: k, DataDurability: dbv1.DataDurabilityRequired}
@@ -118,7 +118,7 @@ func TestDecideFailover(t *testing.T) {
 			action: ActStartFailover, pod: "orders-1", message: "does not answer",
 		},
 		"pod not Ready, server failed: lost": {
-			db: lostDB(11 * time.Second), insts: with(notReady(inst(0, &agent.Status{State: agent.StateFailed, Role: agent.RolePrimary, Message: "server exited"}, ""))),
+			db: lostDB(11 * time.Second), insts: with(notReady(inst(0, &agentapi.Status{State: agentapi.StateFailed, Role: agentapi.RolePrimary, Message: "server exited"}, ""))),
 			action: ActStartFailover, pod: "orders-1", message: "server exited",
 		},
 		"pod not Ready, reports a replica: lost": {
@@ -168,7 +168,7 @@ func TestDecideFailover(t *testing.T) {
 			db: lostDB(time.Minute),
 			insts: with(func() Instance {
 				i := notReady(inst(0, nil, "connection refused"))
-				i.LastAnswer = &agent.Status{State: agent.StateRunning, Role: agent.RolePrimary, VolumeFull: true, VolumeAvailableBytes: 4096}
+				i.LastAnswer = &agentapi.Status{State: agentapi.StateRunning, Role: agentapi.RolePrimary, VolumeFull: true, VolumeAvailableBytes: 4096}
 				return i
 			}()),
 			reason: dbv1.ReasonFailoverRefused, message: "grow spec.storage.size",
@@ -176,12 +176,12 @@ func TestDecideFailover(t *testing.T) {
 		"no candidate": {
 			db: lostDB(time.Minute),
 			insts: with(gone(0), notReady(inst(1, nil, "connection refused")),
-				inst(2, &agent.Status{State: agent.StateStarting, Role: agent.RoleReplica, SystemID: "7"}, "")),
+				inst(2, &agentapi.Status{State: agentapi.StateStarting, Role: agentapi.RoleReplica, SystemID: "7"}, "")),
 			reason: dbv1.ReasonFailoverRefused, message: "no standby can be promoted",
 		},
 		"another system's standby is no candidate": {
 			db: lostDB(time.Minute),
-			insts: with(gone(0), inst(1, func() *agent.Status { s := received("orders-1", "0/F00", "0/F00"); s.SystemID = "8"; return s }(), ""),
+			insts: with(gone(0), inst(1, func() *agentapi.Status { s := received("orders-1", "0/F00", "0/F00"); s.SystemID = "8"; return s }(), ""),
 				inst(2, received("orders-2", "0/E00", "0/E00"), "")),
 			action: ActStartFailover, pod: "orders-2",
 		},
@@ -211,7 +211,7 @@ func TestDecideFailover(t *testing.T) {
 			action: ActStartFailover, pod: "orders-1",
 		},
 		"a candidate need not stream": {
-			db: lostDB(time.Minute), insts: with(gone(0), inst(1, func() *agent.Status { s := received("orders-1", "0/F00", "0/F00"); s.WALReceiver = ""; return s }(), ""), gone(2)),
+			db: lostDB(time.Minute), insts: with(gone(0), inst(1, func() *agentapi.Status { s := received("orders-1", "0/F00", "0/F00"); s.WALReceiver = ""; return s }(), ""), gone(2)),
 			action: ActStartFailover, pod: "orders-1",
 		},
 
@@ -302,8 +302,8 @@ func TestDecideRunningFailover(t *testing.T) {
 			},
 		},
 		"asked again while it promotes": {
-			insts: []Instance{gone(0), notReady(inst(1, &agent.Status{State: agent.StatePromoting, Role: agent.RoleReplica, SystemID: "7",
-				Lease: &agent.LeaseStatus{Holder: "orders-0", UnchangedFor: metav1.Duration{Duration: 5 * time.Second}}}, "")), inst(2, received("orders-2", "0/E00", "0/E00"), "")},
+			insts: []Instance{gone(0), notReady(inst(1, &agentapi.Status{State: agentapi.StatePromoting, Role: agentapi.RoleReplica, SystemID: "7",
+				Lease: &agentapi.LeaseStatus{Holder: "orders-0", UnchangedFor: metav1.Duration{Duration: 5 * time.Second}}}, "")), inst(2, received("orders-2", "0/E00", "0/E00"), "")},
 			action: ActPromote,
 			check:  func(t *testing.T, p Plan) { assert.True(t, p.Action.Failover) },
 		},
@@ -321,7 +321,7 @@ func TestDecideRunningFailover(t *testing.T) {
 			},
 		},
 		"finished while the fenced old primary still reports its role": {
-			insts: []Instance{inst(0, withLease(&agent.Status{State: agent.StateFenced, Role: agent.RolePrimary, SystemID: "7"}, "orders-1", false), ""),
+			insts: []Instance{inst(0, withLease(&agentapi.Status{State: agentapi.StateFenced, Role: agentapi.RolePrimary, SystemID: "7"}, "orders-1", false), ""),
 				inst(1, promoted, ""), inst(2, received("orders-2", "0/E00", "0/E00"), "")},
 			action: ActFinishFailover,
 			check: func(t *testing.T, p Plan) {
@@ -380,9 +380,9 @@ func TestDiscardedTransactionsCopied(t *testing.T) {
 	finished := metav1.Time{Time: now.Add(-time.Second)}
 	db.Status.Replication.LastFailover.FinishedAt = &finished
 	db.Status.Replication.CurrentPrimary, db.Status.Replication.PrimaryLostSince = "orders-1", nil
-	rejoined := func(at time.Time) *agent.Status {
+	rejoined := func(at time.Time) *agentapi.Status {
 		s := standbyAt("orders-0", "0/F60")
-		s.LastRewind = &agent.RewindReport{At: metav1.Time{Time: at}, DiscardedTransactions: 3}
+		s.LastRewind = &agentapi.RewindReport{At: metav1.Time{Time: at}, DiscardedTransactions: 3}
 		return s
 	}
 	primary := withLease(primaryAt("orders-1", "0/F60"), "orders-1", true)

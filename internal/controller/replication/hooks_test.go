@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
-	"github.com/dbkeeper/dbkeeper/internal/agent/agenttest"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
+	"github.com/dbkeeper/dbkeeper/internal/instance/agentstest"
 )
 
 // hookedAgents are the fake agents with what a test needs beyond them: an
@@ -19,26 +19,26 @@ import (
 // one still receiving WAL until it is detached), and the order of the
 // detach calls.
 type hookedAgents struct {
-	*agenttest.Agents
+	*agentstest.Agents
 	mu sync.Mutex
 	// delay is how long a pod's status call takes; the caller's deadline
 	// ends it earlier.
 	delay map[string]time.Duration
 	// edit changes a pod's status answer; detached says whether the pod
 	// was detached before.
-	edit map[string]func(st *agent.Status, detached bool)
+	edit map[string]func(st *agentapi.Status, detached bool)
 	// detached are the pods detached so far.
 	detached map[string]bool
 	// log lists "status <pod>" answers and "detach <pod>" calls in order.
 	log []string
 }
 
-func hooked(a *agenttest.Agents) *hookedAgents {
-	return &hookedAgents{Agents: a, delay: map[string]time.Duration{}, edit: map[string]func(*agent.Status, bool){}, detached: map[string]bool{}}
+func hooked(a *agentstest.Agents) *hookedAgents {
+	return &hookedAgents{Agents: a, delay: map[string]time.Duration{}, edit: map[string]func(*agentapi.Status, bool){}, detached: map[string]bool{}}
 }
 
 // Status implements instance.Agents.
-func (h *hookedAgents) Status(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
+func (h *hookedAgents) Status(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error) {
 	h.mu.Lock()
 	d := h.delay[pod.Name]
 	h.mu.Unlock()
@@ -46,7 +46,7 @@ func (h *hookedAgents) Status(ctx context.Context, db *dbv1.Database, pod *corev
 		select {
 		case <-time.After(d):
 		case <-ctx.Done():
-			return agent.Status{}, fmt.Errorf("GET https://%s:%d%s: %w", pod.Status.PodIP, agent.Port, agent.StatusPath, ctx.Err())
+			return agentapi.Status{}, fmt.Errorf("GET https://%s:%d%s: %w", pod.Status.PodIP, agentapi.Port, agentapi.StatusPath, ctx.Err())
 		}
 	}
 	st, err := h.Agents.Status(ctx, db, pod)
@@ -62,7 +62,7 @@ func (h *hookedAgents) Status(ctx context.Context, db *dbv1.Database, pod *corev
 }
 
 // Detach implements instance.Agents.
-func (h *hookedAgents) Detach(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
+func (h *hookedAgents) Detach(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error) {
 	st, err := h.Agents.Detach(ctx, db, pod)
 	if err == nil {
 		h.mu.Lock()
@@ -79,7 +79,7 @@ func (h *hookedAgents) setDelay(pod string, d time.Duration) {
 	h.delay[pod] = d
 }
 
-func (h *hookedAgents) setEdit(pod string, e func(st *agent.Status, detached bool)) {
+func (h *hookedAgents) setEdit(pod string, e func(st *agentapi.Status, detached bool)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.edit[pod] = e

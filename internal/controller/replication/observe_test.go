@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -55,7 +55,7 @@ func (f *fixture) primaryLease(holder string, renewed time.Time) {
 	err := f.c.Get(ctx, key, l)
 	l.Namespace, l.Name = key.Namespace, key.Name
 	l.Spec.HolderIdentity = ptr.To(holder)
-	l.Spec.LeaseDurationSeconds = ptr.To(int32(agent.LeaseDuration / time.Second))
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(agentapi.LeaseDuration / time.Second))
 	l.Spec.RenewTime = &metav1.MicroTime{Time: renewed}
 	if err != nil {
 		require.NoError(f.t, f.c.Create(ctx, l))
@@ -76,7 +76,7 @@ func TestStaleLeaseIsEvidenceOfLoss(t *testing.T) {
 		f.primaryLease("orders-0", clock.Add(-time.Second))
 		f.agents.SetUnreachable(f.db, "orders-0", true)
 		f.step(s)
-		*clock = clock.Add(agent.LeaseDuration - time.Second)
+		*clock = clock.Add(agentapi.LeaseDuration - time.Second)
 		f.step(s)
 		assert.Nil(t, f.get().Status.Replication.PrimaryLostSince, "lost before the Lease was LeaseDuration old")
 		*clock = clock.Add(2 * time.Second)
@@ -96,10 +96,10 @@ func TestStaleLeaseIsEvidenceOfLoss(t *testing.T) {
 		clocked(s)
 		f.primaryLease("orders-0", time.Now())
 		f.agents.SetUnreachable(f.db, "orders-0", true)
-		f.agents.SetLeaseUnchanged(f.db, "orders-2", agent.LeaseDuration-time.Second)
+		f.agents.SetLeaseUnchanged(f.db, "orders-2", agentapi.LeaseDuration-time.Second)
 		f.step(s)
 		assert.Nil(t, f.get().Status.Replication.PrimaryLostSince, "lost before a standby saw the Lease silent for LeaseDuration")
-		f.agents.SetLeaseUnchanged(f.db, "orders-2", agent.LeaseDuration)
+		f.agents.SetLeaseUnchanged(f.db, "orders-2", agentapi.LeaseDuration)
 		f.step(s)
 		require.NotNil(t, f.get().Status.Replication.PrimaryLostSince, "a standby saw the Lease silent for LeaseDuration: %s", f.condition().Message)
 		assert.Contains(t, f.condition().Message, "as orders-2 sees it")
@@ -158,7 +158,7 @@ func TestLostPrimaryIsAskedBriefly(t *testing.T) {
 	f.primaryLease("orders-0", clock.Add(-time.Minute))
 	h.setDelay("orders-0", time.Minute)
 	f.step(s)
-	*clock = clock.Add(agent.LeaseDuration + time.Second)
+	*clock = clock.Add(agentapi.LeaseDuration + time.Second)
 	f.step(s)
 	require.NotNil(t, f.get().Status.Replication.PrimaryLostSince, f.condition().Message)
 	start := time.Now()

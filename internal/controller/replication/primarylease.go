@@ -16,7 +16,7 @@ import (
 // and how long its record (holder, renew time, resourceVersion) has been
 // the same on this manager's clock. As with the agents' takeover rule
 // (internal/agent/leaserules.go), no clock is compared with another
-// machine's: a record unchanged for agent.LeaseDuration since this
+// machine's: a record unchanged for agentapi.LeaseDuration since this
 // manager first saw it cannot have been renewed since.
 type LeaseView struct {
 	Holder       string

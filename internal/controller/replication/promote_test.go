@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // TestSwitchoverPromotionOutlastsItsCall: the target's promotion outlasts
@@ -60,7 +60,7 @@ func TestSwitchoverPromotionOutlastsItsCall(t *testing.T) {
 	assert.Equal(t, "orders-2", st.CurrentPrimary)
 	assert.Equal(t, []string{"orders-2"}, f.labelled(dbv1.RolePrimary))
 	assert.Equal(t, dbv1.ReasonReplicating, f.condition().Reason, f.condition().Message)
-	assert.Equal(t, agent.RolePrimary, f.agents.Roles(f.db)["orders-2"])
+	assert.Equal(t, agentapi.RolePrimary, f.agents.Roles(f.db)["orders-2"])
 	ev := f.eventsText()
 	assert.Contains(t, ev, ReasonSwitchoverCompleted)
 	for _, line := range strings.Split(ev, "\n") {

@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -18,24 +18,24 @@ import (
 // or the restore of spec.bootstrap.recovery, whose source repository and
 // Secrets the operator reads (the pod mounts none of them) and passes in
 // the request.
-func (s *syncer) firstBootstrap(ctx context.Context, db *dbv1.Database) (agent.BootstrapRequest, error) {
+func (s *syncer) firstBootstrap(ctx context.Context, db *dbv1.Database) (agentapi.BootstrapRequest, error) {
 	if db.Spec.Bootstrap == nil || db.Spec.Bootstrap.Recovery == nil {
-		return agent.BootstrapRequest{Mode: agent.BootstrapInitdb}, nil
+		return agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb}, nil
 	}
 	store, err := facet.RecoveryStore(ctx, s.reader, db)
 	if err != nil {
-		return agent.BootstrapRequest{}, err
+		return agentapi.BootstrapRequest{}, err
 	}
 	secrets, err := s.storeSecrets(ctx, db.Namespace, store)
 	if err != nil {
-		return agent.BootstrapRequest{}, err
+		return agentapi.BootstrapRequest{}, err
 	}
 	src := resources.RecoverySource(db, store, secrets)
-	return agent.BootstrapRequest{Mode: agent.BootstrapRestore, Recovery: &src}, nil
+	return agentapi.BootstrapRequest{Mode: agentapi.BootstrapRestore, Recovery: &src}, nil
 }
 
 // storeSecrets reads the values of store's Secrets in namespace ns.
-func (s *syncer) storeSecrets(ctx context.Context, ns string, store *dbv1.ObjectStoreSpec) (agent.RepositorySecrets, error) {
+func (s *syncer) storeSecrets(ctx context.Context, ns string, store *dbv1.ObjectStoreSpec) (agentapi.RepositorySecrets, error) {
 	get := func(name, key, field string) (string, error) {
 		sec := &corev1.Secret{}
 		if err := s.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sec); err != nil {
@@ -47,22 +47,22 @@ func (s *syncer) storeSecrets(ctx context.Context, ns string, store *dbv1.Object
 		}
 		return v, nil
 	}
-	var out agent.RepositorySecrets
+	var out agentapi.RepositorySecrets
 	var err error
 	const prefix = "spec.bootstrap.recovery: the object store's "
-	if out.AccessKeyID, err = get(store.CredentialsSecret, agent.AccessKeyIDFile, prefix+"credentialsSecret"); err != nil {
+	if out.AccessKeyID, err = get(store.CredentialsSecret, agentapi.AccessKeyIDFile, prefix+"credentialsSecret"); err != nil {
 		return out, err
 	}
-	if out.SecretAccessKey, err = get(store.CredentialsSecret, agent.SecretAccessKeyFile, prefix+"credentialsSecret"); err != nil {
+	if out.SecretAccessKey, err = get(store.CredentialsSecret, agentapi.SecretAccessKeyFile, prefix+"credentialsSecret"); err != nil {
 		return out, err
 	}
 	if store.CASecret != "" {
-		if out.CA, err = get(store.CASecret, agent.CAFile, prefix+"caSecret"); err != nil {
+		if out.CA, err = get(store.CASecret, agentapi.CAFile, prefix+"caSecret"); err != nil {
 			return out, err
 		}
 	}
 	if store.EncryptionSecret != "" {
-		if out.Passphrase, err = get(store.EncryptionSecret, agent.PassphraseFile, prefix+"encryptionSecret"); err != nil {
+		if out.Passphrase, err = get(store.EncryptionSecret, agentapi.PassphraseFile, prefix+"encryptionSecret"); err != nil {
 			return out, err
 		}
 	}

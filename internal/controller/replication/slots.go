@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
 )
 
@@ -104,48 +104,73 @@ func (s *syncer) ensureSlots(ctx context.Context, conn instance.Conn, db *dbv1.D
 		if exists && st.walStatus != walLost {
 			continue
 		}
-		standby := standbyOf(slot, plan, pods)
-		if exists {
-			if st.active {
-				// its WAL sender would keep it from being dropped
-				if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_catalog.pg_terminate_backend(active_pid, 5000) FROM pg_catalog.pg_replication_slots WHERE slot_name = %s AND active_pid IS NOT NULL",
-					quoteLiteral(slot))); err != nil {
-					return "", fmt.Errorf("terminating the WAL sender of the invalidated replication slot %s: %w", slot, err)
-				}
-				log.FromContext(ctx).Info("Terminated the WAL sender of an invalidated replication slot", "slot", slot, "standby", standby, "pid", st.pid)
-			}
-			if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_catalog.pg_drop_replication_slot(%s)", quoteLiteral(slot))); err != nil {
-				if inUse(err) {
-					// taken again meanwhile: next time
-					pending = append(pending, fmt.Sprintf("the invalidated replication slot %s of %s is in use", slot, standby))
-					continue
-				}
-				return "", fmt.Errorf("dropping the invalidated replication slot %s: %w", slot, err)
-			}
-			log.FromContext(ctx).Info("Dropped an invalidated replication slot", "slot", slot, "standby", standby)
+		held, err := s.makeSlot(ctx, conn, db, plan, pods, slot, st, exists)
+		if err != nil {
+			return "", err
 		}
-		if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_catalog.pg_create_physical_replication_slot(%s, true)", quoteLiteral(slot))); err != nil {
-			return "", fmt.Errorf("creating replication slot %s: %w", slot, err)
-		}
-		log.FromContext(ctx).Info("Created replication slot", "slot", slot, "standby", standby, "remade", exists)
-		if exists {
-			s.remember(db, standby, slot, plan.CurrentPrimary)
-			var related runtime.Object
-			if pod := pods[standby]; pod != nil {
-				related = pod
-			}
-			s.writer.Eventf(db, related, corev1.EventTypeWarning, ReasonReplicationSlotLost, "ReplicationSlot",
-				"The replication slot %s of the standby %s on the primary %s had lost the WAL it kept (wal_status lost: %s fell more than max_slot_wal_keep_size behind); dropped it and made it again. %s is cloned again if the primary no longer has the WAL it needs",
-				slot, standby, plan.CurrentPrimary, standby, standby)
+		if held != "" {
+			pending = append(pending, held)
 		}
 	}
+	held, err := dropRemovedSlots(ctx, conn, plan.Slots, have)
+	if err != nil {
+		return "", err
+	}
+	pending = append(pending, held...)
+	return strings.Join(pending, "; "), nil
+}
+
+// makeSlot makes slot on the primary, dropping it first when it exists
+// (invalidated: st), after terminating the WAL sender that holds it. It
+// returns what it waits for: an invalidated slot taken again meanwhile.
+func (s *syncer) makeSlot(ctx context.Context, conn instance.Conn, db *dbv1.Database, plan *Plan, pods map[string]*corev1.Pod, slot string, st slotState, exists bool) (string, error) {
+	standby := standbyOf(slot, plan, pods)
+	if exists {
+		if st.active {
+			// its WAL sender would keep it from being dropped
+			if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_catalog.pg_terminate_backend(active_pid, 5000) FROM pg_catalog.pg_replication_slots WHERE slot_name = %s AND active_pid IS NOT NULL",
+				quoteLiteral(slot))); err != nil {
+				return "", fmt.Errorf("terminating the WAL sender of the invalidated replication slot %s: %w", slot, err)
+			}
+			log.FromContext(ctx).Info("Terminated the WAL sender of an invalidated replication slot", "slot", slot, "standby", standby, "pid", st.pid)
+		}
+		if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_catalog.pg_drop_replication_slot(%s)", quoteLiteral(slot))); err != nil {
+			if inUse(err) {
+				// taken again meanwhile: next time
+				return fmt.Sprintf("the invalidated replication slot %s of %s is in use", slot, standby), nil
+			}
+			return "", fmt.Errorf("dropping the invalidated replication slot %s: %w", slot, err)
+		}
+		log.FromContext(ctx).Info("Dropped an invalidated replication slot", "slot", slot, "standby", standby)
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("SELECT pg_catalog.pg_create_physical_replication_slot(%s, true)", quoteLiteral(slot))); err != nil {
+		return "", fmt.Errorf("creating replication slot %s: %w", slot, err)
+	}
+	log.FromContext(ctx).Info("Created replication slot", "slot", slot, "standby", standby, "remade", exists)
+	if exists {
+		s.remember(db, standby, slot, plan.CurrentPrimary)
+		var related runtime.Object
+		if pod := pods[standby]; pod != nil {
+			related = pod
+		}
+		s.writer.Eventf(db, related, corev1.EventTypeWarning, ReasonReplicationSlotLost, "ReplicationSlot",
+			"The replication slot %s of the standby %s on the primary %s had lost the WAL it kept (wal_status lost: %s fell more than max_slot_wal_keep_size behind); dropped it and made it again. %s is cloned again if the primary no longer has the WAL it needs",
+			slot, standby, plan.CurrentPrimary, standby, standby)
+	}
+	return "", nil
+}
+
+// dropRemovedSlots drops dbkeeper's slots (have) that are not wanted: of
+// instances that no longer exist. It returns those still in use.
+func dropRemovedSlots(ctx context.Context, conn instance.Conn, want []string, have map[string]slotState) ([]string, error) {
+	var pending []string
 	names := make([]string, 0, len(have))
 	for slot := range have {
 		names = append(names, slot)
 	}
 	sort.Strings(names)
 	for _, slot := range names {
-		if containsString(plan.Slots, slot) {
+		if containsString(want, slot) {
 			continue
 		}
 		if have[slot].active {
@@ -157,11 +182,11 @@ func (s *syncer) ensureSlots(ctx context.Context, conn instance.Conn, db *dbv1.D
 				pending = append(pending, fmt.Sprintf("replication slot %s of a removed instance is in use", slot))
 				continue
 			}
-			return "", fmt.Errorf("dropping replication slot %s: %w", slot, err)
+			return nil, fmt.Errorf("dropping replication slot %s: %w", slot, err)
 		}
 		log.FromContext(ctx).Info("Dropped the replication slot of a removed instance", "slot", slot)
 	}
-	return strings.Join(pending, "; "), nil
+	return pending, nil
 }
 
 // inUse says the statement was refused because the slot is active
@@ -174,12 +199,12 @@ func inUse(err error) bool {
 // standbyOf is the instance whose slot is slot.
 func standbyOf(slot string, plan *Plan, pods map[string]*corev1.Pod) string {
 	for name := range pods {
-		if agent.SlotName(name) == slot {
+		if agentapi.SlotName(name) == slot {
 			return name
 		}
 	}
 	for _, row := range plan.Rows {
-		if agent.SlotName(row.Name) == slot {
+		if agentapi.SlotName(row.Name) == slot {
 			return row.Name
 		}
 	}

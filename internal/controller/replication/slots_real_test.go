@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -78,7 +78,7 @@ func TestLostSlotIsMadeAgain(t *testing.T) {
 	f.run(s, 9)
 	require.Equal(t, dbv1.ReasonReplicating, f.condition().Reason, f.condition().Message)
 
-	slot := agent.SlotName("orders-1")
+	slot := agentapi.SlotName("orders-1")
 	walStatus := func() string {
 		return srv.SQL(t, "postgres", "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = '"+slot+"'")
 	}

@@ -3,10 +3,11 @@ package replication
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
 )
 
@@ -23,8 +24,8 @@ var rewindFunctions = []string{
 // primary (a former primary rejoins with it). GRANT is idempotent.
 func ensureRewindGrants(ctx context.Context, conn instance.Conn) error {
 	for _, fn := range rewindFunctions {
-		if _, err := conn.Exec(ctx, fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", fn, quoteIdent(agent.ReplicationUser))); err != nil {
-			return fmt.Errorf("granting %s EXECUTE on %s: %w", agent.ReplicationUser, fn, err)
+		if _, err := conn.Exec(ctx, fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", fn, quoteIdent(agentapi.ReplicationUser))); err != nil {
+			return fmt.Errorf("granting %s EXECUTE on %s: %w", agentapi.ReplicationUser, fn, err)
 		}
 	}
 	return nil
@@ -53,3 +54,16 @@ func ensureSynchronous(ctx context.Context, conn instance.Conn, want string) err
 	log.FromContext(ctx).Info("Set synchronous_standby_names", "from", from, "to", want)
 	return nil
 }
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

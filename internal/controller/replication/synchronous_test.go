@@ -9,7 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 )
 
@@ -64,7 +64,7 @@ func TestSynchronousFor(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			primary := "orders-0"
 			for _, i := range tc.insts {
-				if i.Agent != nil && i.Agent.Role == agent.RolePrimary {
+				if i.Agent != nil && i.Agent.Role == agentapi.RolePrimary {
 					primary = i.Name
 				}
 			}
@@ -86,7 +86,7 @@ func TestSynchronousFor(t *testing.T) {
 // role may run pg_rewind.
 func TestSynchronousOnThePrimary(t *testing.T) {
 	f, s := converged(t, 3)
-	assert.ElementsMatch(t, rewindFunctions, f.servers.Executes(f.db, agent.ReplicationUser), "pg_rewind cannot read the primary")
+	assert.ElementsMatch(t, rewindFunctions, f.servers.Executes(f.db, agentapi.ReplicationUser), "pg_rewind cannot read the primary")
 	assert.Equal(t, "", f.servers.SynchronousStandbyNames(f.db))
 
 	db := f.get()

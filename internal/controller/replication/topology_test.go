@@ -9,20 +9,20 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 )
 
-func primaryAt(name, lsn string) *agent.Status {
-	return &agent.Status{Pod: name, State: agent.StateRunning, Role: agent.RolePrimary, Ready: true, SystemID: "7", Timeline: 1, CurrentLSN: lsn}
+func primaryAt(name, lsn string) *agentapi.Status {
+	return &agentapi.Status{Pod: name, State: agentapi.StateRunning, Role: agentapi.RolePrimary, Ready: true, SystemID: "7", Timeline: 1, CurrentLSN: lsn}
 }
 
-func standbyAt(name, lsn string) *agent.Status {
-	return &agent.Status{Pod: name, State: agent.StateRunning, Role: agent.RoleReplica, Ready: true, SystemID: "7", Timeline: 1,
+func standbyAt(name, lsn string) *agentapi.Status {
+	return &agentapi.Status{Pod: name, State: agentapi.StateRunning, Role: agentapi.RoleReplica, Ready: true, SystemID: "7", Timeline: 1,
 		ReceivedLSN: lsn, ReplayedLSN: lsn, WALReceiver: "streaming"}
 }
 
-func inst(ord int, a *agent.Status, err string) Instance {
+func inst(ord int, a *agentapi.Status, err string) Instance {
 	return Instance{Name: "orders-" + string(rune('0'+ord)), Ordinal: ord, Exists: true, PodReady: true, Revision: "r1", Agent: a, Err: err}
 }
 
@@ -50,13 +50,13 @@ func TestDecide(t *testing.T) {
 		},
 		"bootstrap waits for an agent that does not answer": {
 			db:     withPrimary("", "", ""),
-			insts:  []Instance{inst(0, &agent.Status{State: agent.StateWaiting, DataEmpty: true}, ""), inst(1, nil, "connection refused"), inst(2, nil, "")},
+			insts:  []Instance{inst(0, &agentapi.Status{State: agentapi.StateWaiting, DataEmpty: true}, ""), inst(1, nil, "connection refused"), inst(2, nil, "")},
 			reason: dbv1.ReasonBootstrapping,
 		},
 		"bootstrap initdb on instance 0 only": {
 			db: withPrimary("", "", ""),
-			insts: []Instance{inst(0, &agent.Status{State: agent.StateWaiting, DataEmpty: true}, ""),
-				inst(1, &agent.Status{State: agent.StateWaiting, DataEmpty: true}, ""), inst(2, &agent.Status{State: agent.StateWaiting, DataEmpty: true}, "")},
+			insts: []Instance{inst(0, &agentapi.Status{State: agentapi.StateWaiting, DataEmpty: true}, ""),
+				inst(1, &agentapi.Status{State: agentapi.StateWaiting, DataEmpty: true}, ""), inst(2, &agentapi.Status{State: agentapi.StateWaiting, DataEmpty: true}, "")},
 			action: ActBootstrapInitdb, pod: "orders-0", reason: dbv1.ReasonBootstrapping,
 		},
 		"a primary found is recorded": {
@@ -83,8 +83,8 @@ func TestDecide(t *testing.T) {
 		},
 		"switchover: a demote in progress is waited for, not abandoned": {
 			db: withPrimary("orders-0", "orders-1", ""),
-			insts: []Instance{inst(0, &agent.Status{State: agent.StateDemoting, Role: agent.RolePrimary}, ""),
-				inst(1, &agent.Status{State: agent.StateRunning, Role: agent.RoleReplica, Ready: true, ReplayedLSN: "0/30"}, ""), inst(2, nil, "")},
+			insts: []Instance{inst(0, &agentapi.Status{State: agentapi.StateDemoting, Role: agentapi.RolePrimary}, ""),
+				inst(1, &agentapi.Status{State: agentapi.StateRunning, Role: agentapi.RoleReplica, Ready: true, ReplayedLSN: "0/30"}, ""), inst(2, nil, "")},
 			reason: dbv1.ReasonSwitchingOver,
 			labels: map[string]string{"orders-0": "", "orders-1": "", "orders-2": ""},
 		},

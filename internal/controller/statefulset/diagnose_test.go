@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
@@ -230,18 +229,4 @@ func TestObserveDiagnoses(t *testing.T) {
 	got = observe(db, sts, true, pods)
 	assert.Equal(t, dbv1.ReasonProgressing, got.Reason)
 	assert.Contains(t, got.Message, "updated the StatefulSet")
-}
-
-// TestPodStatusChanged wakes the controller for a pod's status, not for
-// its labels.
-func TestPodStatusChanged(t *testing.T) {
-	p := podStatusChanged()
-	old := enginePod(nil)
-	relabelled := old.DeepCopy()
-	relabelled.Labels["x"] = "y"
-	assert.False(t, p.Update(event.UpdateEvent{ObjectOld: &old, ObjectNew: relabelled}))
-	pulling := enginePod(waiting("ImagePullBackOff", ""))
-	assert.True(t, p.Update(event.UpdateEvent{ObjectOld: &old, ObjectNew: &pulling}))
-	assert.True(t, p.Create(event.CreateEvent{Object: &old}))
-	assert.True(t, p.Delete(event.DeleteEvent{Object: &old}))
 }

@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -67,7 +67,7 @@ func TestLeaseHolderSurvivesReconciles(t *testing.T) {
 	assert.True(t, got.Spec.RenewTime.Equal(renewed), "a reconcile changed the holder's renew time")
 }
 
-// The Lease names its members (agent.AnnotationMembers): the pods the
+// The Lease names its members (agentapi.AnnotationMembers): the pods the
 // StatefulSet runs, then the holder when it is another; a converged
 // reconcile writes nothing, and the agents' writes keep it.
 func TestLeaseNamesItsMembers(t *testing.T) {
@@ -80,7 +80,7 @@ func TestLeaseNamesItsMembers(t *testing.T) {
 		t.Helper()
 		l := &coordinationv1.Lease{}
 		require.NoError(t, c.Get(ctx, key, l))
-		return l.Annotations[agent.AnnotationMembers]
+		return l.Annotations[agentapi.AnnotationMembers]
 	}
 	_, err := s.Sync(ctx, db)
 	require.NoError(t, err)

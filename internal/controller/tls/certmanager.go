@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
@@ -81,7 +81,7 @@ func (s *syncer) ensureReplicationClient(ctx context.Context, db *dbv1.Database)
 	if err != nil {
 		return 0, err
 	}
-	pair, err := pki.IssueClient(ca, agent.ReplicationUser, now, s.certLifetime())
+	pair, err := pki.IssueClient(ca, agentapi.ReplicationUser, now, s.certLifetime())
 	if err != nil {
 		return 0, fmt.Errorf("issuing the replication client certificate: %w", err)
 	}
@@ -102,7 +102,7 @@ func (s *syncer) ensureReplicationClient(ctx context.Context, db *dbv1.Database)
 		"serial", pki.Serial(cert), "why", why)
 	s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonCertificateIssued, "IssueCertificate",
 		"Issued the instances' replication client certificate %s into Secret %s (%s)", pki.Serial(cert), name, why)
-	return max(renewal.Sub(now), time.Second), nil
+	return untilRenewal(renewal, now), nil
 }
 
 // syncCertificate is syncCertManager's part that keeps the Certificate

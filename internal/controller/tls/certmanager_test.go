@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/pki"
@@ -127,7 +127,7 @@ func TestCertManagerKeepsClientCertificatesTheDatabases(t *testing.T) {
 	sec := f.secret(t, resources.ReplicationClientSecretName(db))
 	cert, err := pki.ParseCertificate(sec.Data[corev1.TLSCertKey])
 	require.NoError(t, err)
-	assert.Equal(t, agent.ReplicationUser, cert.Subject.CommonName)
+	assert.Equal(t, agentapi.ReplicationUser, cert.Subject.CommonName)
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(ca.Data[resources.CACertKey])
 	_, err = cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: f.now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})

@@ -1,12 +1,8 @@
-// Package agent is dbkeeper's in-pod instance agent and its client. The
-// agent (`manager agent`, the manager binary copied into the engine pod by
-// an init container running `manager copy-self`) is PID 1 of the engine
-// container: it owns the postmaster, bootstraps an empty data directory
-// when the operator says how (initdb for the first primary, pg_basebackup
-// for a standby), serves an authenticated status endpoint, and carries out
-// the operator's demote and promote. The operator decides; the agent
-// enforces (docs/design/replication.md).
-package agent
+// Package agentapi is the contract between the manager and the agent that
+// runs PostgreSQL in each pod: the HTTP API's types and client, the
+// environment, files and ports the pod builders and the agent agree on,
+// and LSN parsing.
+package agentapi
 
 import (
 	"time"
@@ -315,7 +311,8 @@ type LeaseStatus struct {
 type FailsafeRequest struct {
 	// Pod is the primary's pod name, the lease's holder.
 	Pod string `json:"pod"`
-	// HolderUID is its pod's UID (AnnotationHolderUID), empty when unknown.
+	// HolderUID is its pod's UID (internal/agent's AnnotationHolderUID),
+	// empty when unknown.
 	HolderUID string `json:"holderUID,omitempty"`
 	// ResourceVersion is the lease's resourceVersion it last read or wrote.
 	ResourceVersion string `json:"resourceVersion,omitempty"`

@@ -1,4 +1,4 @@
-package agent
+package agentapi
 
 import (
 	"testing"
@@ -15,4 +15,9 @@ func TestParseLSN(t *testing.T) {
 		_, err := ParseLSN(bad)
 		assert.Error(t, err, bad)
 	}
+}
+
+func TestWALFileName(t *testing.T) {
+	assert.Equal(t, "000000010000000100000004", WALFileName(1, 0x1_0412F5E0, 16<<20))
+	assert.Equal(t, "00000002000000000000007F", WALFileName(2, 0x7F_000000, 16<<20))
 }

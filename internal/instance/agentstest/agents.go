@@ -1,4 +1,4 @@
-// Package agenttest is an in-memory stand-in for the agents of Databases'
+// Package agentstest is an in-memory stand-in for the agents of Databases'
 // instances, for the tests that run no agent (unit tests, envtest, kwok):
 // an instance has no data until it is bootstrapped, becomes the primary on
 // initdb and a streaming standby of the primary on clone; demote and
@@ -12,23 +12,21 @@
 // later status once the holder no longer renews (its server stopped or
 // fenced, its agent unreachable); the primary it replaces is then fenced
 // if it still ran, until Rejoin makes it a standby (pg_rewind).
-package agenttest
+//
+// agents.go holds the instances and the controls tests have over them;
+// calls.go implements instance.Agents on them.
+package agentstest
 
 import (
-	"cmp"
-	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
-	"github.com/dbkeeper/dbkeeper/internal/agent"
-	"github.com/dbkeeper/dbkeeper/internal/instance"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
 // Agents is an instance.Agents of in-memory instances.
@@ -50,7 +48,7 @@ type cluster struct {
 }
 
 type member struct {
-	role        agent.Role
+	role        agentapi.Role
 	timeline    uint32
 	replayed    uint64
 	unreachable bool
@@ -63,12 +61,12 @@ type member struct {
 	volumeFull bool
 	// promoting: a failover's promote waits to take the lease over.
 	promoting  bool
-	lastRewind *agent.RewindReport
+	lastRewind *agentapi.RewindReport
 	// diverged: a standby that received WAL the primary's timeline does
 	// not have, so it cannot follow until rewound (RejoinStandby).
 	diverged bool
 	// confirms names the primary whose failsafe this member confirmed
-	// (agent.LeaseStatus.ConfirmedFailsafeOf).
+	// (agentapi.LeaseStatus.ConfirmedFailsafeOf).
 	confirms string
 	// leaseUnchanged is how long the member reports the lease unchanged
 	// (SetLeaseUnchanged).
@@ -81,13 +79,11 @@ type member struct {
 
 // renews says the member, as the lease's holder, keeps renewing it.
 func (m *member) renews() bool {
-	return m != nil && m.role == agent.RolePrimary && !m.stopped && !m.fenced && !m.unreachable
+	return m != nil && m.role == agentapi.RolePrimary && !m.stopped && !m.fenced && !m.unreachable
 }
 
 // New returns Agents with no instance yet.
 func New() *Agents { return &Agents{clusters: map[types.UID]*cluster{}} }
-
-var _ instance.Agents = (*Agents)(nil)
 
 func (a *Agents) cluster(db *dbv1.Database) *cluster {
 	c := a.clusters[db.UID]
@@ -103,7 +99,7 @@ func (c *cluster) primary() (string, *member) {
 	var name string
 	var found *member
 	for n, m := range c.instances {
-		if m.role == agent.RolePrimary && !m.stopped && !m.fenced {
+		if m.role == agentapi.RolePrimary && !m.stopped && !m.fenced {
 			if found != nil {
 				return "", nil
 			}
@@ -116,35 +112,35 @@ func (c *cluster) primary() (string, *member) {
 // LSN formats a position the way PostgreSQL does.
 func LSN(pos uint64) string { return fmt.Sprintf("%X/%X", pos>>32, uint32(pos)) }
 
-func (c *cluster) status(pod string) agent.Status {
+func (c *cluster) status(pod string) agentapi.Status {
 	m := c.instances[pod]
 	if m == nil || m.role == "" {
-		return agent.Status{Pod: pod, State: agent.StateWaiting, DataEmpty: true}
+		return agentapi.Status{Pod: pod, State: agentapi.StateWaiting, DataEmpty: true}
 	}
 	if m.promoting {
 		c.takeOver(pod, m)
 	}
-	s := agent.Status{Pod: pod, State: agent.StateRunning, Role: m.role, SystemID: c.systemID, Timeline: m.timeline, Ready: true,
+	s := agentapi.Status{Pod: pod, State: agentapi.StateRunning, Role: m.role, SystemID: c.systemID, Timeline: m.timeline, Ready: true,
 		VolumeFull: m.volumeFull, LastRewind: m.lastRewind,
-		Lease: &agent.LeaseStatus{Holder: c.holder, Held: c.holder == pod && m.renews(), ConfirmedFailsafeOf: m.confirms,
+		Lease: &agentapi.LeaseStatus{Holder: c.holder, Held: c.holder == pod && m.renews(), ConfirmedFailsafeOf: m.confirms,
 			UnchangedFor: metav1.Duration{Duration: m.leaseUnchanged}}}
 	if m.volumeFull {
 		s.VolumeAvailableBytes = 1 << 20
 	}
 	if m.fenced {
-		s.State, s.Ready, s.Message = agent.StateFenced, false, "could not renew the primary lease in time: the server was stopped"
+		s.State, s.Ready, s.Message = agentapi.StateFenced, false, "could not renew the primary lease in time: the server was stopped"
 		return s
 	}
 	if m.promoting || m.slowPromoting {
-		s.State, s.Ready = agent.StatePromoting, false
+		s.State, s.Ready = agentapi.StatePromoting, false
 		s.ReceivedLSN, s.ReplayedLSN = LSN(m.replayed), LSN(m.replayed)
 		return s
 	}
 	if m.stopped {
-		s.State, s.Ready, s.Message = agent.StateFailed, false, "the server is stopped"
+		s.State, s.Ready, s.Message = agentapi.StateFailed, false, "the server is stopped"
 		return s
 	}
-	if m.role == agent.RolePrimary {
+	if m.role == agentapi.RolePrimary {
 		s.CurrentLSN = LSN(c.wal)
 		return s
 	}
@@ -162,91 +158,6 @@ func (c *cluster) status(pod string) agent.Status {
 	return s
 }
 
-func refused(code int, format string, args ...any) error {
-	return &agent.Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-func (a *Agents) reach(db *dbv1.Database, pod *corev1.Pod) (*cluster, error) {
-	c := a.cluster(db)
-	if m := c.instances[pod.Name]; m != nil && m.unreachable {
-		return nil, fmt.Errorf("GET https://%s:%d%s: connection refused", pod.Status.PodIP, agent.Port, agent.StatusPath)
-	}
-	return c, nil
-}
-
-// Status implements instance.Agents.
-func (a *Agents) Status(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c, err := a.reach(db, pod)
-	if err != nil {
-		return agent.Status{}, err
-	}
-	return c.status(pod.Name), nil
-}
-
-// Bootstrap implements instance.Agents.
-func (a *Agents) Bootstrap(_ context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.BootstrapRequest) (agent.Status, error) {
-	mode := req.Mode
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c, err := a.reach(db, pod)
-	if err != nil {
-		return agent.Status{}, err
-	}
-	if m := c.instances[pod.Name]; m != nil && m.role != "" {
-		return agent.Status{}, refused(http.StatusConflict, "the data directory of %s is not empty", pod.Name)
-	}
-	a.calls = append(a.calls, fmt.Sprintf("bootstrap %s %s", pod.Name, mode))
-	switch mode {
-	case agent.BootstrapInitdb, agent.BootstrapRestore:
-		if c.systemID == "" {
-			c.systemID = fmt.Sprintf("74%017d", len(a.clusters))
-		}
-		c.wal, c.timeline = 0x3000060, 1
-		c.instances[pod.Name] = &member{role: agent.RolePrimary, timeline: 1, unreachable: c.instances[pod.Name] != nil && c.instances[pod.Name].unreachable}
-		c.holder = pod.Name
-	case agent.BootstrapClone:
-		if _, p := c.primary(); p == nil {
-			return agent.Status{}, refused(http.StatusServiceUnavailable, "no primary to clone")
-		}
-		c.wal += 0x1000
-		c.instances[pod.Name] = &member{role: agent.RoleReplica, timeline: c.timeline, replayed: c.wal}
-	default:
-		return agent.Status{}, refused(http.StatusBadRequest, "unknown mode %q", mode)
-	}
-	return c.status(pod.Name), nil
-}
-
-// Demote implements instance.Agents.
-func (a *Agents) Demote(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.DemoteResponse, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c, err := a.reach(db, pod)
-	if err != nil {
-		return agent.DemoteResponse{}, err
-	}
-	m := c.instances[pod.Name]
-	if m == nil || m.role != agent.RolePrimary {
-		return agent.DemoteResponse{}, refused(http.StatusConflict, "%s is not a primary", pod.Name)
-	}
-	a.calls = append(a.calls, "demote "+pod.Name)
-	c.wal += 0x28 // the shutdown checkpoint
-	shutdown := c.wal
-	// A fast shutdown sends every WAL record, the checkpoint's too, to
-	// the standbys connected.
-	for _, o := range c.instances {
-		if o.role == agent.RoleReplica && !o.paused && !o.stopped {
-			o.replayed = shutdown
-		}
-	}
-	m.role, m.replayed = agent.RoleReplica, shutdown
-	if c.holder == pod.Name {
-		c.holder = "" // released once the server stopped
-	}
-	return agent.DemoteResponse{ShutdownLSN: LSN(shutdown), Status: c.status(pod.Name)}, nil
-}
-
 // takeOver completes the failover promote of pod once the lease's holder
 // no longer renews: pod takes the lease, a primary still running is
 // fenced, and pod becomes the primary of a new timeline from what it had
@@ -256,95 +167,14 @@ func (c *cluster) takeOver(pod string, m *member) {
 		return
 	}
 	for n, o := range c.instances {
-		if n != pod && o.role == agent.RolePrimary && !o.stopped {
+		if n != pod && o.role == agentapi.RolePrimary && !o.stopped {
 			o.fenced = true
 		}
 	}
 	c.holder = pod
 	c.timeline++
 	c.wal = m.replayed + 0x60
-	m.promoting, m.role, m.timeline, m.paused = false, agent.RolePrimary, c.timeline, false
-}
-
-// Promote implements instance.Agents.
-func (a *Agents) Promote(_ context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.PromoteRequest) (agent.Status, error) {
-	minReplayedLSN := req.MinReplayedLSN
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c, err := a.reach(db, pod)
-	if err != nil {
-		return agent.Status{}, err
-	}
-	m := c.instances[pod.Name]
-	if m != nil && m.slowPromoting {
-		return agent.Status{}, refused(http.StatusConflict, "another bootstrap, demote or promote is running")
-	}
-	if m == nil || m.role != agent.RoleReplica {
-		return agent.Status{}, refused(http.StatusConflict, "%s is not a standby", pod.Name)
-	}
-	if minReplayedLSN != "" {
-		min, err := agent.ParseLSN(minReplayedLSN)
-		if err != nil {
-			return agent.Status{}, refused(http.StatusBadRequest, "%v", err)
-		}
-		if m.replayed < min {
-			return agent.Status{}, refused(http.StatusConflict, "%s replayed %s, not %s", pod.Name, LSN(m.replayed), minReplayedLSN)
-		}
-	}
-	if req.Failover {
-		if !m.promoting {
-			a.calls = append(a.calls, "promote "+pod.Name+" failover")
-		}
-		m.promoting = true
-		return c.status(pod.Name), nil
-	}
-	if c.holder != "" && c.holder != pod.Name && c.instances[c.holder].renews() {
-		return agent.Status{}, refused(http.StatusConflict, "the primary lease is held by %s", c.holder)
-	}
-	a.calls = append(a.calls, "promote "+pod.Name)
-	c.holder = pod.Name
-	if m.slowPromote {
-		// the lease taken, pg_promote asked; the caller gave up first
-		m.slowPromoting = true
-		return agent.Status{}, fmt.Errorf("POST https://%s:%d%s: %w", pod.Status.PodIP, agent.Port, agent.PromotePath, context.DeadlineExceeded)
-	}
-	c.timeline++
-	c.wal += 0x60
-	m.role, m.timeline = agent.RolePrimary, c.timeline
-	return c.status(pod.Name), nil
-}
-
-// Detach implements instance.Agents: it records the call.
-func (a *Agents) Detach(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c, err := a.reach(db, pod)
-	if err != nil {
-		return agent.Status{}, err
-	}
-	if m := c.instances[pod.Name]; m == nil || m.role != agent.RoleReplica {
-		return agent.Status{}, refused(http.StatusConflict, "%s is not a standby", pod.Name)
-	}
-	a.calls = append(a.calls, "detach "+pod.Name)
-	return c.status(pod.Name), nil
-}
-
-// RejoinStandby implements instance.Agents: a diverged standby follows
-// again (as if rewound).
-func (a *Agents) RejoinStandby(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (agent.Status, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c, err := a.reach(db, pod)
-	if err != nil {
-		return agent.Status{}, err
-	}
-	m := c.instances[pod.Name]
-	if m == nil || m.role != agent.RoleReplica || !m.diverged {
-		return agent.Status{}, refused(http.StatusConflict, "%s is not a standby that does not stream", pod.Name)
-	}
-	a.calls = append(a.calls, "rejoin "+pod.Name)
-	m.diverged = false
-	return c.status(pod.Name), nil
+	m.promoting, m.role, m.timeline, m.paused = false, agentapi.RolePrimary, c.timeline, false
 }
 
 // SetDiverged makes the standby pod unable to follow the primary's
@@ -408,10 +238,10 @@ func (a *Agents) Write(db *dbv1.Database, n uint64) {
 }
 
 // Roles maps each instance of db with data to its role.
-func (a *Agents) Roles(db *dbv1.Database) map[string]agent.Role {
+func (a *Agents) Roles(db *dbv1.Database) map[string]agentapi.Role {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := map[string]agent.Role{}
+	out := map[string]agentapi.Role{}
 	for n, m := range a.cluster(db).instances {
 		if m.role != "" {
 			out[n] = m.role
@@ -456,8 +286,8 @@ func (a *Agents) Rejoin(db *dbv1.Database, pod string, at time.Time, discarded i
 		return
 	}
 	diverged := c.wal
-	m.role, m.stopped, m.fenced, m.paused = agent.RoleReplica, false, false, false
-	m.lastRewind = &agent.RewindReport{At: metav1.NewTime(at), DivergedLSN: LSN(diverged), DivergedTimeline: c.timeline - 1,
+	m.role, m.stopped, m.fenced, m.paused = agentapi.RoleReplica, false, false, false
+	m.lastRewind = &agentapi.RewindReport{At: metav1.NewTime(at), DivergedLSN: LSN(diverged), DivergedTimeline: c.timeline - 1,
 		EndLSN: LSN(m.replayed), DiscardedTransactions: discarded}
 }
 
@@ -466,23 +296,6 @@ func (a *Agents) Holder(db *dbv1.Database) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.cluster(db).holder
-}
-
-// Backup implements instance.Agents: the base backup of a reachable
-// primary finishes at once.
-func (a *Agents) Backup(_ context.Context, db *dbv1.Database, pod *corev1.Pod, req agent.BackupRequest) (agent.BackupRun, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c, err := a.reach(db, pod)
-	if err != nil {
-		return agent.BackupRun{}, err
-	}
-	if name, _ := c.primary(); name != pod.Name {
-		return agent.BackupRun{}, refused(http.StatusConflict, "this instance is not a running primary")
-	}
-	a.calls = append(a.calls, fmt.Sprintf("backup %s %s", pod.Name, req.ID))
-	now := metav1.Now()
-	return agent.BackupRun{ID: req.ID, Type: cmp.Or(req.Type, "incr"), Instance: pod.Name, Started: now, Finished: &now}, nil
 }
 
 // SetSlowPromote makes a switchover's promote of the standby pod outlast
@@ -506,5 +319,5 @@ func (a *Agents) CompletePromotion(db *dbv1.Database, pod string) {
 	}
 	c.timeline++
 	c.wal += 0x60
-	m.slowPromoting, m.role, m.timeline = false, agent.RolePrimary, c.timeline
+	m.slowPromoting, m.role, m.timeline = false, agentapi.RolePrimary, c.timeline
 }
