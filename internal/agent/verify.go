@@ -130,7 +130,7 @@ func verify(ctx context.Context, cfg VerifyConfig, log logr.Logger, rep *agentap
 	defer server.stop()
 
 	log.Info("Replaying the archive to its end")
-	conn, err := waitPromoted(ctx, cfg, server.exited, server.log)
+	conn, err := waitPromoted(ctx, cfg, server)
 	if err != nil {
 		return err
 	}

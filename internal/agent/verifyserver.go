@@ -20,8 +20,12 @@ type throwawayServer struct {
 	cmd     *exec.Cmd
 	logFile *os.File
 	logPath string
-	// exited receives the server's exit.
-	exited chan error
+	// done is closed once the server has exited, with err its exit; both
+	// waitPromoted and stop wait on it, so neither takes the exit from
+	// the other (a server that died during the replay once left stop
+	// waiting forever, and the verification Job with it).
+	done chan struct{}
+	err  error
 }
 
 // startThrowaway starts the throwaway server on cfg.PGData, with its own
@@ -41,15 +45,24 @@ func startThrowaway(cfg VerifyConfig, work string) (*throwawayServer, error) {
 		"-c", "listen_addresses=", "-c", "port="+strconv.Itoa(cfg.Port), "-c", "unix_socket_directories="+cfg.SocketDir,
 		"-c", "hba_file="+hba, "-c", "ssl=off", "-c", "archive_mode=off", "-c", "hot_standby=on",
 		"-c", "log_min_messages=warning")
-	server.Stdout, server.Stderr = logFile, logFile
 	server.Env = append(os.Environ(), "LC_ALL=C")
-	if err := server.Start(); err != nil {
+	return watchServer(server, logFile, logPath)
+}
+
+// watchServer starts cmd with its output in logFile and watches for its
+// exit.
+func watchServer(cmd *exec.Cmd, logFile *os.File, logPath string) (*throwawayServer, error) {
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("starting the server: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- server.Wait() }()
-	return &throwawayServer{cmd: server, logFile: logFile, logPath: logPath, exited: exited}, nil
+	s := &throwawayServer{cmd: cmd, logFile: logFile, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		s.err = cmd.Wait()
+		close(s.done)
+	}()
+	return s, nil
 }
 
 // stop stops the server and closes its log file.
@@ -57,10 +70,10 @@ func (s *throwawayServer) stop() {
 	// a fast shutdown; the volume goes with the pod anyway.
 	_ = s.cmd.Process.Signal(syscall.SIGINT)
 	select {
-	case <-s.exited:
+	case <-s.done:
 	case <-time.After(time.Minute):
 		_ = s.cmd.Process.Kill()
-		<-s.exited
+		<-s.done
 	}
 	_ = s.logFile.Close()
 }
@@ -73,15 +86,15 @@ func (s *throwawayServer) log() string {
 
 // waitPromoted connects to the throwaway server once it has replayed the
 // archive and promoted, and fails when it exits first.
-func waitPromoted(ctx context.Context, cfg VerifyConfig, exited <-chan error, serverLog func() string) (*pgx.Conn, error) {
+func waitPromoted(ctx context.Context, cfg VerifyConfig, server *throwawayServer) (*pgx.Conn, error) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
-		case err := <-exited:
-			return nil, fmt.Errorf("the server stopped during the replay (%v): %s", err, serverLog())
+		case <-server.done:
+			return nil, fmt.Errorf("the server stopped during the replay (%v): %s", server.err, server.log())
 		case <-ctx.Done():
-			return nil, fmt.Errorf("the replay did not finish in time: %s", serverLog())
+			return nil, fmt.Errorf("the replay did not finish in time: %s", server.log())
 		case <-tick.C:
 		}
 		conn, err := connectLocal(ctx, cfg, "postgres")
