@@ -294,6 +294,23 @@ func TestSwitchover(t *testing.T) {
 	assert.Equal(t, map[string]agentapi.Role{"orders-0": agentapi.RoleReplica, "orders-1": agentapi.RoleReplica, "orders-2": agentapi.RolePrimary}, f.agents.Roles(f.db))
 }
 
+// TestSwitchoverEnds: once a switchover finished and its aftermath passed,
+// the manager no longer counts the Database as in transition (which reads
+// the Database from the API server on every reconcile and asks silent
+// agents with the short timeout). Before, the finishing step stored its
+// start time again, and it stayed there for good.
+func TestSwitchoverEnds(t *testing.T) {
+	f, s := converged(t, 3)
+	clock := time.Now()
+	s.now = func() time.Time { return clock }
+	f.annotate("orders-2")
+	f.run(s, 8)
+	require.Equal(t, "orders-2", f.get().Status.Replication.CurrentPrimary)
+	clock = clock.Add(fastAftermath + time.Second)
+	f.run(s, 2)
+	assert.False(t, s.inTransition(f.get()), "a switchover that ended %s ago still counts as running", fastAftermath)
+}
+
 // TestSwitchoverRefused: a target that cannot take over is refused with
 // the annotation named, and nothing is demoted.
 func TestSwitchoverRefused(t *testing.T) {

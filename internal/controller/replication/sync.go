@@ -170,7 +170,10 @@ func (s *syncer) carryOut(ctx context.Context, db *dbv1.Database, plan *Plan, po
 		out.Condition.Message += "; " + ip.msg
 		err = nil
 	}
-	young := switchingOver(*plan) && s.switchoverYoung(db)
+	// a finished switchover counts as young for this last requeue; its
+	// start time is gone (took) and must not be stored again, or the
+	// Database would count as in transition for good
+	young := switchingOver(*plan) && (plan.Action.Kind == ActFinishSwitchover || s.switchoverYoung(db))
 	if err != nil {
 		log.FromContext(ctx).Info("Replication step failed, retrying", "action", plan.Action.Kind, "pod", plan.Action.Pod, "error", err.Error())
 		out.Condition.Message += fmt.Sprintf("; %s of %s failed: %s", plan.Action.Kind, plan.Action.Pod, conditions.Quote(err.Error(), 300))
