@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -137,8 +138,6 @@ func kubectlOutput(ctx context.Context, args []string) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// isTerminal says whether f is a terminal (a character device).
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
+// isTerminal says f is a terminal (a character device is not enough:
+// /dev/null is one, and kubectl then refuses to attach).
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
