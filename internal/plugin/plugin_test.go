@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,4 +170,33 @@ func TestUsage(t *testing.T) {
 		assert.True(t, errors.Is(err, plugin.ErrUsage), "%v: %v", args, err)
 	}
 	assert.NoError(t, plugin.Check([]string{"help"}))
+}
+
+// TestStatusShowsTheLastEvents: status ends with the last events about the
+// Database (not those of other objects), newest last.
+func TestStatusShowsTheLastEvents(t *testing.T) {
+	var objs []client.Object
+	objs = append(objs, replicated())
+	for i, reason := range []string{"Bootstrapped", "Cloning", "RoleLabelled", "SwitchoverStarted", "Demoted", "Promoted", "SwitchoverCompleted"} {
+		objs = append(objs, &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Namespace: "shop", Name: "orders." + reason},
+			InvolvedObject: corev1.ObjectReference{Kind: "Database", Name: "orders", Namespace: "shop"},
+			Reason:         reason, Type: corev1.EventTypeNormal, Message: "step " + reason,
+			LastTimestamp: metav1.NewTime(now.Add(time.Duration(i-10) * time.Minute)),
+		})
+	}
+	objs = append(objs, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: "shop", Name: "billing.x"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Database", Name: "billing", Namespace: "shop"},
+		Reason:         "FailoverStarted", Type: corev1.EventTypeWarning, LastTimestamp: metav1.NewTime(now),
+	})
+	e, _, out := env(t, objs...)
+	require.NoError(t, plugin.Run(context.Background(), e, []string{"status", "orders"}))
+	text := out.String()
+	require.Contains(t, text, "Events (the last 5)")
+	events := text[strings.Index(text, "Events (the last 5)"):]
+	assert.NotContains(t, events, "Cloning", "only the last five")
+	assert.NotContains(t, events, "FailoverStarted", "another Database's event")
+	assert.Less(t, strings.Index(events, "SwitchoverStarted"), strings.Index(events, "SwitchoverCompleted"), "newest last")
+	assert.Contains(t, events, "4m0s  Normal  SwitchoverCompleted  step SwitchoverCompleted")
 }

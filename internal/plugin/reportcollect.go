@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sort"
 	"text/tabwriter"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -109,38 +108,17 @@ func kindOf(b *bundle, obj client.Object) string {
 // collectEvents adds the events of namespace about the objects involved
 // ("Kind/name"), oldest first, as a table and as YAML.
 func collectEvents(ctx context.Context, env Env, b *bundle, namespace string, involved map[string]bool) {
-	var events corev1.EventList
-	if err := env.Client.List(ctx, &events, client.InNamespace(namespace)); err != nil {
-		b.fail("listing the events of namespace %s: %v", namespace, err)
+	mine, err := eventsAbout(ctx, env, namespace, involved)
+	if err != nil {
+		b.fail("%v", err)
 		return
 	}
-	var mine []*corev1.Event
-	for i := range events.Items {
-		e := &events.Items[i]
-		if involved[e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name] {
-			mine = append(mine, e)
-		}
-	}
-	last := func(e *corev1.Event) int64 {
-		switch {
-		case !e.LastTimestamp.IsZero():
-			return e.LastTimestamp.UnixNano()
-		case !e.EventTime.IsZero():
-			return e.EventTime.UnixNano()
-		}
-		return e.CreationTimestamp.UnixNano()
-	}
-	sort.SliceStable(mine, func(i, j int) bool { return last(mine[i]) < last(mine[j]) })
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LAST SEEN\tTYPE\tREASON\tOBJECT\tCOUNT\tMESSAGE")
 	objs := make([]client.Object, 0, len(mine))
 	for _, e := range mine {
-		seen := e.LastTimestamp.Time
-		if seen.IsZero() {
-			seen = e.EventTime.Time
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%d\t%s\n", seen.UTC().Format("2006-01-02T15:04:05Z"), e.Type, e.Reason,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%d\t%s\n", lastSeen(e).UTC().Format("2006-01-02T15:04:05Z"), e.Type, e.Reason,
 			e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Count, RedactText(conditions.Quote(e.Message, 300)))
 		objs = append(objs, e)
 	}

@@ -102,5 +102,14 @@ func status(ctx context.Context, env Env, name, output string) error {
 	if output == "json" {
 		return StatusJSON(env.Out, db)
 	}
-	return Status(env.Out, db, env.now())
+	if err := Status(env.Out, db, env.now()); err != nil {
+		return err
+	}
+	events, err := eventsAbout(ctx, env, db.Namespace, map[string]bool{"Database/" + db.Name: true})
+	if err != nil {
+		// status without the events rather than none
+		fmt.Fprintf(env.errOut(), "warning: no events: %v\n", err)
+		return nil
+	}
+	return StatusEvents(env.Out, events, env.now())
 }
