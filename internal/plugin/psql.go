@@ -3,7 +3,6 @@ package plugin
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -153,7 +153,7 @@ func psql(ctx context.Context, env Env, name string, args []string) error {
 		return fmt.Errorf("the image of Database %s/%s: %w", db.Namespace, db.Name, err)
 	}
 	tls := bool(resources.TLSFor(db, live).On())
-	podName := fmt.Sprintf("%s-psql-%s", db.Name, suffix())
+	podName := fmt.Sprintf("%s-psql-%s", db.Name, utilrand.String(5))
 	pod := PsqlPod(db, eng, podName, image, tls, env.TTY, pullSecrets, args)
 	overrides, err := json.Marshal(clean(pod))
 	if err != nil {
@@ -171,17 +171,6 @@ func psql(ctx context.Context, env Env, name string, args []string) error {
 		fmt.Fprintf(env.errOut(), "warning: could not delete the psql pod %s/%s: %v\n", db.Namespace, podName, err)
 	}
 	return runErr
-}
-
-// suffix is five random lower-case letters and digits, for a pod name.
-func suffix() string {
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
 }
 
 // psqlExec runs psql in the primary's engine container as the

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/yaml"
@@ -197,7 +198,7 @@ func collectLogs(ctx context.Context, env Env, b *bundle, pod *corev1.Pod, dir s
 			if previous && restarts[c.Name] == 0 {
 				continue
 			}
-			opts := &corev1.PodLogOptions{Container: c.Name, TailLines: &tail, LimitBytes: ptrTo[int64](8 << 20), Previous: previous, Timestamps: true}
+			opts := &corev1.PodLogOptions{Container: c.Name, TailLines: &tail, LimitBytes: ptr.To[int64](8 << 20), Previous: previous, Timestamps: true}
 			log, err := env.Logs(ctx, pod.Namespace, pod.Name, opts)
 			if err != nil {
 				b.fail("the log of %s/%s container %s (previous %t): %v", pod.Namespace, pod.Name, c.Name, previous, err)
@@ -219,8 +220,6 @@ func redactLines(s string) string {
 	}
 	return strings.Join(lines, "")
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // sortedItems are the items of list, by name.
 func sortedItems(list client.ObjectList) []client.Object {

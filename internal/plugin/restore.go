@@ -189,13 +189,7 @@ func restoreNotes(source, db *dbv1.Database) []string {
 
 // allowList is source's restore-allowed-namespaces with ns added.
 func allowList(source *dbv1.Database, ns string) string {
-	var list []string
-	for _, v := range strings.Split(source.Annotations[dbv1.AnnotationRestoreAllowedNamespaces], ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			list = append(list, v)
-		}
-	}
-	return strings.Join(append(list, ns), ",")
+	return strings.Join(append(resources.RestoreAllowedNamespaces(source), ns), ",")
 }
 
 // clean is obj as a map for YAML or JSON, without status and the

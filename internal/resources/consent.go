@@ -23,12 +23,24 @@ func refuse(format string, args ...any) error {
 // (its own namespace too: being in the same namespace is no consent) or
 // "*".
 func RestoreConsented(db, source *dbv1.Database) bool {
-	for _, v := range strings.Split(source.Annotations[dbv1.AnnotationRestoreAllowedNamespaces], ",") {
-		if v = strings.TrimSpace(v); v == "*" || v == db.Namespace {
+	for _, v := range RestoreAllowedNamespaces(source) {
+		if v == "*" || v == db.Namespace {
 			return true
 		}
 	}
 	return false
+}
+
+// RestoreAllowedNamespaces are the entries of source's
+// AnnotationRestoreAllowedNamespaces: namespaces, or "*".
+func RestoreAllowedNamespaces(source *dbv1.Database) []string {
+	var list []string
+	for _, v := range strings.Split(source.Annotations[dbv1.AnnotationRestoreAllowedNamespaces], ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			list = append(list, v)
+		}
+	}
+	return list
 }
 
 // notConsented is the RecoveryRefusedError of field when source does not
