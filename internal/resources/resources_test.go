@@ -83,6 +83,7 @@ func TestGolden(t *testing.T) {
 			"headless-service":   resources.HeadlessService(db, eng),
 			"ro-service":         resources.ReadOnlyService(db, eng),
 			"pdb":                resources.PodDisruptionBudget(db),
+			"primary-pdb":        resources.PrimaryDisruptionBudget(db),
 			"replication-secret": resources.ReplicationSecret(db, "not-a-real-password", "not-a-real-token"),
 			"secret":             resources.CredentialsSecret(db, eng, "not-a-real-password", resources.ClientTLS{}),
 			"secret-metadata":    resources.CredentialsSecretMetadata(db),

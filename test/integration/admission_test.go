@@ -44,8 +44,8 @@ func TestRefusedChildNamesTheField(t *testing.T) {
 }
 
 // TestThreeReplicas: a Database of replicas: 3 gets a StatefulSet of three
-// pods that rolls out OnDelete, a PodDisruptionBudget of one unavailable
-// pod, a read-only Service beside the read-write one, and its replication
+// pods that rolls out OnDelete, a PodDisruptionBudget that lets one standby
+// go, a read-only Service beside the read-write one, and its replication
 // Secret; scaled down to one, the budget goes.
 func TestThreeReplicas(t *testing.T) {
 	ns := newNamespace(t)
@@ -64,7 +64,7 @@ func TestThreeReplicas(t *testing.T) {
 	}, timeout, tick)
 	assert.Equal(t, int32(3), *sts.Spec.Replicas)
 	assert.Equal(t, appsv1.OnDeleteStatefulSetStrategyType, sts.Spec.UpdateStrategy.Type)
-	assert.Equal(t, intstr.FromInt32(1), *pdb.Spec.MaxUnavailable)
+	assert.Equal(t, intstr.FromInt32(1), *pdb.Spec.MinAvailable, "one of the two standbys may go")
 	assert.Equal(t, dbv1.RoleReplica, ro.Spec.Selector[dbv1.LabelRole])
 	assert.NotEmpty(t, repl.Data[resources.AgentTokenKey])
 

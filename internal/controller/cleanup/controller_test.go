@@ -53,6 +53,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 			&corev1.Secret{ObjectMeta: meta("orders-superuser", resources.ComponentSuperuser)},
 			// orphaned by orphan deletion: no owner reference left
 			&policyv1.PodDisruptionBudget{ObjectMeta: meta("orders", resources.ComponentDatabase)},
+			&policyv1.PodDisruptionBudget{ObjectMeta: meta("orders-primary", resources.ComponentDatabase)},
 			&coordinationv1.Lease{ObjectMeta: meta("orders-primary", resources.ComponentDatabase)},
 			&rbacv1.Role{ObjectMeta: meta("orders-instance", resources.ComponentDatabase)},
 			&rbacv1.RoleBinding{ObjectMeta: meta("orders-instance", resources.ComponentDatabase)},
@@ -89,6 +90,7 @@ func TestCarryOutTouchesOnlyItsOwn(t *testing.T) {
 		assert.False(t, exists(c, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}),
 			"an orphaned disruption budget outlived the Database whose data went")
 		for _, obj := range []client.Object{
+			&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-primary"}},
 			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-primary"}},
 			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-instance"}},
 			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-instance"}},

@@ -40,6 +40,7 @@ func (r *reconciler) deleteWorkload(ctx context.Context, db *dbv1.Database) (str
 		{&corev1.Service{}, resources.HeadlessServiceName(db)},
 		{&batchv1.CronJob{}, resources.BackupName(db)},
 		{&policyv1.PodDisruptionBudget{}, resources.PodDisruptionBudgetName(db)},
+		{&policyv1.PodDisruptionBudget{}, resources.PrimaryDisruptionBudgetName(db)},
 		// the primary Lease and what lets the agents hold it
 		{&coordinationv1.Lease{}, resources.LeaseName(db)},
 		{&rbacv1.RoleBinding{}, resources.InstanceRoleName(db)},

@@ -1,6 +1,8 @@
 package replication
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -26,6 +28,7 @@ const Name = "replication"
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get
@@ -122,12 +125,18 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	}
 	s := &syncer{client: mgr.GetClient(), reader: mgr.GetAPIReader(), writer: w, agents: agents, instances: o.Instances, now: time.Now}
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexPodNode, podNode); err != nil {
+		return fmt.Errorf("indexing pods by node: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentDatabase)),
 			builder.WithPredicates(podChanged())).
 		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &dbv1.Database{})).
+		// a cordon of the primary's node starts a switchover
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(databasesOnNode(mgr.GetClient())),
+			builder.WithPredicates(nodeDrainChanged())).
 		WithOptions(facet.ControllerOptions(o)).
 		Complete(r)
 }

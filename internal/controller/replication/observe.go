@@ -29,6 +29,9 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database, lostNow ...stri
 	in := Input{DB: db, Now: s.now(), UpdateRevision: revision}
 	in.Instances = make([]Instance, count)
 	s.askAll(ctx, db, in.Instances, pods, s.brief(db, count, lostNow))
+	if err := s.readNodes(ctx, in.Instances, pods); err != nil {
+		return Input{}, nil, err
+	}
 	in.PrimaryLease = s.watchLeaseOfSilentPrimary(ctx, db, in.Instances)
 	in.SwitchoverWaitSince = s.switchoverWait(db)
 	if v, ok := s.settled.Load(db.UID); ok {

@@ -36,6 +36,10 @@ type Instance struct {
 	// TimedOut says the agent was asked and did not answer within
 	// statusTimeout (a loaded or frozen pod, not a refused connection).
 	TimedOut bool
+	// Node is the node the pod runs on, and NodeDrain why that node is
+	// being emptied (cordoned, or tainted by an autoscaler that removes
+	// it), "" when it is not.
+	Node, NodeDrain string
 }
 
 // Input is everything a decision is made from.

@@ -15,6 +15,9 @@ import (
 type serving struct {
 	*view
 	prim *Instance
+	// drainBlocked says why the primary's node waits to be drained, ""
+	// when it does not (leaveDrainingNode).
+	drainBlocked string
 }
 
 // servingRule is one rule of a serving primary: it returns true when it
@@ -24,8 +27,8 @@ type servingRule func(p *Plan, s *serving) bool
 // The rules of phaseSteady and phaseRollingUpdate, in priority order: the
 // last one always decides.
 var (
-	steadyRules        = []servingRule{cloneStandby, rejoinDiverged, askedSwitchover, handOverOnScaleDown, reportHealth}
-	rollingUpdateRules = []servingRule{cloneStandby, rejoinDiverged, askedSwitchover, handOverOnScaleDown, rollOut, reportHealth}
+	steadyRules        = []servingRule{cloneStandby, rejoinDiverged, askedSwitchover, leaveDrainingNode, handOverOnScaleDown, reportHealth}
+	rollingUpdateRules = []servingRule{cloneStandby, rejoinDiverged, askedSwitchover, leaveDrainingNode, handOverOnScaleDown, rollOut, reportHealth}
 )
 
 // decideServing: a primary is recorded, serves, and no switchover runs.
@@ -144,6 +147,10 @@ func reportHealth(p *Plan, s *serving) bool {
 	}
 	standbys := max(0, s.n-1)
 	p.Condition = conditions.True(t, dbv1.ReasonReplicating, fmt.Sprintf("%s is the primary; %d standby(s) stream from it", p.CurrentPrimary, standbys))
+	if s.drainBlocked != "" {
+		p.Condition.Message += "; " + s.drainBlocked
+		p.Changing = true
+	}
 	return true
 }
 

@@ -216,9 +216,18 @@ func bestStandby(db *dbv1.Database, insts []Instance, byName map[string]*Instanc
 			continue
 		}
 		lag, _ := lagBytes(prim.Agent, inst.Agent)
-		if best == "" || lag < bestLag {
+		if best == "" || better(&inst, byName[best], lag, bestLag) {
 			best, bestLag = inst.Name, lag
 		}
 	}
 	return best
+}
+
+// better: a standby on a node that stays beats one on a node being
+// drained (it would be evicted next); then the smaller lag wins.
+func better(inst, best *Instance, lag, bestLag int64) bool {
+	if (inst.NodeDrain == "") != (best.NodeDrain == "") {
+		return inst.NodeDrain == ""
+	}
+	return lag < bestLag
 }

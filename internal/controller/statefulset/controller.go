@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -183,7 +184,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 			return facet.Outcome{}, err
 		}
 	}
-	if err := s.syncDisruptionBudget(ctx, db); err != nil {
+	if err := s.syncDisruptionBudgets(ctx, db); err != nil {
 		return facet.Outcome{}, err
 	}
 
@@ -202,17 +203,29 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	return out, nil
 }
 
-// syncDisruptionBudget keeps the engine pods' PodDisruptionBudget while the
-// Database runs two instances or more, and deletes it below.
-func (s *syncer) syncDisruptionBudget(ctx context.Context, db *dbv1.Database) error {
-	key := client.ObjectKey{Namespace: db.Namespace, Name: resources.PodDisruptionBudgetName(db)}
+// syncDisruptionBudgets keeps the engine pods' two PodDisruptionBudgets
+// (the standbys', and the primary's that refuses its eviction) while the
+// Database runs two instances or more, and deletes them below.
+func (s *syncer) syncDisruptionBudgets(ctx context.Context, db *dbv1.Database) error {
+	for _, want := range []*policyv1ac.PodDisruptionBudgetApplyConfiguration{resources.PodDisruptionBudget(db), resources.PrimaryDisruptionBudget(db)} {
+		if err := s.syncDisruptionBudget(ctx, db, want); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDisruptionBudget applies one budget, or deletes it when the Database
+// runs fewer than two instances.
+func (s *syncer) syncDisruptionBudget(ctx context.Context, db *dbv1.Database, want *policyv1ac.PodDisruptionBudgetApplyConfiguration) error {
+	key := client.ObjectKey{Namespace: db.Namespace, Name: *want.Name}
 	live, err := apply.Live(ctx, s.client, key, &policyv1.PodDisruptionBudget{})
 	if err != nil {
-		return fmt.Errorf("getting PodDisruptionBudget: %w", err)
+		return fmt.Errorf("getting PodDisruptionBudget %s: %w", key.Name, err)
 	}
 	if resources.WantsPodDisruptionBudget(db) {
-		if _, err := s.writer.Apply(ctx, live, resources.PodDisruptionBudget(db)); err != nil {
-			return fmt.Errorf("applying PodDisruptionBudget: %w", err)
+		if _, err := s.writer.Apply(ctx, live, want); err != nil {
+			return fmt.Errorf("applying PodDisruptionBudget %s: %w", key.Name, err)
 		}
 		return nil
 	}
@@ -222,7 +235,7 @@ func (s *syncer) syncDisruptionBudget(ctx context.Context, db *dbv1.Database) er
 	log.FromContext(ctx).Info("Deleting PodDisruptionBudget: fewer than two instances", "PodDisruptionBudget", klog.KObj(live))
 	err = s.client.Delete(ctx, live, client.Preconditions{UID: ptr.To(live.UID)})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting PodDisruptionBudget: %w", err)
+		return fmt.Errorf("deleting PodDisruptionBudget %s: %w", key.Name, err)
 	}
 	return nil
 }

@@ -236,8 +236,11 @@ func TestReconcileReportsWhyPodsAreNotReady(t *testing.T) {
 }
 
 // TestDisruptionBudgetAndPrimary: with two instances or more the engine
-// pods get a PodDisruptionBudget of one unavailable pod, owned by the
-// Database; a scale-down to one deletes it. The StatefulSet never runs
+// pods get two PodDisruptionBudgets owned by the Database: the standbys'
+// that lets one go at a time, and the primary's that refuses to evict it (a
+// drain waits for the switchover); each selects one role, as the
+// eviction API refuses a pod with two budgets. Unhealthy pods may always
+// go. A scale-down to one deletes both. The StatefulSet never runs
 // fewer pods than the primary's ordinal + 1: the replication controller
 // switches over before the primary's pod may go.
 func TestDisruptionBudgetAndPrimary(t *testing.T) {
@@ -252,10 +255,20 @@ func TestDisruptionBudgetAndPrimary(t *testing.T) {
 	require.NoError(t, err)
 	pdb := &policyv1.PodDisruptionBudget{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, pdb))
-	assert.Equal(t, intstr.FromInt32(1), *pdb.Spec.MaxUnavailable)
-	assert.Nil(t, pdb.Spec.MinAvailable)
-	assert.Equal(t, resources.PodSelectorLabels(db), pdb.Spec.Selector.MatchLabels)
+	assert.Equal(t, intstr.FromInt32(1), *pdb.Spec.MinAvailable, "of two standbys, one may go")
+	assert.Nil(t, pdb.Spec.MaxUnavailable)
+	standbys := resources.PodSelectorLabels(db)
+	standbys[dbv1.LabelRole] = dbv1.RoleReplica
+	assert.Equal(t, standbys, pdb.Spec.Selector.MatchLabels)
+	assert.Equal(t, policyv1.AlwaysAllow, *pdb.Spec.UnhealthyPodEvictionPolicy)
 	assert.True(t, metav1.IsControlledBy(pdb, db), "owned by the Database")
+	primary := &policyv1.PodDisruptionBudget{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name + "-primary"}, primary))
+	assert.Equal(t, intstr.FromInt32(1), *primary.Spec.MinAvailable, "the healthy primary is never evicted")
+	assert.Nil(t, primary.Spec.MaxUnavailable)
+	assert.Equal(t, dbv1.RolePrimary, primary.Spec.Selector.MatchLabels[dbv1.LabelRole])
+	assert.Equal(t, policyv1.AlwaysAllow, *primary.Spec.UnhealthyPodEvictionPolicy)
+	assert.True(t, metav1.IsControlledBy(primary, db), "owned by the Database")
 	sts := &appsv1.StatefulSet{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts))
 	assert.Equal(t, int32(3), *sts.Spec.Replicas)
@@ -277,8 +290,10 @@ func TestDisruptionBudgetAndPrimary(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(sts), sts))
 	assert.Equal(t, int32(1), *sts.Spec.Replicas)
-	err = c.Get(ctx, client.ObjectKeyFromObject(pdb), &policyv1.PodDisruptionBudget{})
-	assert.True(t, apierrors.IsNotFound(err), "the budget is gone: %v", err)
+	for _, b := range []*policyv1.PodDisruptionBudget{pdb, primary} {
+		err = c.Get(ctx, client.ObjectKeyFromObject(b), &policyv1.PodDisruptionBudget{})
+		assert.True(t, apierrors.IsNotFound(err), "budget %s is gone: %v", b.Name, err)
+	}
 
 	// Another sync without a budget to delete is quiet.
 	_, err = s.Sync(ctx, db)
