@@ -64,6 +64,18 @@ func TestFailoverCandidates(t *testing.T) {
 				inst(2, onTimeline(received("orders-2", "0/F00", "0/F00"), 2), "")},
 			action: ActStartFailover, pod: "orders-2",
 		},
+		"of two as advanced, the one on a node that stays": {
+			db: lostDB(time.Minute),
+			insts: []Instance{gone(0), draining(inst(1, received("orders-1", "0/F80", "0/F80"), "")),
+				inst(2, received("orders-2", "0/F80", "0/F80"), "")},
+			action: ActStartFailover, pod: "orders-2",
+		},
+		"the most advanced wins although its node is drained": {
+			db: lostDB(time.Minute),
+			insts: []Instance{gone(0), draining(inst(1, received("orders-1", "0/F80", "0/F80"), "")),
+				inst(2, received("orders-2", "0/F00", "0/F00"), "")},
+			action: ActStartFailover, pod: "orders-1",
+		},
 		"no candidate behind the lost primary's timeline": {
 			db:     lostDB(time.Minute, primaryTimeline(2)),
 			insts:  []Instance{gone(0), inst(1, received("orders-1", "0/F80", "0/F80"), ""), inst(2, received("orders-2", "0/F00", "0/F00"), "")},
@@ -82,6 +94,12 @@ func TestFailoverCandidates(t *testing.T) {
 			assert.Contains(t, p.Condition.Message, tc.message)
 		})
 	}
+}
+
+// draining puts inst on a node being drained.
+func draining(inst Instance) Instance {
+	inst.Node, inst.NodeDrain = "node-a", "is cordoned (being drained)"
+	return inst
 }
 
 // decideDetached decides as after every instance was detached.

@@ -165,7 +165,9 @@ func (c *candidates) onNewestTimeline(db *dbv1.Database, fromTimeline uint32) st
 }
 
 // rank sorts the candidates, the most advanced first: by position, then
-// prefer, then the replayed position, then the name.
+// prefer, then one on a node that stays before one on a node being
+// drained (it would be evicted next), then the replayed position, then
+// the name.
 func rank(list []*Instance, prefer string) {
 	slices.SortFunc(list, func(x, y *Instance) int {
 		px, _ := parseLSN(position(x.Agent))
@@ -175,6 +177,12 @@ func rank(list []*Instance, prefer string) {
 		}
 		if (x.Name == prefer) != (y.Name == prefer) {
 			if x.Name == prefer {
+				return -1
+			}
+			return 1
+		}
+		if (x.NodeDrain == "") != (y.NodeDrain == "") {
+			if x.NodeDrain == "" {
 				return -1
 			}
 			return 1
