@@ -12,6 +12,11 @@ var specFields = map[string][]struct{ child, spec string }{
 		{"spec.template.spec.containers[0].image", "spec.image (or spec.version)"},
 		{"spec.template.spec.containers[0].resources", "spec.resources"},
 		{"spec.template.spec.volumes", "spec.resources.limits.memory"},
+		{"spec.template.spec.affinity", "spec.affinity"},
+		{"spec.template.spec.tolerations", "spec.tolerations"},
+		{"spec.template.spec.nodeSelector", "spec.nodeSelector"},
+		{"spec.template.spec.topologySpreadConstraints", "spec.topologySpreadConstraints"},
+		{"spec.template.spec.priorityClassName", "spec.priorityClassName"},
 		{"spec.volumeClaimTemplates", "spec.storage"},
 	},
 	"Service": {

@@ -66,6 +66,13 @@ var samples = map[string]*dbv1.Database{
 		db.Spec.Backup.Retention = 24
 		db.Spec.Backup.Storage.StorageClassName = ptr.To("cheap")
 		db.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: "billing-old", File: "latest"}}
+		// Dedicated database nodes: tainted, labelled, their own priority.
+		db.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "database", Effect: corev1.TaintEffectNoSchedule}}
+		db.Spec.NodeSelector = map[string]string{"node-role.example.com/database": ""}
+		db.Spec.PriorityClassName = "database-critical"
+		db.Spec.TopologySpreadConstraints = &[]corev1.TopologySpreadConstraint{
+			{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.DoNotSchedule},
+		}
 	}),
 }
 

@@ -47,6 +47,11 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 		podLabels[k] = v
 	}
 
+	spread, err := topologySpread(db)
+	if err != nil {
+		return nil, err
+	}
+
 	container := corev1ac.Container().
 		WithName(EngineContainer).
 		WithImage(image).
@@ -74,8 +79,14 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 		WithTerminationGracePeriodSeconds(60).
 		WithSecurityContext(restrictedPod(eng.User())).
 		WithAffinity(affinity(db)).
+		WithTopologySpreadConstraints(spread...).
+		WithTolerations(tolerations(db)...).
+		WithNodeSelector(db.Spec.NodeSelector).
 		WithVolumes(corev1ac.Volume().WithName(agentVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource())).
 		WithInitContainers(agentCopy(agentImage, eng.User()))
+	if db.Spec.PriorityClassName != "" {
+		pod.WithPriorityClassName(db.Spec.PriorityClassName)
+	}
 	addScratch(pod, container, eng.ScratchMounts())
 	addSharedMemory(pod, container, eng.SharedMemoryPath(), db.Spec.Resources)
 	if tls {
@@ -102,20 +113,4 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 				WithLabels(podLabels).
 				WithSpec(pod)).
 			WithVolumeClaimTemplates(DataVolumeClaimTemplate(db))), nil
-}
-
-// affinity is spec.affinity, or by default a preferred anti-affinity of
-// the Database's pods on kubernetes.io/hostname: the scheduler spreads
-// the instances over nodes when it can, and still places them all on one
-// node when there is only one.
-func affinity(db *dbv1.Database) *corev1ac.AffinityApplyConfiguration {
-	if db.Spec.Affinity != nil {
-		return ViaJSON[corev1ac.AffinityApplyConfiguration](db.Spec.Affinity)
-	}
-	return corev1ac.Affinity().WithPodAntiAffinity(corev1ac.PodAntiAffinity().
-		WithPreferredDuringSchedulingIgnoredDuringExecution(corev1ac.WeightedPodAffinityTerm().
-			WithWeight(100).
-			WithPodAffinityTerm(corev1ac.PodAffinityTerm().
-				WithTopologyKey(corev1.LabelHostname).
-				WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(PodSelectorLabels(db))))))
 }

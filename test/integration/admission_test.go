@@ -43,6 +43,47 @@ func TestRefusedChildNamesTheField(t *testing.T) {
 	waitCondition(t, db, dbv1.ConditionBackupReady, metav1.ConditionTrue, dbv1.ReasonBackupScheduled)
 }
 
+// TestRefusedPlacementNamesTheField: placement that admission lets through
+// but the StatefulSet API would refuse is reported as StatefulSetReady
+// ApplyFailed naming the Database's field, and not retried in a loop: a
+// toleration key that is no label key (the apiserver's own refusal, with
+// "fix spec.tolerations" added), and two spread constraints of one
+// topologyKey and whenUnsatisfiable (which the apiserver would refuse
+// naming no field, so the builder refuses them first).
+func TestRefusedPlacementNamesTheField(t *testing.T) {
+	ns := newNamespace(t)
+	startOperator(t, ns, "*")
+	tolerating := createDatabase(t, newDatabase(ns, "tolerating", func(d *dbv1.Database) {
+		d.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated db", Operator: corev1.TolerationOpExists}}
+	}))
+	zone := corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.DoNotSchedule}
+	spreading := createDatabase(t, newDatabase(ns, "spreading", func(d *dbv1.Database) {
+		d.Spec.TopologySpreadConstraints = &[]corev1.TopologySpreadConstraint{zone, zone}
+	}))
+
+	cond := waitCondition(t, tolerating, dbv1.ConditionStatefulSetReady, metav1.ConditionFalse, dbv1.ReasonApplyFailed)
+	assert.Contains(t, cond.Message, "spec.template.spec.tolerations[0].key")
+	assert.Contains(t, cond.Message, "; fix spec.tolerations")
+	cond = waitCondition(t, spreading, dbv1.ConditionStatefulSetReady, metav1.ConditionFalse, dbv1.ReasonApplyFailed)
+	assert.Contains(t, cond.Message, `spec.topologySpreadConstraints: two constraints have topologyKey "topology.kubernetes.io/zone" and whenUnsatisfiable DoNotSchedule`)
+
+	time.Sleep(time.Second)
+	before := reconcileErrors(t)["statefulset"]
+	time.Sleep(3 * time.Second)
+	assert.Equal(t, before, reconcileErrors(t)["statefulset"], "refused placement is retried without a change to the Database")
+
+	// Fixing the field makes the StatefulSet.
+	spreading = getDatabase(t, spreading)
+	spreading.Spec.TopologySpreadConstraints = &[]corev1.TopologySpreadConstraint{zone}
+	require.NoError(t, admin.Update(context.Background(), spreading))
+	waitCondition(t, spreading, dbv1.ConditionStatefulSetReady, metav1.ConditionFalse, dbv1.ReasonProgressing)
+	sts := &appsv1.StatefulSet{}
+	require.NoError(t, admin.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: resources.StatefulSetName(spreading)}, sts))
+	require.Len(t, sts.Spec.Template.Spec.TopologySpreadConstraints, 1)
+	assert.Equal(t, corev1.LabelTopologyZone, sts.Spec.Template.Spec.TopologySpreadConstraints[0].TopologyKey)
+	assert.NotNil(t, sts.Spec.Template.Spec.TopologySpreadConstraints[0].LabelSelector, "the Database's selector, filled in")
+}
+
 // TestThreeReplicas: a Database of replicas: 3 gets a StatefulSet of three
 // pods that rolls out OnDelete, a PodDisruptionBudget that lets one standby
 // go, a read-only Service beside the read-write one, and its replication

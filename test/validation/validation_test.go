@@ -134,6 +134,9 @@ const (
 	msgNameDNS1035     = "metadata.name must start with a lower-case letter"
 	msgResources       = "spec.resources: the cpu and memory requests must be less than or equal to their limits"
 	msgAnnotationKey   = "spec.service.annotations: each key must be a qualified name"
+	// msgTolerationExists is the rule Kubernetes applies to a pod's
+	// tolerations, mirrored at admission.
+	msgTolerationExists = "spec.tolerations: a toleration with operator Exists takes no value"
 )
 
 // TestCreateRefused creates Databases that break a create-time rule and
@@ -207,6 +210,86 @@ func TestCreateRefused(t *testing.T) {
 			spec: map[string]any{"affinity": map[string]any{"podAntiAffinity": map[string]any{
 				"preferredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{"weight": "heavy"}}}}},
 			want: []string{"spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: Invalid value"},
+		},
+		{
+			name: "toleration with operator Exists and a value",
+			spec: map[string]any{"tolerations": []any{map[string]any{"key": "dedicated", "operator": "Exists", "value": "database"}}},
+			want: []string{"spec.tolerations: Invalid value", msgTolerationExists},
+		},
+		{
+			name: "toleration without a key, operator Equal",
+			spec: map[string]any{"tolerations": []any{map[string]any{"operator": "Equal", "value": "database"}}},
+			want: []string{"spec.tolerations: Invalid value", "spec.tolerations: a toleration without a key must have operator Exists"},
+		},
+		{
+			name: "toleration with an unknown operator",
+			spec: map[string]any{"tolerations": []any{map[string]any{"key": "dedicated", "operator": "In", "value": "database"}}},
+			want: []string{"spec.tolerations: operator must be Equal (the default) or Exists"},
+		},
+		{
+			name: "toleration with an unknown effect",
+			spec: map[string]any{"tolerations": []any{map[string]any{"key": "dedicated", "value": "database", "effect": "NoRun"}}},
+			want: []string{"spec.tolerations: effect must be NoSchedule, PreferNoSchedule or NoExecute"},
+		},
+		{
+			name: "tolerationSeconds with effect NoSchedule",
+			spec: map[string]any{"tolerations": []any{map[string]any{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": int64(30)}}},
+			want: []string{"spec.tolerations: tolerationSeconds needs effect NoExecute"},
+		},
+		{
+			name: "too many tolerations",
+			spec: map[string]any{"tolerations": func() []any {
+				var l []any
+				for range 33 {
+					l = append(l, map[string]any{"operator": "Exists"})
+				}
+				return l
+			}()},
+			want: []string{"spec.tolerations: Too many", "32"},
+		},
+		{
+			name: "node selector key with a space",
+			spec: map[string]any{"nodeSelector": map[string]any{"disk type": "nvme"}},
+			want: []string{"spec.nodeSelector: Invalid value", "spec.nodeSelector: each key must be a label key"},
+		},
+		{
+			name: "spread constraint with maxSkew 0",
+			spec: map[string]any{"topologySpreadConstraints": []any{
+				map[string]any{"maxSkew": int64(0), "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule"}}},
+			want: []string{"spec.topologySpreadConstraints: Invalid value", "spec.topologySpreadConstraints: maxSkew must be at least 1"},
+		},
+		{
+			name: "spread constraint without a topologyKey",
+			spec: map[string]any{"topologySpreadConstraints": []any{map[string]any{"maxSkew": int64(1), "whenUnsatisfiable": "DoNotSchedule"}}},
+			want: []string{"spec.topologySpreadConstraints[0].topologyKey: Required value"},
+		},
+		{
+			name: "spread constraint with an empty topologyKey",
+			spec: map[string]any{"topologySpreadConstraints": []any{map[string]any{"maxSkew": int64(1), "topologyKey": "", "whenUnsatisfiable": "DoNotSchedule"}}},
+			want: []string{"spec.topologySpreadConstraints: topologyKey must name a node label"},
+		},
+		{
+			name: "spread constraint with an unknown whenUnsatisfiable",
+			spec: map[string]any{"topologySpreadConstraints": []any{
+				map[string]any{"maxSkew": int64(1), "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "Sometimes"}}},
+			want: []string{"spec.topologySpreadConstraints: whenUnsatisfiable must be DoNotSchedule or ScheduleAnyway"},
+		},
+		{
+			name: "spread constraint with minDomains and ScheduleAnyway",
+			spec: map[string]any{"topologySpreadConstraints": []any{
+				map[string]any{"maxSkew": int64(1), "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway", "minDomains": int64(3)}}},
+			want: []string{"spec.topologySpreadConstraints: minDomains must be at least 1, and only goes with whenUnsatisfiable DoNotSchedule"},
+		},
+		{
+			name: "spread constraint with an unknown nodeTaintsPolicy",
+			spec: map[string]any{"topologySpreadConstraints": []any{
+				map[string]any{"maxSkew": int64(1), "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "nodeTaintsPolicy": "Always"}}},
+			want: []string{"spec.topologySpreadConstraints: nodeAffinityPolicy and nodeTaintsPolicy must be Honor or Ignore"},
+		},
+		{
+			name: "priorityClassName that is no DNS subdomain",
+			spec: map[string]any{"priorityClassName": "Database Critical"},
+			want: []string{"spec.priorityClassName: Invalid value", "should match"},
 		},
 		{
 			name: "schedule minute out of range",
@@ -768,6 +851,23 @@ func TestValidCreateAccepted(t *testing.T) {
 				map[string]any{"matchExpressions": []any{map[string]any{"key": "topology.kubernetes.io/zone", "operator": "In", "values": []any{"a", "b"}}}},
 			}}},
 		}}},
+		{name: "dedicated database nodes: tolerations, node selector, priority class", spec: map[string]any{
+			"tolerations": []any{
+				map[string]any{"key": "dedicated", "operator": "Equal", "value": "database", "effect": "NoSchedule"},
+				map[string]any{"key": "dedicated", "value": "database"},
+				map[string]any{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": int64(30)},
+				map[string]any{"operator": "Exists"},
+			},
+			"nodeSelector":      map[string]any{"node-role.example.com/database": "", "disk": "NVMe_1.0"},
+			"priorityClassName": "database-critical.example.com",
+		}},
+		{name: "spread constraints of the user's own, with a selector and matchLabelKeys", spec: map[string]any{"topologySpreadConstraints": []any{
+			map[string]any{"maxSkew": int64(1), "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "minDomains": int64(3),
+				"nodeAffinityPolicy": "Honor", "nodeTaintsPolicy": "Honor"},
+			map[string]any{"maxSkew": int64(1), "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+				"labelSelector": map[string]any{"matchLabels": map[string]any{"team": "payments"}}, "matchLabelKeys": []any{"shard"}},
+		}}},
+		{name: "no spread constraint at all", spec: map[string]any{"topologySpreadConstraints": []any{}}},
 		{name: "schedule lists, ranges and steps in every field", spec: map[string]any{"backup": map[string]any{"schedule": "0,30 9-17/2 1-31/3 */2 mon-fri"}}},
 		{name: "schedule with ? and names in lower case", spec: map[string]any{"backup": map[string]any{"schedule": "5 4 ? jan,jul sun"}}},
 		{name: "schedule with bounds", spec: map[string]any{"backup": map[string]any{"schedule": "59 23 31 12 6"}}},

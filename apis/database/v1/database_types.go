@@ -118,12 +118,91 @@ type DatabaseSpec struct {
 
 	// Affinity places the engine pods. Unset, the pods of one Database
 	// prefer different nodes (a preferred pod anti-affinity on
-	// kubernetes.io/hostname), so that losing a node loses one instance;
-	// set, it replaces that default whole (for example with a required
-	// anti-affinity, or zones). The engine pods pick it up when they are
-	// next restarted (rollouts are OnDelete, in the replication order).
+	// kubernetes.io/hostname), so that losing a node loses one instance.
+	// It stays beside the default topologySpreadConstraints because the
+	// scheduler scores those only on nodes that carry every one of their
+	// topology labels: where nodes have no zone label, the anti-affinity
+	// is what still spreads the instances over nodes. Set, it replaces
+	// that default whole (for example with a required anti-affinity, or a
+	// node affinity). Like every placement field, a change rolls out in
+	// the usual order: the standbys one at a time, a switchover, then the
+	// former primary.
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// Tolerations let the engine pods run on nodes with matching taints,
+	// such as nodes a platform team keeps for databases (tainted, say,
+	// dedicated=database:NoSchedule). A toleration allows such nodes but
+	// does not require them: pair it with nodeSelector to keep the pods
+	// there. Refused at admission, as Kubernetes refuses them in a pod: an
+	// operator other than Equal or Exists, a value with Exists, an empty
+	// key without Exists, an unknown effect, tolerationSeconds without
+	// effect NoExecute; a key or value that is no label passes admission
+	// and StatefulSetReady names it. Server-side apply replaces the list
+	// whole, as it does a pod's.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator in ['', 'Equal', 'Exists'])",message="spec.tolerations: operator must be Equal (the default) or Exists"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')",message="spec.tolerations: a toleration with operator Exists takes no value (it tolerates every value of its key): remove the value, or use operator Equal"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, (has(t.key) && t.key != '') || (has(t.operator) && t.operator == 'Exists'))",message="spec.tolerations: a toleration without a key must have operator Exists (it then tolerates every taint)"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.effect) || t.effect in ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'])",message="spec.tolerations: effect must be NoSchedule, PreferNoSchedule or NoExecute, or empty for all three"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.tolerationSeconds) || (has(t.effect) && t.effect == 'NoExecute'))",message="spec.tolerations: tolerationSeconds needs effect NoExecute (it is how long a pod stays on a node that gets a NoExecute taint)"
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// NodeSelector keeps the engine pods on nodes that carry every one of
+	// these labels (for example node-role.example.com/database: ""), as a
+	// pod's nodeSelector does; a node must also match spec.affinity's
+	// nodeAffinity when both are set. Keys are label keys ([prefix/]name),
+	// values label values. Server-side apply replaces the map whole, as it
+	// does a pod's.
+	// +optional
+	// +mapType=atomic
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$') && size(k.split('/')[size(k.split('/')) - 1]) <= 63 && (size(k.split('/')) == 1 || size(k.split('/')[0]) <= 253))",message="spec.nodeSelector: each key must be a label key, [prefix/]name: name at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit; prefix a DNS subdomain"
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// TopologySpreadConstraints spread the engine pods over topology
+	// domains, as a pod's do. Unset, the instances spread over nodes
+	// (kubernetes.io/hostname) and over zones (topology.kubernetes.io/zone),
+	// each with maxSkew 1 and whenUnsatisfiable ScheduleAnyway: a
+	// preference, so that one node, or one zone, still runs them all. Set,
+	// the list replaces that default whole, and an empty list ([]) turns it
+	// off: no spread constraint at all. A constraint without a
+	// labelSelector counts the Database's own instances (dbkeeper fills in
+	// their selector); matchLabelKeys is left to the user (the default sets
+	// none, so that the instances of every revision count together during
+	// a rollout). Two constraints with the same topologyKey and
+	// whenUnsatisfiable, which Kubernetes refuses in a pod, pass admission
+	// (comparing them costs more CEL than a CRD may spend): StatefulSetReady
+	// then says so, and the running pods stay as they are.
+	//
+	// Unlike a pod's, the list is atomic under server-side apply: one field
+	// manager owns it whole, [] included. So [] stays while its manager
+	// applies it, whatever other managers apply, and goes when that manager
+	// stops applying it, which brings the default back. (Merged per entry,
+	// an applied [] would belong to no manager and stay for good.)
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(c, c.maxSkew >= 1)",message="spec.topologySpreadConstraints: maxSkew must be at least 1"
+	// +kubebuilder:validation:XValidation:rule="self.all(c, c.topologyKey != '')",message="spec.topologySpreadConstraints: topologyKey must name a node label, such as topology.kubernetes.io/zone"
+	// +kubebuilder:validation:XValidation:rule="self.all(c, c.whenUnsatisfiable in ['DoNotSchedule', 'ScheduleAnyway'])",message="spec.topologySpreadConstraints: whenUnsatisfiable must be DoNotSchedule or ScheduleAnyway"
+	// +kubebuilder:validation:XValidation:rule="self.all(c, !has(c.minDomains) || (c.minDomains >= 1 && c.whenUnsatisfiable == 'DoNotSchedule'))",message="spec.topologySpreadConstraints: minDomains must be at least 1, and only goes with whenUnsatisfiable DoNotSchedule"
+	// +kubebuilder:validation:XValidation:rule="self.all(c, (!has(c.nodeAffinityPolicy) || c.nodeAffinityPolicy in ['Honor', 'Ignore']) && (!has(c.nodeTaintsPolicy) || c.nodeTaintsPolicy in ['Honor', 'Ignore']))",message="spec.topologySpreadConstraints: nodeAffinityPolicy and nodeTaintsPolicy must be Honor or Ignore"
+	TopologySpreadConstraints *[]corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
+	// PriorityClassName is the PriorityClass of the engine pods, such as
+	// one a platform team keeps for databases, so that they may preempt
+	// lower-priority pods when the nodes are full and are preempted after
+	// them. The class must exist when a pod is made: the API server
+	// refuses a pod of a class it does not know (the StatefulSet's
+	// FailedCreate events say so). Unset: the cluster's global default
+	// class, if it has one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	PriorityClassName string `json:"priorityClassName,omitempty"`
 
 	// Resources are the compute resources of the engine container. A cpu
 	// or memory request may not exceed its limit.

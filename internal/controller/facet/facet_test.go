@@ -28,6 +28,9 @@ func TestExplain(t *testing.T) {
 	}{
 		{"cron range the CRD cannot check", invalid("CronJob", "spec.schedule"), "; fix spec.backup.schedule"},
 		{"container resources", invalid("StatefulSet", "spec.template.spec.containers[0].resources.requests"), "; fix spec.resources"},
+		{"a toleration the CRD cannot check", invalid("StatefulSet", "spec.template.spec.tolerations[0].key"), "; fix spec.tolerations"},
+		{"a node selector value", invalid("StatefulSet", "spec.template.spec.nodeSelector"), "; fix spec.nodeSelector"},
+		{"a spread constraint", invalid("StatefulSet", "spec.template.spec.topologySpreadConstraints[1].matchLabelKeys[0]"), "; fix spec.topologySpreadConstraints"},
 		{"two fields, one named once", invalid("Service", "metadata.annotations", "metadata.annotations", "spec.type"),
 			"; fix spec.service.annotations, spec.service.type"},
 	}

@@ -66,6 +66,8 @@ func TestDiagnose(t *testing.T) {
 	withImage.Spec.Image = "registry.example/postgres:17-typo"
 	userSecret := facettest.Database()
 	userSecret.Spec.Credentials = &dbv1.CredentialsSpec{SecretName: "orders-admin"}
+	dedicated := facettest.Database()
+	dedicated.Spec.NodeSelector = map[string]string{"node-role.example.com/database": ""}
 
 	cases := []struct {
 		name   string
@@ -162,6 +164,16 @@ func TestDiagnose(t *testing.T) {
 		})}, dbv1.ReasonUnschedulable, []string{
 			"pod orders-0 cannot be scheduled: 0/3 nodes are available: 3 Insufficient memory.",
 			"; lower spec.resources.requests, or add nodes with room for them"}},
+		{"unschedulable for a taint and a node selector", dedicated, []corev1.Pod{enginePod(func(p *corev1.Pod) {
+			p.Status.Conditions[0] = corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+				Message: "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: db}, 2 node(s) didn't match Pod's node affinity/selector. " +
+					"preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."}
+			p.Status.ContainerStatuses = nil
+		})}, dbv1.ReasonUnschedulable, []string{
+			"pod orders-0 cannot be scheduled: 0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: db}, 2 node(s) didn't match Pod's node affinity/selector. " +
+				"preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling; " +
+				"if the tainted nodes are meant for the Database, tolerate their taint in spec.tolerations ({dedicated: db}); " +
+				"fix spec.nodeSelector, or label the nodes meant for the Database: no other node matches"}},
 		{"unschedulable for an unbound claim", nil, []corev1.Pod{enginePod(func(p *corev1.Pod) {
 			p.Status.Conditions[0] = corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 				Message: "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."}

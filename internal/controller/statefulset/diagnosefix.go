@@ -57,18 +57,6 @@ func configFix(db *dbv1.Database, kubeletMessage string) string {
 		"or set spec.credentials.secretName to a Secret that does", resources.GeneratedSecretName(db), keys)
 }
 
-// unschedulableFix names the Database field behind the scheduler's message.
-func unschedulableFix(db *dbv1.Database, schedulerMessage string) string {
-	m := strings.ToLower(schedulerMessage)
-	switch {
-	case strings.Contains(m, "insufficient"):
-		return "lower spec.resources.requests, or add nodes with room for them"
-	case strings.Contains(m, "persistentvolumeclaim") || strings.Contains(m, "volume"):
-		return fmt.Sprintf("check the data PVC %s: fix spec.storage (storageClassName, size) so that it can be bound", resources.DataPVCName(db, 0))
-	}
-	return "no node accepts the pod (taints, affinity or capacity): add or free a node"
-}
-
 // memoryLimit describes the container's memory limit.
 func memoryLimit(pod *corev1.Pod, container string) string {
 	if q, ok := containerLimits(pod, container)[corev1.ResourceMemory]; ok {

@@ -36,11 +36,63 @@ type DatabaseSpecApplyConfiguration struct {
 	Storage *StorageSpecApplyConfiguration `json:"storage,omitempty"`
 	// Affinity places the engine pods. Unset, the pods of one Database
 	// prefer different nodes (a preferred pod anti-affinity on
-	// kubernetes.io/hostname), so that losing a node loses one instance;
-	// set, it replaces that default whole (for example with a required
-	// anti-affinity, or zones). The engine pods pick it up when they are
-	// next restarted (rollouts are OnDelete, in the replication order).
+	// kubernetes.io/hostname), so that losing a node loses one instance.
+	// It stays beside the default topologySpreadConstraints because the
+	// scheduler scores those only on nodes that carry every one of their
+	// topology labels: where nodes have no zone label, the anti-affinity
+	// is what still spreads the instances over nodes. Set, it replaces
+	// that default whole (for example with a required anti-affinity, or a
+	// node affinity). Like every placement field, a change rolls out in
+	// the usual order: the standbys one at a time, a switchover, then the
+	// former primary.
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// Tolerations let the engine pods run on nodes with matching taints,
+	// such as nodes a platform team keeps for databases (tainted, say,
+	// dedicated=database:NoSchedule). A toleration allows such nodes but
+	// does not require them: pair it with nodeSelector to keep the pods
+	// there. Refused at admission, as Kubernetes refuses them in a pod: an
+	// operator other than Equal or Exists, a value with Exists, an empty
+	// key without Exists, an unknown effect, tolerationSeconds without
+	// effect NoExecute; a key or value that is no label passes admission
+	// and StatefulSetReady names it. Server-side apply replaces the list
+	// whole, as it does a pod's.
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// NodeSelector keeps the engine pods on nodes that carry every one of
+	// these labels (for example node-role.example.com/database: ""), as a
+	// pod's nodeSelector does; a node must also match spec.affinity's
+	// nodeAffinity when both are set. Keys are label keys ([prefix/]name),
+	// values label values. Server-side apply replaces the map whole, as it
+	// does a pod's.
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// TopologySpreadConstraints spread the engine pods over topology
+	// domains, as a pod's do. Unset, the instances spread over nodes
+	// (kubernetes.io/hostname) and over zones (topology.kubernetes.io/zone),
+	// each with maxSkew 1 and whenUnsatisfiable ScheduleAnyway: a
+	// preference, so that one node, or one zone, still runs them all. Set,
+	// the list replaces that default whole, and an empty list ([]) turns it
+	// off: no spread constraint at all. A constraint without a
+	// labelSelector counts the Database's own instances (dbkeeper fills in
+	// their selector); matchLabelKeys is left to the user (the default sets
+	// none, so that the instances of every revision count together during
+	// a rollout). Two constraints with the same topologyKey and
+	// whenUnsatisfiable, which Kubernetes refuses in a pod, pass admission
+	// (comparing them costs more CEL than a CRD may spend): StatefulSetReady
+	// then says so, and the running pods stay as they are.
+	//
+	// Unlike a pod's, the list is atomic under server-side apply: one field
+	// manager owns it whole, [] included. So [] stays while its manager
+	// applies it, whatever other managers apply, and goes when that manager
+	// stops applying it, which brings the default back. (Merged per entry,
+	// an applied [] would belong to no manager and stay for good.)
+	TopologySpreadConstraints *[]corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+	// PriorityClassName is the PriorityClass of the engine pods, such as
+	// one a platform team keeps for databases, so that they may preempt
+	// lower-priority pods when the nodes are full and are preempted after
+	// them. The class must exist when a pod is made: the API server
+	// refuses a pod of a class it does not know (the StatefulSet's
+	// FailedCreate events say so). Unset: the cluster's global default
+	// class, if it has one.
+	PriorityClassName *string `json:"priorityClassName,omitempty"`
 	// Resources are the compute resources of the engine container. A cpu
 	// or memory request may not exceed its limit.
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
@@ -129,6 +181,46 @@ func (b *DatabaseSpecApplyConfiguration) WithStorage(value *StorageSpecApplyConf
 // If called multiple times, the Affinity field is set to the value of the last call.
 func (b *DatabaseSpecApplyConfiguration) WithAffinity(value corev1.Affinity) *DatabaseSpecApplyConfiguration {
 	b.Affinity = &value
+	return b
+}
+
+// WithTolerations adds the given value to the Tolerations field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Tolerations field.
+func (b *DatabaseSpecApplyConfiguration) WithTolerations(values ...corev1.Toleration) *DatabaseSpecApplyConfiguration {
+	for i := range values {
+		b.Tolerations = append(b.Tolerations, values[i])
+	}
+	return b
+}
+
+// WithNodeSelector puts the entries into the NodeSelector field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, the entries provided by each call will be put on the NodeSelector field,
+// overwriting an existing map entries in NodeSelector field with the same key.
+func (b *DatabaseSpecApplyConfiguration) WithNodeSelector(entries map[string]string) *DatabaseSpecApplyConfiguration {
+	if b.NodeSelector == nil && len(entries) > 0 {
+		b.NodeSelector = make(map[string]string, len(entries))
+	}
+	for k, v := range entries {
+		b.NodeSelector[k] = v
+	}
+	return b
+}
+
+// WithTopologySpreadConstraints sets the TopologySpreadConstraints field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TopologySpreadConstraints field is set to the value of the last call.
+func (b *DatabaseSpecApplyConfiguration) WithTopologySpreadConstraints(value []corev1.TopologySpreadConstraint) *DatabaseSpecApplyConfiguration {
+	b.TopologySpreadConstraints = &value
+	return b
+}
+
+// WithPriorityClassName sets the PriorityClassName field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PriorityClassName field is set to the value of the last call.
+func (b *DatabaseSpecApplyConfiguration) WithPriorityClassName(value string) *DatabaseSpecApplyConfiguration {
+	b.PriorityClassName = &value
 	return b
 }
 
