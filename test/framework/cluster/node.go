@@ -51,6 +51,12 @@ type NodeSetup struct {
 	// SizedVolumes, with LocalVolumes, adds the StorageClass
 	// SizedStorageClassName, whose volumes it mounts.
 	SizedVolumes SizedVolumes
+	// SeveralNodes, with LocalVolumes, makes the StorageClasses bind
+	// WaitForFirstConsumer and gives a claim its local volume on the node
+	// the scheduler selected for its first pod (the claim's
+	// volume.kubernetes.io/selected-node annotation), instead of on the
+	// cluster's NodeName at once.
+	SeveralNodes bool
 }
 
 // SizedVolumes gives a volume of SizedStorageClassName a file system of

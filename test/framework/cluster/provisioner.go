@@ -24,6 +24,10 @@ import (
 // Provisioner is the name of the local cluster's volume provisioner.
 const Provisioner = "local.e2e.dbkeeper.io"
 
+// selectedNodeAnnotation is where the scheduler names a claim's node when
+// its class binds WaitForFirstConsumer.
+const selectedNodeAnnotation = "volume.kubernetes.io/selected-node"
+
 // startProvisioner runs the volume provisioner in this process until Stop.
 func (c *Cluster) startProvisioner() error {
 	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
@@ -38,7 +42,7 @@ func (c *Cluster) startProvisioner() error {
 	}
 	p := &provisioner{client: mgr.GetClient(), dir: c.Dir}
 	if c.setup.LocalVolumes {
-		p.node, p.sized = c.NodeName, c.setup.SizedVolumes
+		p.node, p.sized, p.selected = c.NodeName, c.setup.SizedVolumes, c.setup.SeveralNodes
 	}
 	if err := p.setup(mgr); err != nil {
 		return fmt.Errorf("setting up the volume provisioner: %w", err)
@@ -56,12 +60,16 @@ func (c *Cluster) createStorageClasses(ctx context.Context) error {
 	if c.setup.LocalVolumes && c.setup.SizedVolumes != nil {
 		names = append(names, SizedStorageClassName)
 	}
+	binding := storagev1.VolumeBindingImmediate
+	if c.setup.LocalVolumes && c.setup.SeveralNodes {
+		binding = storagev1.VolumeBindingWaitForFirstConsumer
+	}
 	for _, name := range names {
 		sc := &storagev1.StorageClass{
 			ObjectMeta:           metav1.ObjectMeta{Name: name},
 			Provisioner:          Provisioner,
 			AllowVolumeExpansion: ptr.To(name == StorageClassName),
-			VolumeBindingMode:    ptr.To(storagev1.VolumeBindingImmediate),
+			VolumeBindingMode:    ptr.To(binding),
 			ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
 		}
 		if name == StorageClassName {
@@ -89,6 +97,9 @@ type provisioner struct {
 	dir    string
 	node   string
 	sized  SizedVolumes
+	// selected makes a local volume wait for the node the scheduler
+	// selected for the claim (NodeSetup.SeveralNodes).
+	selected bool
 }
 
 func (p *provisioner) setup(mgr ctrl.Manager) error {
@@ -111,6 +122,12 @@ func (p *provisioner) provision(ctx context.Context, req ctrl.Request) (ctrl.Res
 	class := *pvc.Spec.StorageClassName
 	if class != StorageClassName && (class != SizedStorageClassName || p.node == "" || p.sized == nil) {
 		return ctrl.Result{}, nil
+	}
+	node := p.node
+	if p.selected {
+		if node = pvc.Annotations[selectedNodeAnnotation]; node == "" {
+			return ctrl.Result{}, nil // its pod is not scheduled yet: an update follows
+		}
 	}
 	name := "pv-" + string(pvc.UID)
 	pv := &corev1.PersistentVolume{
@@ -144,7 +161,7 @@ func (p *provisioner) provision(ctx context.Context, req ctrl.Request) (ctrl.Res
 		pv.Spec.VolumeMode = ptr.To(corev1.PersistentVolumeFilesystem)
 		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
 			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
-				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{p.node},
+				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node},
 			}}}},
 		}}
 	}

@@ -9,8 +9,13 @@
 // volumes live under the cluster directory, and stopped processes die with
 // the node.
 //
-// Nothing here sends a packet: the only network change drops packets
-// between a pod and the host's API server address.
+// Whole nodes of a cluster of several real nodes (realnode.Options.Nodes)
+// get theirs through Injector.Nodes (nodes.go, drain.go): power off and on
+// (their freezer cgroup and their link), partitions from the other nodes
+// or from the API server (tables in the node's network namespace, which
+// goes with teardown), cordon and drain.
+//
+// Nothing here sends a packet: the network changes only drop packets.
 package faults
 
 import (

@@ -41,7 +41,7 @@ func (n *Node) startDNS(ctx context.Context, kubeconfig string) error {
 	if err := os.WriteFile(path, []byte(corefile(kubeconfig)), 0o644); err != nil {
 		return fmt.Errorf("writing the Corefile: %w", err)
 	}
-	if err := n.start("coredns", filepath.Join(n.c.Bin, "coredns"), "-conf", path); err != nil {
+	if err := n.start(nil, "coredns", filepath.Join(n.c.Bin, "coredns"), "-conf", path); err != nil {
 		return err
 	}
 	labels := map[string]string{"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}
@@ -66,7 +66,7 @@ func (n *Node) startDNS(ctx context.Context, kubeconfig string) error {
 		Endpoints: []discoveryv1.Endpoint{{
 			Addresses:  []string{NodeIP},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
-			NodeName:   ptr.To(NodeName),
+			NodeName:   n.dnsNodeName(),
 		}},
 		Ports: []discoveryv1.EndpointPort{
 			{Name: ptr.To("dns"), Port: ptr.To[int32](53), Protocol: ptr.To(corev1.ProtocolUDP)},
@@ -77,4 +77,13 @@ func (n *Node) startDNS(ctx context.Context, kubeconfig string) error {
 		return fmt.Errorf("creating the EndpointSlice of kube-dns: %w", err)
 	}
 	return nil
+}
+
+// dnsNodeName is the node of CoreDNS's endpoint: the single node, whose
+// network namespace (the host's) it runs in; none with several nodes.
+func (n *Node) dnsNodeName() *string {
+	if len(n.members) > 1 {
+		return nil
+	}
+	return ptr.To(NodeName)
 }

@@ -87,6 +87,7 @@ func nodeMountRoots(j *journal) []string {
 	if j.ContainerdRoot != "" {
 		roots = append(roots, j.ContainerdRoot)
 	}
+	roots = append(roots, j.ContainerdRoots...)
 	for _, p := range j.CreatedPaths {
 		roots = append(roots, p)
 	}

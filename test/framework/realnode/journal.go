@@ -49,6 +49,14 @@ type journal struct {
 	// CreatedCgroups are cgroup directories (kubepods in each hierarchy)
 	// that did not exist before.
 	CreatedCgroups []string `json:"createdCgroups,omitempty"`
+	// Netns are the network namespaces of several nodes (ip netns), each
+	// recorded before it is created.
+	Netns []string `json:"netns,omitempty"`
+	// Veths are the host ends of the nodes' veths on the bridge.
+	Veths []string `json:"veths,omitempty"`
+	// ContainerdRoots are the cached roots of further nodes' containerds
+	// (the first node's is ContainerdRoot): teardown unmounts under them.
+	ContainerdRoots []string `json:"containerdRoots,omitempty"`
 	// Pids are the processes the node started, by name.
 	Pids map[string]int `json:"pids,omitempty"`
 	// Started is when the node started, for humans.

@@ -14,7 +14,14 @@ const NodeName = "dbkeeper-node-0"
 // cgroupfs driver) and no CAP_SYS_RESOURCE (oomScoreAdj 0). syncFrequency
 // is 10 s (default 1 min) so that a renewed certificate's Secret reaches
 // the mounted files within seconds (the TLS renewal test).
-func (n *Node) kubeletConfig(pki string) string {
+func (n *Node) kubeletConfig(m *member, pki string) string {
+	dir := m.dir(n.c.Dir)
+	// One of several nodes has its own cgroup root, which its freezer
+	// cgroup is (power off).
+	cgroupRoot := ""
+	if m.multi() {
+		cgroupRoot = "cgroupRoot: /" + m.name + "\n"
+	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -26,8 +33,8 @@ port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 0
-tlsCertFile: %[3]s/kubelet-serving.crt
-tlsPrivateKeyFile: %[3]s/kubelet-serving.key
+tlsCertFile: %[3]s/%[7]s.crt
+tlsPrivateKeyFile: %[3]s/%[7]s.key
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
@@ -51,30 +58,47 @@ protectKernelDefaults: false
 # mounted Secrets follow their Secret on each pod sync: 10 s instead of a
 # minute, so a renewed certificate reaches the server quickly in tests
 syncFrequency: 10s
-`, n.containerdSocket(), NodeIP, pki, clusterDomain, DNSServiceIP, n.c.Dir)
+%[8]s`, n.containerdSocket(m), m.ip, pki, clusterDomain, DNSServiceIP, dir, m.servingCert(), cgroupRoot)
 }
 
-// startKubelet writes the kubelet's configuration and starts it.
-func (n *Node) startKubelet(pki, kubeconfig string) error {
+// startKubelet writes a node's kubelet configuration and starts it; one
+// of several nodes gets its zone label.
+func (n *Node) startKubelet(m *member, pki, kubeconfig string) error {
+	dir := m.dir(n.c.Dir)
 	for _, d := range []string{"pod-logs", "kubelet-plugins", "kubelet"} {
-		if err := os.MkdirAll(filepath.Join(n.c.Dir, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return fmt.Errorf("creating the kubelet's directories: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(n.c.Dir, "resolv.conf"), []byte("search "+clusterDomain+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte("search "+clusterDomain+"\n"), 0o644); err != nil {
 		return fmt.Errorf("writing the kubelet's resolv.conf: %w", err)
 	}
-	config := filepath.Join(n.c.Dir, "kubelet.yaml")
-	if err := os.WriteFile(config, []byte(n.kubeletConfig(pki)), 0o644); err != nil {
+	config := filepath.Join(dir, "kubelet.yaml")
+	if err := os.WriteFile(config, []byte(n.kubeletConfig(m, pki)), 0o644); err != nil {
 		return fmt.Errorf("writing the kubelet's config: %w", err)
 	}
-	return n.start("kubelet", filepath.Join(n.c.Bin, "kubelet"), "--config="+config, "--kubeconfig="+kubeconfig,
-		"--root-dir="+filepath.Join(n.c.Dir, "kubelet"), "--node-ip="+NodeIP, "--hostname-override="+NodeName, "--v=1")
+	args := []string{"--config=" + config, "--kubeconfig=" + kubeconfig,
+		"--root-dir=" + filepath.Join(dir, "kubelet"), "--node-ip=" + m.ip, "--hostname-override=" + m.name, "--v=1"}
+	if m.zone != "" {
+		args = append(args, "--node-labels="+ZoneLabel+"="+m.zone)
+	}
+	return n.start(m, "kubelet", filepath.Join(n.c.Bin, "kubelet"), args...)
 }
 
-// startKubeProxy starts kube-proxy in nftables mode; it leaves the host's
-// conntrack settings alone and serves NodePorts on the pods' subnet only.
-func (n *Node) startKubeProxy(kubeconfig string) error {
+// ZoneLabel is the zone label of the nodes of a cluster of several.
+const ZoneLabel = "topology.kubernetes.io/zone"
+
+// startKubeProxy starts a node's kube-proxy in nftables mode; it leaves
+// the host's conntrack settings alone and serves NodePorts on the pods'
+// subnet only. On one of several nodes its cluster CIDR is the node's own
+// pods' subnet: what comes from elsewhere to a ClusterIP (the host, through
+// its Service route) is masqueraded, so that answers come back through
+// this node's translation.
+func (n *Node) startKubeProxy(m *member, kubeconfig string) error {
+	cidr := clusterCIDR
+	if m.multi() {
+		cidr = m.podSubnet
+	}
 	config := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: %s}
@@ -86,10 +110,10 @@ nodePortAddresses: [%q]
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
-`, kubeconfig, NodeName, clusterCIDR, podSubnet)
-	path := filepath.Join(n.c.Dir, "kube-proxy.yaml")
+`, kubeconfig, m.name, cidr, m.podSubnet)
+	path := filepath.Join(m.dir(n.c.Dir), "kube-proxy.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return fmt.Errorf("writing kube-proxy's config: %w", err)
 	}
-	return n.start("kube-proxy", filepath.Join(n.c.Bin, "kube-proxy"), "--config="+path, "--v=1")
+	return n.start(m, "kube-proxy", filepath.Join(n.c.Bin, "kube-proxy"), "--config="+path, "--v=1")
 }

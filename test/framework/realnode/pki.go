@@ -100,10 +100,10 @@ func (c *ca) issue(dir, name string, subject pkix.Name, server bool, hosts ...st
 
 // writeNodePKI writes, into the API server's cert dir (certDir) what
 // envtest would generate itself if apiserver.crt were missing (the serving
-// certificate and the service-account key pair), and into pki the CA, the
-// kubelet's serving certificate and the API server's kubelet client
-// certificate. It returns the CA.
-func writeNodePKI(certDir, pki, nodeName string) (*ca, error) {
+// certificate and the service-account key pair), and into pki the CA and
+// the API server's kubelet client certificate. It returns the CA, which
+// issues each kubelet's serving certificate.
+func writeNodePKI(certDir, pki string) (*ca, error) {
 	c, err := newCA()
 	if err != nil {
 		return nil, err
@@ -115,9 +115,6 @@ func writeNodePKI(certDir, pki, nodeName string) (*ca, error) {
 		NodeIP, "127.0.0.1", APIServiceIP, "localhost", "kubernetes", "kubernetes.default",
 		"kubernetes.default.svc", "kubernetes.default.svc."+clusterDomain)
 	if err != nil {
-		return nil, err
-	}
-	if err := c.issue(pki, "kubelet-serving", pkix.Name{CommonName: nodeName}, true, NodeIP, nodeName); err != nil {
 		return nil, err
 	}
 	err = c.issue(pki, "apiserver-kubelet-client", pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}}, false)

@@ -10,15 +10,20 @@
 // recorded in a journal first and undone by the cluster's Stop, or after a
 // crash by the next Start, Cleanup or `make node-down` (cmd/node-down).
 // One runs per machine (a lock).
+//
+// Options.Nodes > 1 runs several kubelet nodes instead of one, each in a
+// network namespace of its own with its own containerd, kubelet and
+// kube-proxy (member.go has the layout); test/framework/faults powers them
+// off and on and partitions them (Nodes, HoldServiceRouteOff).
 package realnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
+	"sync"
 	"time"
 
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -36,6 +41,12 @@ type Options struct {
 	// ("pause", "postgres:15", "postgres:17", "manager"); all when empty.
 	// The pause image is always needed.
 	Images []string
+	// Nodes is how many kubelet nodes to run: 0 or 1 for the single node
+	// NodeName in the host's network namespace (make demo, the suites);
+	// more (up to MaxNodes) for nodes NodeNamePrefix+1.., each with its
+	// own network namespace, containerd, kubelet and kube-proxy, and the
+	// zone labels zone-a, zone-b, zone-c in turn (member.go).
+	Nodes int
 }
 
 // Node is a real node: a cluster.Node for one cluster.Start.
@@ -45,6 +56,14 @@ type Node struct {
 	images  []image
 	journal *journal
 	lock    *nodeLock
+	members []*member
+
+	mu sync.Mutex
+	// heldOff counts, per node, the faults that keep the host's Service
+	// route off it (HoldServiceRouteOff).
+	heldOff map[string]int
+	// serviceGateway is the node the host's Service route goes through.
+	serviceGateway string
 }
 
 var (
@@ -54,16 +73,24 @@ var (
 )
 
 // New returns a real node for cluster.Options.Node.
-func New(o Options) *Node { return &Node{o: o} }
+func New(o Options) *Node {
+	return &Node{o: o, members: members(min(o.Nodes, MaxNodes)), heldOff: map[string]int{}}
+}
 
 // Kind is cluster.RealNode.
 func (n *Node) Kind() cluster.NodeKind { return cluster.RealNode }
 
-// Name is NodeName.
-func (n *Node) Name() string { return NodeName }
+// Name is the name of the (first) node: NodeName, or NodeNamePrefix+"1"
+// with several.
+func (n *Node) Name() string { return n.members[0].name }
 
 // Supported is the package's Supported.
-func (n *Node) Supported() error { return Supported() }
+func (n *Node) Supported() error {
+	if n.o.Nodes > MaxNodes {
+		return fmt.Errorf("realnode.Options.Nodes is %d, at most %d", n.o.Nodes, MaxNodes)
+	}
+	return Supported()
+}
 
 // Prepare takes the node lock, undoes what a dead owner left, builds the
 // images, makes the host changes the node needs (each recorded in the
@@ -82,6 +109,7 @@ func (n *Node) Prepare(_ context.Context, c *cluster.Cluster) (cluster.NodeSetup
 		ControllerManagerArgs: []string{"--root-ca-file=" + filepath.Join(c.Dir, "pki", "ca.crt")},
 		LocalVolumes:          true,
 		SizedVolumes:          sizedVolumes{},
+		SeveralNodes:          len(n.members) > 1,
 	}, nil
 }
 
@@ -90,7 +118,7 @@ func (n *Node) Prepare(_ context.Context, c *cluster.Cluster) (cluster.NodeSetup
 // journal first).
 func (n *Node) startHost() error {
 	c := n.c
-	if err := Supported(); err != nil {
+	if err := n.Supported(); err != nil {
 		return fmt.Errorf("a real node cannot run here: %w", err)
 	}
 	root, err := envtest.RepoRoot()
@@ -127,6 +155,12 @@ func (n *Node) startHost() error {
 	if err := setUpNetwork(n.journal); err != nil {
 		return err
 	}
+	if len(n.members) > 1 {
+		c.Say(fmt.Sprintf("creating %d nodes' network namespaces, veths, routes and cgroups", len(n.members)))
+	}
+	if err := n.setUpMembers(); err != nil {
+		return err
+	}
 	for _, d := range []string{"pki", "apiserver", "etcd"} {
 		if err := os.MkdirAll(filepath.Join(c.Dir, d), 0o700); err != nil {
 			return fmt.Errorf("creating the cluster directory: %w", err)
@@ -135,57 +169,10 @@ func (n *Node) startHost() error {
 	return nil
 }
 
-// configureAPIServer makes envtest's API server reachable from pods and
-// fit for a kubelet: it listens on the node IP with a serving certificate
-// from the node's CA (its names include the kubernetes Service's), has the
-// ServiceAccount admission plugin back (pods of an in-cluster operator
-// need their token), authorizes nodes, and has a client certificate for
-// the kubelet's API (kubectl logs/exec).
-func (n *Node) configureAPIServer() error {
-	dir, env := n.c.Dir, n.c.Env()
-	pki := filepath.Join(dir, "pki")
-	api := env.ControlPlane.GetAPIServer()
-	api.CertDir = filepath.Join(dir, "apiserver")
-	env.ControlPlane.Etcd = &crenvtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
-	ca, err := writeNodePKI(api.CertDir, pki, NodeName)
-	if err != nil {
-		return err
-	}
-	port, err := freePortOn(NodeIP)
-	if err != nil {
-		return err
-	}
-	api.SecureServing.Address, api.SecureServing.Port = NodeIP, strconv.Itoa(port)
-	// envtest skips generating apiserver.crt when it exists; then the admin
-	// configuration must trust our CA instead of its own.
-	api.SecureServing.CA = ca.pem
-	args := api.Configure()
-	args.Set("service-cluster-ip-range", realServiceRange)
-	args.Set("advertise-address", NodeIP)
-	args.Disable("disable-admission-plugins")
-	args.Set("enable-admission-plugins", "ServiceAccount,NodeRestriction")
-	args.Set("authorization-mode", "Node,RBAC")
-	args.Set("kubelet-client-certificate", filepath.Join(pki, "apiserver-kubelet-client.crt"))
-	args.Set("kubelet-client-key", filepath.Join(pki, "apiserver-kubelet-client.key"))
-	args.Set("kubelet-certificate-authority", filepath.Join(pki, "ca.crt"))
-	args.Set("kubelet-preferred-address-types", "InternalIP")
-	args.Set("service-account-issuer", "https://kubernetes.default.svc."+clusterDomain)
-	return nil
-}
-
-// freePortOn returns a TCP port nobody listens on now at address ip.
-func freePortOn(ip string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port on %s: %w", ip, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // Start records the control plane's processes in the journal, then starts
-// containerd with the images, the kubelet, kube-proxy, CoreDNS and the
-// kube-dns Service.
+// each node's containerd with the images, its kubelet and kube-proxy, then
+// CoreDNS and the kube-dns Service; with several nodes it waits for all
+// of them to be Ready (the cluster waits for the first).
 func (n *Node) Start(ctx context.Context, c *cluster.Cluster) error {
 	// envtest's etcd and API server, kube-controller-manager and
 	// kube-scheduler: teardown also finds them by their directories.
@@ -198,9 +185,12 @@ func (n *Node) Start(ctx context.Context, c *cluster.Cluster) error {
 	users := []struct {
 		file string
 		user crenvtest.User
-	}{
-		{"kubelet.kubeconfig", crenvtest.User{Name: "system:node:" + NodeName, Groups: []string{"system:nodes"}}},
-		{"kube-proxy.kubeconfig", crenvtest.User{Name: "system:kube-proxy"}},
+	}{{"kube-proxy.kubeconfig", crenvtest.User{Name: "system:kube-proxy"}}}
+	for _, m := range n.members {
+		users = append(users, struct {
+			file string
+			user crenvtest.User
+		}{m.kubeconfig(), crenvtest.User{Name: "system:node:" + m.name, Groups: []string{"system:nodes"}}})
 	}
 	for _, u := range users {
 		au, err := c.Env().AddUser(u.user, nil)
@@ -221,30 +211,54 @@ func (n *Node) Start(ctx context.Context, c *cluster.Cluster) error {
 			pause = img.ref
 		}
 	}
-	c.Say("starting containerd")
-	if err := n.startContainerd(ctx, n.journal.ContainerdRoot, pause); err != nil {
+	for _, m := range n.members {
+		c.Say("starting containerd of " + m.String())
+		if err := n.startContainerd(ctx, m, pause); err != nil {
+			return err
+		}
+		if err := n.removeSandboxes(m); err != nil {
+			return err
+		}
+	}
+	if err := n.importAll(); err != nil {
 		return err
 	}
-	if err := n.removeSandboxes(); err != nil {
-		return err
-	}
-	if err := n.importImages(n.journal.ContainerdRoot, n.images); err != nil {
-		return err
-	}
-	c.Say("starting the kubelet and kube-proxy")
-	if err := n.startKubelet(pki, filepath.Join(pki, "kubelet.kubeconfig")); err != nil {
-		return err
-	}
-	if err := n.startKubeProxy(filepath.Join(pki, "kube-proxy.kubeconfig")); err != nil {
-		return err
+	for _, m := range n.members {
+		c.Say("starting the kubelet and kube-proxy of " + m.name)
+		if err := n.startKubelet(m, pki, filepath.Join(pki, m.kubeconfig())); err != nil {
+			return err
+		}
+		if err := n.startKubeProxy(m, filepath.Join(pki, "kube-proxy.kubeconfig")); err != nil {
+			return err
+		}
 	}
 	c.Say("starting CoreDNS on " + NodeIP + ":53")
-	return n.startDNS(ctx, c.Kubeconfig)
+	if err := n.startDNS(ctx, c.Kubeconfig); err != nil {
+		return err
+	}
+	if len(n.members) == 1 {
+		return nil
+	}
+	return c.Poll(ctx, 2*time.Minute, "every node Ready", func() bool { return n.allReady(ctx) })
 }
 
-// start starts a component of the node through the cluster and records
-// its pid in the journal.
-func (n *Node) start(name, path string, args ...string) error {
+// start starts a component of a node (or of the host, m nil) through the cluster and records its
+// pid in the journal. A component of one of several nodes runs in the
+// node's network namespace (nsenter --net, nothing else of the host
+// unshared) and in its freezer cgroup, which it joins before it runs: its
+// children (containerd's shims) are there too.
+func (n *Node) start(m *member, component, path string, args ...string) error {
+	name := component // nil: a process of the host's (CoreDNS)
+	if m != nil {
+		name = m.proc(component)
+	}
+	if m != nil && m.multi() {
+		// sh joins the cgroup, then execs nsenter, which execs the
+		// component: one pid all along.
+		script := `cg=$1; ns=$2; shift 2; echo $$ > "$cg" && exec nsenter --net="$ns" -- "$@"`
+		args = append([]string{"-c", script, "dbk-node-start", m.freezer() + "/cgroup.procs", m.netnsPath(), path}, args...)
+		path = "/bin/sh"
+	}
 	pid, err := n.c.StartProcess(name, path, args...)
 	if err != nil {
 		return err
@@ -252,13 +266,33 @@ func (n *Node) start(name, path string, args ...string) error {
 	return n.journal.recordPid(name, pid)
 }
 
-// StopPods stops the kubelet first, so that it does not restart what goes
-// next, then removes the pods while containerd runs.
+// StopPods powers every node on (a frozen process cannot be stopped),
+// stops the kubelets first, so that they do not restart what goes next,
+// then removes the pods while containerd runs.
 func (n *Node) StopPods(c *cluster.Cluster) error {
-	if !c.StopProcess("kubelet") {
-		return nil
+	var errs []error
+	if n.journal != nil && len(n.members) > 1 {
+		thawCgroups(n.journal, c.Say)
+		for _, m := range n.members {
+			if _, err := os.Stat("/sys/class/net/" + m.veth); err != nil {
+				continue // a Start that failed before making it
+			}
+			if _, err := host("", "ip", "link", "set", m.veth, "up"); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
-	return n.removeSandboxes()
+	stopped := false
+	for _, m := range n.members {
+		stopped = c.StopProcess(m.proc("kubelet")) || stopped
+	}
+	if !stopped {
+		return errors.Join(errs...)
+	}
+	for _, m := range n.members {
+		errs = append(errs, n.removeSandboxes(m))
+	}
+	return errors.Join(errs...)
 }
 
 // Stop undoes the host changes and releases the lock, after the processes

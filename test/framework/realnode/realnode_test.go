@@ -17,13 +17,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
@@ -34,6 +37,8 @@ import (
 // the host changes and envtest's etcd and API server would wait for the
 // next Start.
 func TestMain(m *testing.M) {
+	// the cluster's volume provisioner logs through controller-runtime
+	ctrl.SetLogger(logr.Discard())
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	go func() {
@@ -50,8 +55,15 @@ func TestMain(m *testing.M) {
 // image and images: they wait for each other (and for other packages' real
 // nodes) instead of failing.
 func realOptions(t *testing.T, images ...string) cluster.Options {
-	node := New(Options{LockWait: 10 * time.Minute, Images: append([]string{cluster.ImagePause}, images...)})
-	return cluster.Options{Progress: testWriter{t}, Node: node}
+	return realNodesOptions(t, 1, images...)
+}
+
+// realNodesOptions are realOptions with nodes nodes.
+func realNodesOptions(t *testing.T, nodes int, images ...string) cluster.Options {
+	node := New(Options{LockWait: 10 * time.Minute, Images: append([]string{cluster.ImagePause}, images...), Nodes: nodes})
+	// The node's tests use no Database: the CRD would only slow them down
+	// (and tie them to the API's state of the day).
+	return cluster.Options{Progress: testWriter{t}, Node: node, WithoutCRDs: true}
 }
 
 type testWriter struct{ t *testing.T }
@@ -100,6 +112,9 @@ func snapshotHost(t *testing.T) hostState {
 	require.NoError(t, err)
 	cgroups, err := filepath.Glob("/sys/fs/cgroup/*/kubepods")
 	require.NoError(t, err)
+	nodeCgroups, err := filepath.Glob("/sys/fs/cgroup/*/" + NodeNamePrefix + "*")
+	require.NoError(t, err)
+	cgroups = append(cgroups, nodeCgroups...)
 	var paths []string
 	for _, p := range hostPaths {
 		if _, err := os.Lstat(p); err == nil {
@@ -124,6 +139,13 @@ func assertNothingLeftLocked(t *testing.T, before hostState, dir string) {
 	routes, err := host("", "ip", "route", "show", realServiceRange)
 	assert.NoError(t, err)
 	assert.Empty(t, strings.TrimSpace(routes), "Service route left")
+	routes, err = host("", "ip", "route", "show", "root", containedRange)
+	assert.NoError(t, err)
+	assert.NotContains(t, routes, "198.18.", "a route into the contained range left")
+	netns, _ := filepath.Glob("/run/netns/dbk-n*")
+	assert.Empty(t, netns, "network namespaces left")
+	links, _ := filepath.Glob("/sys/class/net/dbk-*")
+	assert.Empty(t, links, "links left")
 	after := snapshotHost(t)
 	assert.ElementsMatch(t, before.nftTables, after.nftTables, "nftables tables differ")
 	assert.Equal(t, before.sysctls, after.sysctls, "sysctls differ")
@@ -200,11 +222,27 @@ func waitRunning(t *testing.T, c *cluster.Cluster, pod *corev1.Pod) *corev1.Pod 
 		require.NoError(ct, c.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), got))
 		assert.Equal(ct, corev1.PodRunning, got.Status.Phase)
 	}, 2*time.Minute, 200*time.Millisecond, "pod not Running; kubelet log:\n%s", tailLog(c, "kubelet"))
-	assert.True(t, strings.HasPrefix(got.Status.PodIP, "198.18.0."), "pod IP %s not in the pods' range", got.Status.PodIP)
+	subnet := ""
+	for _, m := range members(MaxNodes) {
+		if m.name == got.Spec.NodeName {
+			subnet = m.podSubnet
+		}
+	}
+	if got.Spec.NodeName == NodeName {
+		subnet = podSubnet
+	}
+	_, pods, err := net.ParseCIDR(subnet)
+	require.NoError(t, err, "node %s", got.Spec.NodeName)
+	assert.True(t, pods.Contains(net.ParseIP(got.Status.PodIP)), "pod IP %s not in the pods' range %s of %s", got.Status.PodIP, subnet, got.Spec.NodeName)
 	return got
 }
 
-func tailLog(c *cluster.Cluster, name string) string { return tail(c.Log(name), 30) }
+func tailLog(c *cluster.Cluster, name string) string {
+	if c.NodeName != NodeName && !strings.Contains(name, "-") {
+		name += "-1" // the first of several nodes
+	}
+	return tail(c.Log(name), 30)
+}
 
 // TestRealNode starts a real node, runs a pod on it, reads its log through
 // the API server (the kubelet's client certificate), stops, and checks that
@@ -252,16 +290,22 @@ func TestRealNode(t *testing.T) {
 }
 
 // crashChildEnv makes the test binary run TestRealNodeCrashChild for
-// TestRealNodeCrash.
-const crashChildEnv = "DBKEEPER_REALNODE_CRASH_CHILD"
+// TestRealNodeCrash; crashNodesEnv says how many nodes it starts.
+const (
+	crashChildEnv = "DBKEEPER_REALNODE_CRASH_CHILD"
+	crashNodesEnv = "DBKEEPER_REALNODE_CRASH_NODES"
+)
 
 // crashChild starts a real node with a running pod in a child process (the
 // test binary running TestRealNodeCrashChild), kills it with SIGKILL, and
 // returns the dead node's directory.
-func crashChild(t *testing.T) string {
+func crashChild(t *testing.T) string { return crashChildOf(t, 1) }
+
+// crashChildOf is crashChild with nodes nodes.
+func crashChildOf(t *testing.T, nodes int) string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRealNodeCrashChild$", "-test.v")
-	cmd.Env = append(os.Environ(), crashChildEnv+"=1")
+	cmd.Env = append(os.Environ(), crashChildEnv+"=1", crashNodesEnv+"="+strconv.Itoa(nodes))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -316,6 +360,18 @@ func TestRealNodeCrashThenStart(t *testing.T) {
 	assertNothingLeft(t, before, dir)
 }
 
+// TestRealNodesCrash kills the owner of three real nodes once a pod runs
+// and one node is powered off (frozen, its link down), and checks that
+// Cleanup (make node-down) leaves nothing: no network namespace, veth,
+// route or node cgroup either.
+func TestRealNodesCrash(t *testing.T) {
+	Require(t)
+	before := baseline(t)
+	dir := crashChildOf(t, 3)
+	require.NoError(t, Cleanup())
+	assertNothingLeft(t, before, dir)
+}
+
 // TestRealNodeBaselineAfterACrash is the regression test of a CI failure:
 // a real node killed by an earlier run (a machine restart mid-test) was in
 // the host baseline, so the next Start's undoing of it read as "nftables
@@ -338,7 +394,8 @@ func TestRealNodeCrashChild(t *testing.T) {
 	if os.Getenv(crashChildEnv) != "1" {
 		t.Skip("the child of TestRealNodeCrash")
 	}
-	c, err := cluster.Start(context.Background(), realOptions(t))
+	nodes, _ := strconv.Atoi(os.Getenv(crashNodesEnv))
+	c, err := cluster.Start(context.Background(), realNodesOptions(t, nodes))
 	require.NoError(t, err)
 	pod := sleeper(c)
 	require.NoError(t, c.Client.Create(context.Background(), pod))
@@ -349,6 +406,13 @@ func TestRealNodeCrashChild(t *testing.T) {
 	require.NotEmpty(t, mountsUnder(path), "the sized volume is mounted")
 	_, err = host("table inet "+FaultTablePrefix+"_crash {\n chain input { type filter hook input priority -20; policy accept; }\n}\n", "nft", "-f", "-")
 	require.NoError(t, err)
+	if nodes > 1 {
+		// a node powered off (faults.PowerOff): frozen, its link down
+		m := members(nodes)[1]
+		require.NoError(t, os.WriteFile(m.freezer()+"/freezer.state", []byte("FROZEN"), 0o644))
+		_, err = host("", "ip", "link", "set", m.veth, "down")
+		require.NoError(t, err)
+	}
 	fmt.Println("RUNNING " + c.Dir)
 	select {}
 }
@@ -485,6 +549,18 @@ func sizedVolume(t *testing.T, c *cluster.Cluster, name, size string) string {
 		},
 	}
 	require.NoError(t, c.Client.Create(ctx, claim))
+	class := &storagev1.StorageClass{}
+	require.NoError(t, c.Client.Get(ctx, client.ObjectKey{Name: cluster.SizedStorageClassName}, class))
+	if class.VolumeBindingMode != nil && *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer {
+		// several nodes: the volume is made on its first pod's node
+		user := sleeper(c)
+		user.Name = name + "-user"
+		user.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		user.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name},
+		}}}
+		require.NoError(t, c.Client.Create(ctx, user))
+	}
 	pv := &corev1.PersistentVolume{}
 	require.Eventually(t, func() bool {
 		return c.Client.Get(ctx, client.ObjectKeyFromObject(claim), claim) == nil && claim.Spec.VolumeName != "" &&

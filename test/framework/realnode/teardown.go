@@ -49,7 +49,10 @@ func cleanupDead(say func(string)) error {
 // removes the journal once everything is undone.
 func undo(j *journal, say func(string)) error {
 	var errs []error
+	// A powered-off node's processes are frozen: SIGKILL waits for a thaw.
+	thawCgroups(j, say)
 	killNodeProcesses(j, say)
+	errs = append(errs, removeNodeNetworks(j, say)...)
 	mountErrs := unmountUnder(j, say)
 	errs = append(errs, mountErrs...)
 	errs = append(errs, removeCgroups(j, say)...)
@@ -238,4 +241,64 @@ func onlyKubeChains(listing string) bool {
 		}
 	}
 	return true
+}
+
+// thawCgroups thaws every frozen cgroup the node created in the v1 freezer
+// hierarchy (a node powered off), parents first.
+func thawCgroups(j *journal, say func(string)) {
+	for _, cg := range j.CreatedCgroups {
+		if !strings.HasPrefix(cg, "/sys/fs/cgroup/freezer/") {
+			continue
+		}
+		_ = filepath.WalkDir(cg, func(path string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			state, err := os.ReadFile(filepath.Join(path, "freezer.state"))
+			if err != nil || strings.TrimSpace(string(state)) == "THAWED" {
+				return nil
+			}
+			if err := os.WriteFile(filepath.Join(path, "freezer.state"), []byte("THAWED"), 0o644); err == nil {
+				say("thawed cgroup " + path)
+			}
+			return nil
+		})
+	}
+}
+
+// removeNodeNetworks deletes the network namespaces of several nodes
+// (their veths, pod bridges, routes and nftables tables go with them) and
+// any veth left on the host.
+func removeNodeNetworks(j *journal, say func(string)) []error {
+	var errs []error
+	for _, ns := range j.Netns {
+		if _, err := os.Stat("/run/netns/" + ns); err != nil {
+			continue
+		}
+		if _, err := host("", "ip", "netns", "del", ns); err != nil {
+			errs = append(errs, err)
+		} else {
+			say("deleted network namespace " + ns)
+		}
+	}
+	for _, v := range j.Veths {
+		if _, err := os.Stat("/sys/class/net/" + v); err != nil {
+			continue
+		}
+		// the namespace's deletion takes its veth with it, soon
+		_, err := host("", "ip", "link", "del", v)
+		for deadline := time.Now().Add(5 * time.Second); err != nil && time.Now().Before(deadline); {
+			if _, gone := os.Stat("/sys/class/net/" + v); gone != nil {
+				err = nil
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			say("deleted link " + v)
+		}
+	}
+	return errs
 }
