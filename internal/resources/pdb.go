@@ -2,6 +2,7 @@ package resources
 
 import (
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
@@ -29,32 +30,41 @@ func WantsPodDisruptionBudget(db *dbv1.Database) bool { return Instances(db) >= 
 // whole scale, primary included, so one of 1 over the standbys would
 // allow no eviction at all.
 func PodDisruptionBudget(db *dbv1.Database) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
-	return disruptionBudget(db, PodDisruptionBudgetName(db), dbv1.RoleReplica,
-		policyv1ac.PodDisruptionBudgetSpec().WithMinAvailable(intstr.FromInt32(max(0, Instances(db)-2))))
-}
-
-// PrimaryDisruptionBudget refuses every eviction of the healthy primary:
-// a drain of its node waits, retrying, while the replication controller
-// sees the node cordoned and switches over to a standby on another node;
-// the former primary, then a standby, is evicted under the standbys'
-// budget. A primary that is not Ready can be evicted (nothing is served
-// that a failover would not restore). Each pod is selected by one budget
-// only, by its role label: the eviction API refuses pods with two.
-func PrimaryDisruptionBudget(db *dbv1.Database) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
-	return disruptionBudget(db, PrimaryDisruptionBudgetName(db), dbv1.RolePrimary,
-		policyv1ac.PodDisruptionBudgetSpec().WithMinAvailable(intstr.FromInt32(1)))
-}
-
-// disruptionBudget is the budget name of the engine pods of one role,
-// with spec's limit. It always lets unhealthy pods go: a crashing standby
-// must not block a drain.
-func disruptionBudget(db *dbv1.Database, name, role string, spec *policyv1ac.PodDisruptionBudgetSpecApplyConfiguration) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
 	sel := PodSelectorLabels(db)
-	sel[dbv1.LabelRole] = role
-	return policyv1ac.PodDisruptionBudget(name, db.Namespace).
+	sel[dbv1.LabelRole] = dbv1.RoleReplica
+	return policyv1ac.PodDisruptionBudget(PodDisruptionBudgetName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
 		WithOwnerReferences(OwnerReference(db)).
-		WithSpec(spec.
+		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
+			WithMinAvailable(intstr.FromInt32(max(0, Instances(db)-2))).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)).
+			// a crashing standby must not block a drain
+			WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
+}
+
+// PrimaryDisruptionBudget refuses every eviction of a healthy pod that is
+// or may be the primary: every engine pod not labelled replica, so the
+// primary, and the pods whose role label the replication controller took
+// off while a switchover or failover is in doubt (a budget selecting the
+// primary label alone selects nothing then, and a drain evicted the
+// primary in the middle of its own switchover). A drain of the primary's
+// node waits, retrying, while the replication controller sees the node
+// cordoned and switches over to a standby on another node; the former
+// primary, then labelled replica, is evicted under the standbys' budget.
+// maxUnavailable 0: the disruption controller counts it against the
+// StatefulSet's scale, so no selected pod may go. A pod that is not Ready
+// can be evicted (nothing is served that a failover would not restore).
+// Each pod is selected by one budget only: the eviction API refuses pods
+// with two.
+func PrimaryDisruptionBudget(db *dbv1.Database) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
+	return policyv1ac.PodDisruptionBudget(PrimaryDisruptionBudgetName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentDatabase)).
+		WithOwnerReferences(OwnerReference(db)).
+		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
+			WithMaxUnavailable(intstr.FromInt32(0)).
+			WithSelector(metav1ac.LabelSelector().
+				WithMatchLabels(PodSelectorLabels(db)).
+				WithMatchExpressions(metav1ac.LabelSelectorRequirement().
+					WithKey(dbv1.LabelRole).WithOperator(metav1.LabelSelectorOpNotIn).WithValues(dbv1.RoleReplica))).
 			WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -99,17 +100,18 @@ func TestDrainIsASwitchover(t *testing.T) {
 		node.Spec.Unschedulable = false
 		_ = k8s.Patch(context.Background(), node, patch)
 	})
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		r := getDatabase(c, db).Status.Replication
-		assert.NotEqual(c, old.Name, r.CurrentPrimary, "still the primary")
-		assert.Equal(c, r.CurrentPrimary, r.TargetPrimary, "switching over")
-	}, timeout, tick)
-	now := primaryPod()
-	assert.NotEqual(t, old.Spec.NodeName, now.Spec.NodeName, "handed over to a standby on the drained node")
+	// kubectl drain retries the eviction; it must not succeed before the
+	// switchover ended (its pods are labelled neither primary nor
+	// replica meanwhile)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.NoError(c, evict(ns, old.Name), "the former primary, now a standby, cannot be evicted")
-	}, timeout, tick)
+	}, timeout, 20*time.Millisecond)
 	r := getDatabase(t, db).Status.Replication
+	require.NotEqual(t, old.Name, r.CurrentPrimary, "the primary was evicted before it handed over")
+	require.Equal(t, r.CurrentPrimary, r.TargetPrimary, "the primary was evicted while it was switching over")
+	now := primaryPod()
+	assert.NotEqual(t, old.Spec.NodeName, now.Spec.NodeName, "handed over to a standby on the drained node")
+	r = getDatabase(t, db).Status.Replication
 	assert.Nil(t, r.LastFailover, "a drain failed over")
 	assert.Equal(t, now.Name, r.CurrentPrimary, "the primary moved again")
 }

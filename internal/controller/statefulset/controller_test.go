@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -264,9 +265,18 @@ func TestDisruptionBudgetAndPrimary(t *testing.T) {
 	assert.True(t, metav1.IsControlledBy(pdb, db), "owned by the Database")
 	primary := &policyv1.PodDisruptionBudget{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name + "-primary"}, primary))
-	assert.Equal(t, intstr.FromInt32(1), *primary.Spec.MinAvailable, "the healthy primary is never evicted")
-	assert.Nil(t, primary.Spec.MaxUnavailable)
-	assert.Equal(t, dbv1.RolePrimary, primary.Spec.Selector.MatchLabels[dbv1.LabelRole])
+	assert.Equal(t, intstr.FromInt32(0), *primary.Spec.MaxUnavailable, "the healthy primary is never evicted")
+	assert.Nil(t, primary.Spec.MinAvailable)
+	sel, err := metav1.LabelSelectorAsSelector(primary.Spec.Selector)
+	require.NoError(t, err)
+	pod := resources.Labels(db, resources.ComponentDatabase)
+	for role, selected := range map[string]bool{dbv1.RolePrimary: true, "": true, dbv1.RoleReplica: false} {
+		pod[dbv1.LabelRole] = role
+		if role == "" {
+			delete(pod, dbv1.LabelRole) // in doubt during a switchover
+		}
+		assert.Equal(t, selected, sel.Matches(labels.Set(pod)), "the primary's budget selects a pod of role %q", role)
+	}
 	assert.Equal(t, policyv1.AlwaysAllow, *primary.Spec.UnhealthyPodEvictionPolicy)
 	assert.True(t, metav1.IsControlledBy(primary, db), "owned by the Database")
 	sts := &appsv1.StatefulSet{}
