@@ -199,10 +199,22 @@ func TestTemplateNamespaced(t *testing.T) {
 	assert.Nil(t, objs["ClusterRole /rel-dbkeeper-ops"], "a namespaced install needs no ClusterRole for the controllers")
 	for key := range objs {
 		if strings.HasPrefix(key, "ClusterRole ") {
-			assert.Contains(t, []string{"ClusterRole /rel-dbkeeper-ops-metrics-auth", "ClusterRole /rel-dbkeeper-ops-metrics-reader"}, key,
-				"the only ClusterRoles of a namespaced install are the secure metrics' (cluster-scoped reviews, a non-resource URL)")
+			assert.Contains(t, []string{"ClusterRole /rel-dbkeeper-ops-metrics-auth", "ClusterRole /rel-dbkeeper-ops-metrics-reader", "ClusterRole /rel-dbkeeper-ops-nodes"}, key,
+				"the only ClusterRoles of a namespaced install are the secure metrics' (cluster-scoped reviews, a non-resource URL) and the Nodes' (cluster-scoped)")
 		}
 	}
+	// The Nodes' ClusterRole grants what the generated rules grant on
+	// nodes, and nothing else: a Role cannot grant a cluster-scoped
+	// resource.
+	var nodeRules []any
+	for _, r := range generatedRules(t, "ClusterRole") {
+		if res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources"); slices.Contains(res, "nodes") {
+			nodeRules = append(nodeRules, r)
+		}
+	}
+	require.Len(t, nodeRules, 1, "the manager's generated rules on nodes")
+	assert.Equal(t, nodeRules, rulesOf(t, objs["ClusterRole /rel-dbkeeper-ops-nodes"]), "the namespaced install's ClusterRole on nodes")
+	assert.NotNil(t, objs["ClusterRoleBinding /rel-dbkeeper-ops-nodes"])
 	for _, ns := range []string{"team-a", "team-b"} {
 		assert.Equal(t, generatedRules(t, "ClusterRole"), rulesOf(t, objs["Role "+ns+"/rel-dbkeeper"]), "Role in %s", ns)
 		assert.NotNil(t, objs["RoleBinding "+ns+"/rel-dbkeeper"], "RoleBinding in %s", ns)
