@@ -76,21 +76,29 @@ test: host-deps tools ## Run every test: unit, integration on a real kube-apiser
 	@# vet with -race: it compiles the dependencies as the tests below do, so a cold build compiles them once
 	go vet -race ./...
 	go vet -race -tags failover ./test/realnode
+	go vet -race -tags 'failover nodes' ./test/realnode
 	go vet -race -tags 'failover peer' ./test/realnode
+	go vet -race -tags 'failover peer nodes' ./test/realnode
 	go test -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
-	@# the failover fault injection after the rest: its timings are measured on a machine the other suites do not load
-	go test -tags failover -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) -run '^(TestFailover|TestAPIServerOutage)' ./test/realnode
+	@# the failover fault injection after the rest, on three real nodes: its timings are measured on a machine the other
+	@# suites do not load; the node faults run first, alone (a node powered off would take the other tests' pods with it)
+	go test -tags 'failover nodes' -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) -run '^(TestFailover|TestAPIServerOutage|TestNode)' ./test/realnode
 	go test -run '^$$' -fuzz FuzzBuilders -fuzztime 5000x ./internal/resources
 
 .PHONY: test-failover
-test-failover: tools ## The failover fault-injection suite on the real node (root; about 12 min): the API server stopped 30 s, then each fault of the primary twice, synchronous and asynchronous (FAULTS=agent-sigkill,operator-down RUNS=5 RUN=TestFailoverSynchronous repeat some). make test runs it too, after the other suites.
+test-failover: tools ## The failover fault-injection suite on three real nodes (root; about 15 min): the API server stopped 30 s, the node faults (make test-nodes), then each fault of the primary twice, synchronous and asynchronous (FAULTS=agent-sigkill,operator-down RUNS=5 RUN=TestFailoverSynchronous repeat some). make test runs it too, after the other suites.
 	DBKEEPER_REQUIRE_REAL_NODE=1 DBKEEPER_FAILOVER_FAULTS=$(FAULTS) DBKEEPER_FAILOVER_RUNS=$(RUNS) \
-		go test -tags failover -race -count=1 -v -timeout $(TEST_TIMEOUT) -run '$(or $(RUN),^(TestFailover|TestAPIServerOutage))' ./test/realnode
+		go test -tags 'failover nodes' -race -count=1 -v -timeout $(TEST_TIMEOUT) -run '$(or $(RUN),^(TestFailover|TestAPIServerOutage|TestNode))' ./test/realnode
+
+.PHONY: test-nodes
+test-nodes: tools ## The node faults on three real nodes (root): a drain of the primary's node (a switchover), the node powered off, the node isolated, the node of the leading manager (installed with the chart) and of the primary powered off (FAULTS=node-powered-off RUNS=5 repeats one).
+	DBKEEPER_REQUIRE_REAL_NODE=1 DBKEEPER_FAILOVER_FAULTS=$(FAULTS) DBKEEPER_FAILOVER_RUNS=$(RUNS) \
+		go test -tags 'failover nodes' -race -count=1 -v -timeout $(TEST_TIMEOUT) -run '^TestNode' ./test/realnode
 
 .PHONY: bench-failover
-bench-failover: tools ## Failover side by side with CloudNativePG v1.30.0 on the real node (root; builds its operator once, ~2 min): each fault of the primary RUNS times (default 5) on each side; TABLE=file writes the markdown table (FAULTS=frozen,agent-sigkill runs some, SIDE=CloudNativePG or dbkeeper one side). Not part of make test.
+bench-failover: tools ## Failover side by side with CloudNativePG v1.30.0 on the real node (root; builds its operator once, ~2 min): each fault of the primary RUNS times (default 5) on each side; TABLE=file writes the markdown table (FAULTS=frozen,agent-sigkill runs some, SIDE=CloudNativePG or dbkeeper one side); NODES=3 compares the node faults (node-powered-off, node-isolated) on three real nodes. Not part of make test.
 	DBKEEPER_REQUIRE_REAL_NODE=1 DBKEEPER_PEER_RUNS=$(RUNS) DBKEEPER_PEER_FAULTS=$(FAULTS) DBKEEPER_PEER_SIDES=$(SIDE) DBKEEPER_PEER_TABLE=$(if $(TABLE),$(abspath $(TABLE))) \
-		go test -tags 'failover peer' -count=1 -v -timeout 90m -run '^TestFailoverPeer' ./test/realnode
+		go test -tags 'failover peer$(if $(filter 3,$(NODES)), nodes)' -count=1 -v -timeout 90m -run '^TestFailoverPeer' ./test/realnode
 
 .PHONY: fuzz
 fuzz: ## Fuzz the builders for FUZZTIME (default 2m).

@@ -118,7 +118,13 @@ type ha struct {
 func startHA(t *testing.T, name string, sync bool) *ha {
 	t.Helper()
 	ns := newNamespace(t)
-	op := startOperator(t, ns)
+	return startHAIn(t, ns, name, sync, startOperator(t, ns))
+}
+
+// startHAIn is startHA in namespace ns, whose operator op runs already
+// (nil: one installed with the chart, in the cluster).
+func startHAIn(t *testing.T, ns, name string, sync bool, op *operator.Operator) *ha {
+	t.Helper()
 	db := newDatabase(ns, name, "17", func(d *dbv1.Database) {
 		d.Spec.Replicas = ptr.To[int32](haInstances)
 		d.Spec.Storage.StorageClassName = ptr.To(cluster.SizedStorageClassName)
@@ -193,6 +199,10 @@ type faultKind struct {
 	name   string
 	inject func(h *ha, primary string, at time.Time) injected
 }
+
+// extraFaultKinds are faults that build-tagged files add: the node faults
+// (nodefaults_test.go), for the comparison with CloudNativePG.
+var extraFaultKinds []faultKind
 
 // faultKinds are the faults of issue 19 that lose the primary.
 var faultKinds = []faultKind{

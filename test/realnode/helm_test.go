@@ -36,30 +36,7 @@ func TestHelmInstalledOperator(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	system, apps := newNamespace(t), newNamespace(t)
-	root, err := envtest.RepoRoot()
-	require.NoError(t, err)
-	repo, tag, ok := strings.Cut(local.Images["manager"], ":")
-	require.True(t, ok, "manager image ref %q has a tag", local.Images["manager"])
-	overrides, err := json.Marshal(local.EngineImageMap())
-	require.NoError(t, err)
-
-	helm := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(filepath.Join(local.Bin, "helm"), append(args, "--kubeconfig="+local.Kubeconfig)...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		require.NoError(t, cmd.Run(), "helm %s:\n%s", strings.Join(args, " "), out.String())
-		return out.String()
-	}
-	helm("install", "dbkeeper", filepath.Join(root, "config", "charts", "dbkeeper"), "--namespace="+system,
-		"--wait", "--timeout=3m",
-		// --set-string: a content tag of only digits (420744954915) is
-		// otherwise a number, which the chart's schema refuses.
-		"--set=image.repository="+repo, "--set-string=image.tag="+tag, "--set=image.pullPolicy=Never",
-		"--set-json=engineImages.overrides="+string(overrides),
-		"--set=watchNamespaces={"+apps+"}",
-		"--set=crds.enabled=false") // the cluster installed the CRD
-	t.Cleanup(func() { helm("uninstall", "dbkeeper", "--namespace="+system, "--wait") })
+	helmInstall(t, system, apps)
 
 	deployments := &appsv1.DeploymentList{}
 	require.NoError(t, k8s.List(ctx, deployments, client.InNamespace(system)))
@@ -98,6 +75,38 @@ func TestHelmInstalledOperator(t *testing.T) {
 	// Service's ClusterIP itself (the host routes the Service range through
 	// the node's bridge and kube-proxy, as the API server does for webhooks).
 	assertSecureMetricsService(t, system, apps, "dbkeeper-"+system+"-metrics-reader")
+}
+
+// helmInstall installs the chart as release dbkeeper in namespace system,
+// with the locally built manager and engine images, watching namespace
+// apps, and waits until its Deployment is available (its defaults: two
+// replicas, leader election); the release is uninstalled after the test.
+func helmInstall(t *testing.T, system, apps string, set ...string) {
+	t.Helper()
+	root, err := envtest.RepoRoot()
+	require.NoError(t, err)
+	repo, tag, ok := strings.Cut(local.Images["manager"], ":")
+	require.True(t, ok, "manager image ref %q has a tag", local.Images["manager"])
+	overrides, err := json.Marshal(local.EngineImageMap())
+	require.NoError(t, err)
+	helm := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(local.Bin, "helm"), append(args, "--kubeconfig="+local.Kubeconfig)...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		require.NoError(t, cmd.Run(), "helm %s:\n%s", strings.Join(args, " "), out.String())
+		return out.String()
+	}
+	helm(append([]string{"install", "dbkeeper", filepath.Join(root, "config", "charts", "dbkeeper"), "--namespace=" + system,
+		"--wait", "--timeout=3m",
+		// --set-string: a content tag of only digits (420744954915) is
+		// otherwise a number, which the chart's schema refuses.
+		"--set=image.repository=" + repo, "--set-string=image.tag=" + tag, "--set=image.pullPolicy=Never",
+		"--set-json=engineImages.overrides=" + string(overrides),
+		"--set=watchNamespaces={" + apps + "}",
+		"--set=crds.enabled=false"}, // the cluster installed the CRD
+		set...)...)
+	t.Cleanup(func() { helm("uninstall", "dbkeeper", "--namespace="+system, "--wait") })
 }
 
 // assertSecureMetricsService checks the chart's secure metrics Service in

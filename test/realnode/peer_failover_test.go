@@ -4,6 +4,7 @@ package realnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -69,9 +71,23 @@ const (
 	peerRunBudget = 12 * time.Minute
 )
 
-// peerFaults are the faults of the comparison, by their names in
-// faultKinds.
+// peerFaults are the faults of the comparison on one node, by their
+// names in faultKinds.
 var peerFaults = []string{"pod-deleted", "pod-deleted-grace-0", "postmaster-sigkill", "agent-sigkill", "frozen", peerCutFault}
+
+// peerNodeFaults are the faults of the comparison on several nodes (build
+// tag nodes), by their names in extraFaultKinds: the primary's node
+// powered off, and cut off from the other nodes and the API server.
+var peerNodeFaults = []string{"node-powered-off", "node-isolated"}
+
+// peerDefaultFaults are the faults compared by default: the node faults
+// on several nodes, the pod and process faults on one.
+func peerDefaultFaults() []string {
+	if realNodes > 1 {
+		return peerNodeFaults
+	}
+	return peerFaults
+}
 
 // TestFailoverPeerCloudNativePG measures, for each fault of peerFaults,
 // DBKEEPER_PEER_RUNS times on each side, how long after the fault writes
@@ -87,7 +103,7 @@ func TestFailoverPeerCloudNativePG(t *testing.T) {
 	runs := peerRuns(t)
 	names := peerFaultNames(t)
 	kinds := map[string]faultKind{}
-	for _, k := range faultKinds {
+	for _, k := range append(slices.Clone(faultKinds), extraFaultKinds...) {
 		kinds[k.name] = k
 	}
 	for _, n := range names {
@@ -173,11 +189,12 @@ func peerRuns(t *testing.T) int {
 func peerFaultNames(t *testing.T) []string {
 	v := os.Getenv(peerFaultsEnv)
 	if v == "" {
-		return peerFaults
+		return peerDefaultFaults()
 	}
 	names := strings.Split(v, ",")
+	all := append(slices.Clone(peerFaults), peerNodeFaults...)
 	for _, n := range names {
-		require.Contains(t, peerFaults, n, "%s=%q: %s is not a fault of the comparison %v", peerFaultsEnv, v, n, peerFaults)
+		require.Contains(t, all, n, "%s=%q: %s is not a fault of the comparison %v", peerFaultsEnv, v, n, all)
 	}
 	return names
 }
@@ -234,7 +251,12 @@ func peerWaitNamespaceGone(t *testing.T, namespace string) {
 // table, how to read it.
 func peerTable(res, gaps *cnpg.Results, runs int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Failover side by side on one real node, %s, %d runs per fault and side (make bench-failover).\n\n", time.Now().UTC().Format("2006-01-02"), runs)
+	command := "make bench-failover"
+	if realNodes > 1 {
+		command += " NODES=3"
+	}
+	fmt.Fprintf(&b, "Failover side by side on %d real node(s), %s, %d runs per fault and side (%s).\n\n",
+		realNodes, time.Now().UTC().Format("2006-01-02"), runs, command)
 	b.WriteString("Fault → first acknowledged write after the outage (loss→write):\n\n")
 	b.WriteString(res.Markdown(func(fault string) string {
 		if fault == peerCutFault {
@@ -356,11 +378,27 @@ func (p *peerCluster) run(res, gaps *cnpg.Results, fault string, i int) {
 	require.Eventually(t, func() bool { return p.w.AckCount() > acks+20 && fence.AckCount() > fenceAcks+20 },
 		timeout, 20*time.Millisecond, "both writers write before the fault")
 
+	if strings.HasPrefix(fault, "node-") {
+		p.keepOperatorOff(oldPod.Spec.NodeName)
+	}
 	at := time.Now()
-	t.Logf("fault %s run %d: primary %s", fault, i, old)
-	var heal func() error
+	t.Logf("fault %s run %d: primary %s on %s", fault, i, old, oldPod.Spec.NodeName)
+	var heal, healLater func() error
 	var healAfter time.Duration
 	switch fault {
+	case "node-powered-off":
+		on, err := p.inj.Nodes(theNode).PowerOff(oldPod.Spec.NodeName)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = on() })
+		healLater = on
+	case "node-isolated":
+		fromNodes, err := p.inj.Nodes(theNode).PartitionFromNodes(oldPod.Spec.NodeName)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = fromNodes() })
+		fromAPI, err := p.inj.Nodes(theNode).PartitionFromAPIServer(ctx, oldPod.Spec.NodeName)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = fromAPI() })
+		healLater = func() error { return errors.Join(fromAPI(), fromNodes()) }
 	case "pod-deleted":
 		require.NoError(t, k8s.Delete(ctx, oldPod))
 	case "pod-deleted-grace-0":
@@ -410,6 +448,9 @@ func (p *peerCluster) run(res, gaps *cnpg.Results, fault string, i int) {
 	gaps.Add(peerCNPG, fault, gap)
 	t.Logf("MEASURED peer %s %s run %d: loss→write %s%s%s", peerCNPG, fault, i, d.Round(time.Millisecond), detail, peerMetricNote(fault))
 
+	if healLater != nil {
+		require.NoError(t, healLater())
+	}
 	// what the old primary took after the fault, straight to its pod
 	if last, ok := fence.LastAck(); ok && last.After(at) {
 		t.Logf("fault %s run %d: the old primary %s acknowledged its last direct write %s after the fault", fault, i, old, last.Sub(at).Round(time.Millisecond))
@@ -451,4 +492,46 @@ func (p *peerCluster) missing(w *dbtest.Writer, table string) int {
 		p.t.Logf("acknowledged id %d of %s missing: acknowledged at %s by %s", id, table, at.Format("15:04:05.000"), by)
 	}
 	return len(fresh)
+}
+
+// keepOperatorOff moves CloudNativePG's operator off node before a node
+// fault (a nodeSelector on another node, then a wait until it is
+// Available there): dbkeeper's operator runs in the test process, on no
+// node, so a fault of the primary's node must not take CloudNativePG's
+// with it (the operator's node lost is a fault of its own).
+func (p *peerCluster) keepOperatorOff(node string) {
+	t := p.t
+	t.Helper()
+	ctx := context.Background()
+	pods := &corev1.PodList{}
+	require.NoError(t, k8s.List(ctx, pods, client.InNamespace(cnpg.OperatorNamespace)))
+	on := false
+	for _, pod := range pods.Items {
+		on = on || (pod.Spec.NodeName == node && pod.DeletionTimestamp == nil)
+	}
+	if !on {
+		return
+	}
+	var other string
+	for _, n := range theNode.Nodes() {
+		if n.Name != node {
+			other = n.Name
+			break
+		}
+	}
+	d := &appsv1.Deployment{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: cnpg.OperatorNamespace, Name: cnpg.OperatorDeployment}, d))
+	patch := client.MergeFrom(d.DeepCopy())
+	d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: other}
+	require.NoError(t, k8s.Patch(ctx, d, patch))
+	require.Eventually(t, func() bool {
+		require.NoError(t, k8s.List(ctx, pods, client.InNamespace(cnpg.OperatorNamespace)))
+		for _, pod := range pods.Items {
+			if pod.Spec.NodeName == node || pod.DeletionTimestamp != nil || !podReady(&pod) {
+				return false
+			}
+		}
+		return len(pods.Items) > 0
+	}, timeout, 250*time.Millisecond, "CloudNativePG's operator moved from %s to %s", node, other)
+	t.Logf("CloudNativePG's operator moved from %s to %s before the fault of its node", node, other)
 }

@@ -42,10 +42,15 @@ const (
 )
 
 var (
-	local  *cluster.Cluster
-	k8s    client.Client
-	psql   dbtest.Client
-	images engine.Catalog
+	// realNodes is how many real nodes the suite's cluster runs: one, or
+	// three for the node faults (nodefaults_test.go, build tag nodes).
+	realNodes = 1
+	// theNode is the cluster's real node(s), for the node faults.
+	theNode *realnode.Node
+	local   *cluster.Cluster
+	k8s     client.Client
+	psql    dbtest.Client
+	images  engine.Catalog
 )
 
 func TestMain(m *testing.M) {
@@ -54,7 +59,8 @@ func TestMain(m *testing.M) {
 		fmt.Println("skipping the real-node suite under -short: it starts a cluster with a kubelet")
 		return
 	}
-	cluster.RunTestsWith(m, "realnode", cluster.Options{Node: realnode.New(realnode.Options{LockWait: 20 * time.Minute})}, func(c *cluster.Cluster) {
+	theNode = realnode.New(realnode.Options{LockWait: 20 * time.Minute, Nodes: realNodes})
+	cluster.RunTestsWith(m, "realnode", cluster.Options{Node: theNode}, func(c *cluster.Cluster) {
 		local, k8s = c, c.Client
 		var err error
 		if images, err = engine.NewCatalog("", c.EngineImages()); err != nil {

@@ -1,0 +1,232 @@
+//go:build failover && nodes
+
+package realnode
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/faults"
+)
+
+// The node faults (issue 31) run on a cluster of three real nodes, each
+// in its own network namespace with its own kubelet, containerd and
+// kube-proxy (realnode.Options.Nodes): `make test-nodes`.
+func init() {
+	realNodes = 3
+	extraFaultKinds = append(extraFaultKinds, nodeFaultKinds...)
+}
+
+// switchoverGap bounds the write gap of a drain of the primary's node:
+// a switchover's (4 s measured on one node), with room for three nodes
+// on two cores.
+const switchoverGap = 10 * time.Second
+
+// nodeFaults are the node faults of the primary's node.
+func (h *ha) nodeFaults() *faults.NodeFaults { return h.inj.Nodes(theNode) }
+
+// nodeOf is the node of an instance's pod.
+func (h *ha) nodeOf(instance string) string { return getPod(h.t, h.db, instance).Spec.NodeName }
+
+// nodeFaultKinds lose the primary with its node.
+var nodeFaultKinds = []faultKind{
+	{"node-powered-off", func(h *ha, primary string, at time.Time) injected {
+		// every process of the node frozen and its link down: the
+		// kubelet reports nothing, the pod stays Ready in the API until
+		// the node controller's grace period; the primary Lease, not
+		// renewed, is what proves the primary gone
+		on, err := h.nodeFaults().PowerOff(h.nodeOf(primary))
+		require.NoError(h.t, err)
+		h.t.Cleanup(func() { _ = on() })
+		return injected{heal: func() { require.NoError(h.t, on()) }, failover: true,
+			fenceBy: func() time.Time { return at }}
+	}},
+	{"node-isolated", func(h *ha, primary string, at time.Time) injected {
+		// the node runs on, cut off from the other nodes and from the
+		// API server: its primary must fence itself (it cannot renew the
+		// Lease), and a standby elsewhere is promoted
+		node := h.nodeOf(primary)
+		fromNodes, err := h.nodeFaults().PartitionFromNodes(node)
+		require.NoError(h.t, err)
+		h.t.Cleanup(func() { _ = fromNodes() })
+		fromAPI, err := h.nodeFaults().PartitionFromAPIServer(context.Background(), node)
+		require.NoError(h.t, err)
+		h.t.Cleanup(func() { _ = fromAPI() })
+		return injected{heal: func() { require.NoError(h.t, fromAPI()); require.NoError(h.t, fromNodes()) }, failover: true,
+			fenceBy: func() time.Time { return at }}
+	}},
+}
+
+// TestNodeFaults: a Database of three instances, synchronous (ANY 1,
+// Required), spread over three nodes by default. Not parallel: the
+// failover suite's tests start once it is done (a node powered off would
+// take their pods with it). A drain of the primary's
+// node is a switchover (no failover, a switchover's write gap, nothing
+// lost); the primary's node powered off or isolated is a failover that
+// loses no acknowledged write, and the node, back, rejoins as a standby.
+func TestNodeFaults(t *testing.T) {
+	selected := runsOf("node-drained", 1)
+	for _, kind := range nodeFaultKinds {
+		selected += runsOf(kind.name, 1)
+	}
+	if selected == 0 {
+		t.Skip("DBKEEPER_FAILOVER_FAULTS selects none of the node faults")
+	}
+	h := startHA(t, "nodes", true)
+	assertSpread(t, h.db)
+	for i := range runsOf("node-drained", 1) {
+		h.drainPrimaryNode(i + 1)
+	}
+	for _, kind := range nodeFaultKinds {
+		for i := range runsOf(kind.name, 1) {
+			h.run(kind, i+1)
+		}
+	}
+	h.summary()
+}
+
+// assertSpread: the instances of one Database run on distinct nodes, by
+// default (spec.topologySpreadConstraints and spec.affinity unset).
+func assertSpread(t *testing.T, db *dbv1.Database) {
+	t.Helper()
+	pods := &corev1.PodList{}
+	require.NoError(t, k8s.List(context.Background(), pods, client.InNamespace(db.Namespace), client.MatchingLabels(resources.PodSelectorLabels(db))))
+	nodes := map[string]string{}
+	for _, p := range pods.Items {
+		if other, ok := nodes[p.Spec.NodeName]; ok {
+			assert.Failf(t, "two instances on one node", "%s and %s on %s", other, p.Name, p.Spec.NodeName)
+		}
+		nodes[p.Spec.NodeName] = p.Name
+	}
+	assert.Len(t, nodes, haInstances, "instances by node: %v", nodes)
+}
+
+// drainPrimaryNode drains the primary's node as `kubectl drain` does:
+// the primary's budget refuses its eviction until the replication
+// controller switched over to a standby on another node; then every pod
+// of the node goes. Measured: the longest write gap through <name>.
+func (h *ha) drainPrimaryNode(i int) {
+	t := h.t
+	t.Helper()
+	old := h.converged()
+	lastBefore := dbtest.Get(t, k8s, h.db).Status.Replication.LastFailover
+	node := h.nodeOf(old)
+	fence := h.startFence(old)
+	defer fence.Stop()
+	at := time.Now()
+	h.faultAt = at
+	t.Logf("fault node-drained run %d: primary %s on %s", i, old, node)
+	ctx, cancel := context.WithTimeout(context.Background(), convergeTimeout)
+	defer cancel()
+	uncordon, err := h.nodeFaults().Drain(ctx, node)
+	if uncordon != nil {
+		t.Cleanup(func() { _ = uncordon() })
+	}
+	require.NoError(t, err, "draining %s", node)
+	drained := time.Since(at)
+	time.Sleep(time.Second)
+	gap := h.w.LongestGap(at)
+	h.measured["node-drained"] = append(h.measured["node-drained"], gap)
+	t.Logf("MEASURED failover node-drained run %d: longest write gap %s (drain done in %s)", i, gap.Round(time.Millisecond), drained.Round(time.Millisecond))
+	live := dbtest.Get(t, k8s, h.db)
+	r := live.Status.Replication
+	assert.NotEqual(t, old, r.CurrentPrimary, "the primary handed over before its node was drained")
+	assert.Equal(t, lastBefore, r.LastFailover, "a drain failed over")
+	assert.Less(t, gap, switchoverGap, "writes through <name> paused for a switchover only")
+	assert.NotEqual(t, node, h.nodeOf(r.CurrentPrimary), "the new primary is on the drained node")
+	fence.Stop()
+	// back: the evicted instances return to their volumes on the node
+	require.NoError(t, uncordon())
+	primary := h.converged()
+	h.assertOnlyPrimaryWrites(primary)
+	h.assertAcknowledged(fence, false)
+}
+
+// TestNodeOfTheOperator: the operator installed with the chart (two
+// replicas, leader election) and a Database of three instances on three
+// nodes; the node that runs both the leading manager and the primary is
+// powered off. The other manager replica takes the leader-election Lease
+// (leaseDuration 15 s) and fails over: writes come back, nothing
+// acknowledged is lost, and the node, powered on, rejoins.
+func TestNodeOfTheOperator(t *testing.T) {
+	runs := runsOf("operator-node-powered-off", 1)
+	if runs == 0 {
+		t.Skip("DBKEEPER_FAILOVER_FAULTS leaves operator-node-powered-off out")
+	}
+	ctx := context.Background()
+	system, apps := newNamespace(t), newNamespace(t)
+	helmInstall(t, system, apps)
+	managers := &corev1.PodList{}
+	require.NoError(t, k8s.List(ctx, managers, client.InNamespace(system), client.MatchingLabels{"app.kubernetes.io/name": "dbkeeper"}))
+	require.Len(t, managers.Items, 2, "the chart's two manager replicas")
+	require.NotEqual(t, managers.Items[0].Spec.NodeName, managers.Items[1].Spec.NodeName, "the manager replicas share a node")
+
+	h := startHAIn(t, apps, "opnode", true, nil)
+	for i := range runs {
+		h.operatorNodePoweredOff(system, i+1)
+	}
+	h.summary()
+}
+
+// operatorNodePoweredOff moves the primary onto the leading manager's node
+// (a switchover), then powers that node off.
+func (h *ha) operatorNodePoweredOff(system string, i int) {
+	t := h.t
+	leader := leaderOf(t, system)
+	node := getPodIn(t, system, leader).Spec.NodeName
+	if primary := h.converged(); h.nodeOf(primary) != node {
+		var target string
+		for i := range haInstances {
+			if name := resources.InstanceName(h.db, i); h.nodeOf(name) == node {
+				target = name
+			}
+		}
+		require.NotEmpty(t, target, "no instance on the leader's node %s", node)
+		dbtest.Patch(t, k8s, h.db, func(d *dbv1.Database) {
+			d.Annotations = map[string]string{dbv1.AnnotationSwitchoverTo: target}
+		})
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Equal(c, target, dbtest.Get(c, k8s, h.db).Status.Replication.CurrentPrimary)
+		}, timeout, 250*time.Millisecond, "switched over to %s", target)
+	}
+	t.Logf("run %d: the leading manager %s and the primary %s on %s", i, leader, h.converged(), node)
+	h.run(faultKind{"operator-node-powered-off", func(h *ha, primary string, at time.Time) injected {
+		on, err := h.nodeFaults().PowerOff(node)
+		require.NoError(h.t, err)
+		h.t.Cleanup(func() { _ = on() })
+		return injected{heal: func() { require.NoError(h.t, on()) }, failover: true, fenceBy: func() time.Time { return at }}
+	}}, i)
+	assert.NotEqual(t, leader, leaderOf(t, system), "the other manager replica leads")
+}
+
+// leaderOf is the manager pod that holds the leader-election Lease of the
+// release in namespace system.
+func leaderOf(t *testing.T, system string) string {
+	t.Helper()
+	election := &coordinationv1.Lease{}
+	require.Eventually(t, func() bool {
+		return k8s.Get(context.Background(), client.ObjectKey{Namespace: system, Name: "dbkeeper"}, election) == nil &&
+			election.Spec.HolderIdentity != nil
+	}, timeout, time.Second, "the leader-election Lease %s/dbkeeper", system)
+	holder, _, _ := strings.Cut(*election.Spec.HolderIdentity, "_")
+	return holder
+}
+
+// getPodIn reads a pod.
+func getPodIn(t *testing.T, namespace, name string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, pod))
+	return pod
+}
