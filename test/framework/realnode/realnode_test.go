@@ -169,38 +169,11 @@ func assertNothingLeftLocked(t *testing.T, before hostState, dir string) {
 // bridge.
 func assertContained(t *testing.T, c *cluster.Cluster, n *Node) {
 	t.Helper()
-	ours := map[int]bool{}
-	for _, pid := range n.journal.Pids {
-		ours[pid] = true
-	}
-	for _, pid := range processesReferring(c.Dir + "/") {
-		ours[pid] = true
-	}
 	out, err := host("", "ss", "-Hltunp")
 	require.NoError(t, err)
-	pidRE := regexp.MustCompile(`pid=(\d+)`)
-	listeners := 0
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 7 {
-			continue
-		}
-		for _, m := range pidRE.FindAllStringSubmatch(line, -1) {
-			if pid, _ := strconv.Atoi(m[1]); !ours[pid] {
-				continue
-			}
-			listeners++
-			addr, _, err := net.SplitHostPort(f[4])
-			assert.NoError(t, err)
-			addr, _, _ = strings.Cut(addr, "%") // bound to a device: 198.18.0.1%dbk-br0
-			assert.Contains(t, []string{"127.0.0.1", NodeIP}, addr, "a listener outside loopback and the node IP: %s", line)
-			break
-		}
-	}
+	listeners := checkListeners(t, out, ourPids(c, n), NodeIP)
 	assert.GreaterOrEqual(t, listeners, 5, "the node's listeners not found (apiserver, etcd, kubelet, CoreDNS, kube-proxy):\n%s", out)
-	guard, err := host("", "nft", "list", "chain", "inet", guardTable, "forward")
-	require.NoError(t, err)
-	assert.Equal(t, 2, strings.Count(guard, "counter packets 0 bytes 0"), "packets forwarded off the bridge were dropped:\n%s", guard)
+	assertNothingForwarded(t)
 }
 
 // sleeper is a pod of the pause image: it runs until deleted.
