@@ -32,14 +32,9 @@ func WantsPodDisruptionBudget(db *dbv1.Database) bool { return Instances(db) >= 
 func PodDisruptionBudget(db *dbv1.Database) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
 	sel := PodSelectorLabels(db)
 	sel[dbv1.LabelRole] = dbv1.RoleReplica
-	return policyv1ac.PodDisruptionBudget(PodDisruptionBudgetName(db), db.Namespace).
-		WithLabels(Labels(db, ComponentDatabase)).
-		WithOwnerReferences(OwnerReference(db)).
-		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
-			WithMinAvailable(intstr.FromInt32(max(0, Instances(db)-2))).
-			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)).
-			// a crashing standby must not block a drain
-			WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
+	return disruptionBudget(db, PodDisruptionBudgetName(db), policyv1ac.PodDisruptionBudgetSpec().
+		WithMinAvailable(intstr.FromInt32(max(0, Instances(db)-2))).
+		WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)))
 }
 
 // PrimaryDisruptionBudget refuses every eviction of a healthy pod that is
@@ -57,14 +52,20 @@ func PodDisruptionBudget(db *dbv1.Database) *policyv1ac.PodDisruptionBudgetApply
 // Each pod is selected by one budget only: the eviction API refuses pods
 // with two.
 func PrimaryDisruptionBudget(db *dbv1.Database) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
-	return policyv1ac.PodDisruptionBudget(PrimaryDisruptionBudgetName(db), db.Namespace).
+	return disruptionBudget(db, PrimaryDisruptionBudgetName(db), policyv1ac.PodDisruptionBudgetSpec().
+		WithMaxUnavailable(intstr.FromInt32(0)).
+		WithSelector(metav1ac.LabelSelector().
+			WithMatchLabels(PodSelectorLabels(db)).
+			WithMatchExpressions(metav1ac.LabelSelectorRequirement().
+				WithKey(dbv1.LabelRole).WithOperator(metav1.LabelSelectorOpNotIn).WithValues(dbv1.RoleReplica))))
+}
+
+// disruptionBudget is the engine pods' budget name with spec, which
+// always lets unhealthy pods go: a crash-looping pod must not block a
+// drain.
+func disruptionBudget(db *dbv1.Database, name string, spec *policyv1ac.PodDisruptionBudgetSpecApplyConfiguration) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
+	return policyv1ac.PodDisruptionBudget(name, db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
 		WithOwnerReferences(OwnerReference(db)).
-		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
-			WithMaxUnavailable(intstr.FromInt32(0)).
-			WithSelector(metav1ac.LabelSelector().
-				WithMatchLabels(PodSelectorLabels(db)).
-				WithMatchExpressions(metav1ac.LabelSelectorRequirement().
-					WithKey(dbv1.LabelRole).WithOperator(metav1.LabelSelectorOpNotIn).WithValues(dbv1.RoleReplica))).
-			WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
+		WithSpec(spec.WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
 }

@@ -181,11 +181,8 @@ func rank(list []*Instance, prefer string) {
 			}
 			return 1
 		}
-		if (x.NodeDrain == "") != (y.NodeDrain == "") {
-			if x.NodeDrain == "" {
-				return -1
-			}
-			return 1
+		if c := staysFirst(x, y); c != 0 {
+			return c
 		}
 		rx, _ := parseLSN(x.Agent.ReplayedLSN)
 		ry, _ := parseLSN(y.Agent.ReplayedLSN)

@@ -45,6 +45,21 @@ func nodeDrain(node *corev1.Node) string {
 	return ""
 }
 
+// staysFirst orders an instance on a node that stays before one on a
+// node being drained (it would be evicted next): -1, 1, or 0 when both
+// or neither are.
+func staysFirst(x, y *Instance) int {
+	xd, yd := x.NodeDrain != "", y.NodeDrain != ""
+	switch {
+	case xd == yd:
+		return 0
+	case yd:
+		return -1
+	default:
+		return 1
+	}
+}
+
 // readNodes fills each instance's Node and NodeDrain from its pod and the
 // cached Node. A Node that is gone drains nothing here: its pods are lost,
 // which the lost-primary rules handle.

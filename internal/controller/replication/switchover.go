@@ -226,8 +226,8 @@ func bestStandby(db *dbv1.Database, insts []Instance, byName map[string]*Instanc
 // better: a standby on a node that stays beats one on a node being
 // drained (it would be evicted next); then the smaller lag wins.
 func better(inst, best *Instance, lag, bestLag int64) bool {
-	if (inst.NodeDrain == "") != (best.NodeDrain == "") {
-		return inst.NodeDrain == ""
+	if c := staysFirst(inst, best); c != 0 {
+		return c < 0
 	}
 	return lag < bestLag
 }
