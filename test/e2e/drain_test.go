@@ -11,30 +11,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 )
 
-// addFakeNodes adds n more kwok nodes (kwok manages every node) for one
-// test, removed after it.
+// addFakeNodes adds n more kwok nodes for one test, removed after it.
 func addFakeNodes(t *testing.T, prefix string, n int) []string {
-	ctx := context.Background()
-	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi"),
-		corev1.ResourcePods: resource.MustParse("500")}
 	var names []string
 	for i := range n {
-		name := fmt.Sprintf("%s-%d", prefix, i)
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-			Labels:      map[string]string{corev1.LabelHostname: name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"}},
-			Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity}}
-		require.NoError(t, k8s.Create(ctx, node))
-		names = append(names, name)
+		node := cluster.KwokNode(fmt.Sprintf("%s-%d", prefix, i))
+		require.NoError(t, k8s.Create(context.Background(), node))
+		names = append(names, node.Name)
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), node) })
 	}
 	return names

@@ -24,8 +24,13 @@ import (
 
 // getPod reads one pod of the Database as it is now.
 func getPod(t require.TestingT, db *dbv1.Database, name string) *corev1.Pod {
+	return podIn(t, db.Namespace, name)
+}
+
+// podIn reads one pod of namespace as it is now.
+func podIn(t require.TestingT, namespace, name string) *corev1.Pod {
 	pod := &corev1.Pod{}
-	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: db.Namespace, Name: name}, pod))
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, pod))
 	return pod
 }
 

@@ -51,12 +51,7 @@ func TestHelmInstalledOperator(t *testing.T) {
 	for _, p := range pods.Items {
 		names = append(names, p.Name)
 	}
-	election := &coordinationv1.Lease{}
-	require.Eventually(t, func() bool {
-		return k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: "dbkeeper"}, election) == nil && election.Spec.HolderIdentity != nil
-	}, timeout, time.Second, "the leader-election Lease %s/dbkeeper", system)
-	holder, _, _ := strings.Cut(*election.Spec.HolderIdentity, "_")
-	assert.Contains(t, names, holder, "a manager pod leads")
+	assert.Contains(t, names, leaderOf(t, system), "a manager pod leads")
 
 	db := newDatabase(apps, "helm", "17")
 	create(t, db)
@@ -107,6 +102,19 @@ func helmInstall(t *testing.T, system, apps string, set ...string) {
 		"--set=crds.enabled=false"}, // the cluster installed the CRD
 		set...)...)
 	t.Cleanup(func() { helm("uninstall", "dbkeeper", "--namespace="+system, "--wait") })
+}
+
+// leaderOf is the manager pod that holds the leader-election Lease of the
+// release in namespace system.
+func leaderOf(t *testing.T, system string) string {
+	t.Helper()
+	election := &coordinationv1.Lease{}
+	require.Eventually(t, func() bool {
+		return k8s.Get(context.Background(), client.ObjectKey{Namespace: system, Name: "dbkeeper"}, election) == nil &&
+			election.Spec.HolderIdentity != nil
+	}, timeout, time.Second, "the leader-election Lease %s/dbkeeper", system)
+	holder, _, _ := strings.Cut(*election.Spec.HolderIdentity, "_")
+	return holder
 }
 
 // assertSecureMetricsService checks the chart's secure metrics Service in

@@ -4,13 +4,11 @@ package realnode
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,14 +54,10 @@ var nodeFaultKinds = []faultKind{
 		// the node runs on, cut off from the other nodes and from the
 		// API server: its primary must fence itself (it cannot renew the
 		// Lease), and a standby elsewhere is promoted
-		node := h.nodeOf(primary)
-		fromNodes, err := h.nodeFaults().PartitionFromNodes(node)
+		undo, err := h.nodeFaults().Isolate(context.Background(), h.nodeOf(primary))
 		require.NoError(h.t, err)
-		h.t.Cleanup(func() { _ = fromNodes() })
-		fromAPI, err := h.nodeFaults().PartitionFromAPIServer(context.Background(), node)
-		require.NoError(h.t, err)
-		h.t.Cleanup(func() { _ = fromAPI() })
-		return injected{heal: func() { require.NoError(h.t, fromAPI()); require.NoError(h.t, fromNodes()) }, failover: true,
+		h.t.Cleanup(func() { _ = undo() })
+		return injected{heal: func() { require.NoError(h.t, undo()) }, failover: true,
 			fenceBy: func() time.Time { return at }}
 	}},
 }
@@ -184,7 +178,7 @@ func TestNodeOfTheOperator(t *testing.T) {
 func (h *ha) operatorNodePoweredOff(system string, i int) {
 	t := h.t
 	leader := leaderOf(t, system)
-	node := getPodIn(t, system, leader).Spec.NodeName
+	node := podIn(t, system, leader).Spec.NodeName
 	if primary := h.converged(); h.nodeOf(primary) != node {
 		var target string
 		for i := range haInstances {
@@ -208,25 +202,4 @@ func (h *ha) operatorNodePoweredOff(system string, i int) {
 		return injected{heal: func() { require.NoError(h.t, on()) }, failover: true, fenceBy: func() time.Time { return at }}
 	}}, i)
 	assert.NotEqual(t, leader, leaderOf(t, system), "the other manager replica leads")
-}
-
-// leaderOf is the manager pod that holds the leader-election Lease of the
-// release in namespace system.
-func leaderOf(t *testing.T, system string) string {
-	t.Helper()
-	election := &coordinationv1.Lease{}
-	require.Eventually(t, func() bool {
-		return k8s.Get(context.Background(), client.ObjectKey{Namespace: system, Name: "dbkeeper"}, election) == nil &&
-			election.Spec.HolderIdentity != nil
-	}, timeout, time.Second, "the leader-election Lease %s/dbkeeper", system)
-	holder, _, _ := strings.Cut(*election.Spec.HolderIdentity, "_")
-	return holder
-}
-
-// getPodIn reads a pod.
-func getPodIn(t *testing.T, namespace, name string) *corev1.Pod {
-	t.Helper()
-	pod := &corev1.Pod{}
-	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, pod))
-	return pod
 }

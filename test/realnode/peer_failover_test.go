@@ -4,7 +4,6 @@ package realnode
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -392,13 +391,10 @@ func (p *peerCluster) run(res, gaps *cnpg.Results, fault string, i int) {
 		t.Cleanup(func() { _ = on() })
 		healLater = on
 	case "node-isolated":
-		fromNodes, err := p.inj.Nodes(theNode).PartitionFromNodes(oldPod.Spec.NodeName)
+		undo, err := p.inj.Nodes(theNode).Isolate(ctx, oldPod.Spec.NodeName)
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = fromNodes() })
-		fromAPI, err := p.inj.Nodes(theNode).PartitionFromAPIServer(ctx, oldPod.Spec.NodeName)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = fromAPI() })
-		healLater = func() error { return errors.Join(fromAPI(), fromNodes()) }
+		t.Cleanup(func() { _ = undo() })
+		healLater = undo
 	case "pod-deleted":
 		require.NoError(t, k8s.Delete(ctx, oldPod))
 	case "pod-deleted-grace-0":

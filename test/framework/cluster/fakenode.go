@@ -81,23 +81,28 @@ func (fakeNode) startKwok(c *Cluster) error {
 
 // createNode creates the Node kwok manages.
 func (fakeNode) createNode(ctx context.Context, c *Cluster) error {
+	if err := c.Client.Create(ctx, KwokNode(NodeName)); err != nil {
+		return fmt.Errorf("creating node %s: %w", NodeName, err)
+	}
+	return nil
+}
+
+// KwokNode is a Node that kwok manages (it manages every node): a test
+// of the fake-node cluster may create more, with room for any pod.
+func KwokNode(name string) *corev1.Node {
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("64"),
 		corev1.ResourceMemory: resource.MustParse("256Gi"),
 		corev1.ResourcePods:   resource.MustParse("5000"),
 	}
-	node := &corev1.Node{
+	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        NodeName,
+			Name:        name,
 			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
 			Labels: map[string]string{
-				"kubernetes.io/hostname": NodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok",
+				"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok",
 			},
 		},
 		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
 	}
-	if err := c.Client.Create(ctx, node); err != nil {
-		return fmt.Errorf("creating node %s: %w", NodeName, err)
-	}
-	return nil
 }

@@ -183,6 +183,22 @@ func (f *NodeFaults) PartitionFromAPIServer(ctx context.Context, name string) (U
 	return f.loadTable(info, table, rules, false)
 }
 
+// Isolate cuts node name off from the other nodes and from the API
+// server (PartitionFromNodes and PartitionFromAPIServer) until the
+// returned Undo, which lifts both: the node runs on, and only the host's
+// processes (the operator, a test's clients) still reach it.
+func (f *NodeFaults) Isolate(ctx context.Context, name string) (Undo, error) {
+	fromNodes, err := f.PartitionFromNodes(name)
+	if err != nil {
+		return nil, err
+	}
+	fromAPI, err := f.PartitionFromAPIServer(ctx, name)
+	if err != nil {
+		return nil, errors.Join(err, fromNodes())
+	}
+	return once(func() error { return errors.Join(fromAPI(), fromNodes()) }), nil
+}
+
 // loadTable loads a fault table into the node's network namespace, holding
 // the host's Service route off the node when moveServices, and returns
 // its Undo, which deletes the table.
