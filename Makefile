@@ -94,12 +94,12 @@ test-failover: tools ## The failover fault-injection suite on three real nodes (
 		go test -tags 'failover nodes' -race -count=1 -v -timeout $(TEST_TIMEOUT) -run '$(or $(RUN),^(TestFailover|TestAPIServerOutage|TestNode))' ./test/realnode
 
 .PHONY: test-nodes
-test-nodes: tools ## The node faults on three real nodes (root): a drain of the primary's node (a switchover), the node powered off, the node isolated, the node of the leading manager (installed with the chart) and of the primary powered off (FAULTS=node-powered-off RUNS=5 repeats one).
+test-nodes: tools ## The node faults on three real nodes (root): a drain of the primary's node (a switchover), the node cut off from the other nodes only (no failover), the node powered off, the node isolated, the node of the leading manager (installed with the chart) and of the primary powered off (FAULTS=node-powered-off RUNS=5 repeats one).
 	DBKEEPER_REQUIRE_REAL_NODE=1 DBKEEPER_FAILOVER_FAULTS=$(FAULTS) DBKEEPER_FAILOVER_RUNS=$(RUNS) \
 		go test -tags 'failover nodes' -race -count=1 -v -timeout $(TEST_TIMEOUT) -run '^TestNode' ./test/realnode
 
 .PHONY: bench-failover
-bench-failover: tools ## Failover side by side with CloudNativePG v1.30.0 on the real node (root; builds its operator once, ~2 min): each fault of the primary RUNS times (default 5) on each side; TABLE=file writes the markdown table (FAULTS=frozen,agent-sigkill runs some, SIDE=CloudNativePG or dbkeeper one side); NODES=3 compares the node faults (node-powered-off, node-isolated) on three real nodes. Not part of make test.
+bench-failover: tools ## Failover side by side with CloudNativePG v1.30.0 on the real node (root; builds its operator once, ~2 min): each fault of the primary RUNS times (default 5) on each side; TABLE=file writes the markdown table (FAULTS=frozen,agent-sigkill runs some, SIDE=CloudNativePG or dbkeeper one side); NODES=3 compares the node faults (node-drained, node-powered-off, node-isolated) on three real nodes. Not part of make test.
 	DBKEEPER_REQUIRE_REAL_NODE=1 DBKEEPER_PEER_RUNS=$(RUNS) DBKEEPER_PEER_FAULTS=$(FAULTS) DBKEEPER_PEER_SIDES=$(SIDE) DBKEEPER_PEER_TABLE=$(if $(TABLE),$(abspath $(TABLE))) \
 		go test -tags 'failover peer$(if $(filter 3,$(NODES)), nodes)' -count=1 -v -timeout 90m -run '^TestFailoverPeer' ./test/realnode
 

@@ -15,7 +15,6 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
-	"github.com/dbkeeper/dbkeeper/test/framework/faults"
 )
 
 // The node faults (issue 31) run on a cluster of three real nodes, each
@@ -25,17 +24,6 @@ func init() {
 	realNodes = 3
 	extraFaultKinds = append(extraFaultKinds, nodeFaultKinds...)
 }
-
-// switchoverGap bounds the write gap of a drain of the primary's node:
-// a switchover's (4 s measured on one node), with room for three nodes
-// on two cores.
-const switchoverGap = 10 * time.Second
-
-// nodeFaults are the node faults of the primary's node.
-func (h *ha) nodeFaults() *faults.NodeFaults { return h.inj.Nodes(theNode) }
-
-// nodeOf is the node of an instance's pod.
-func (h *ha) nodeOf(instance string) string { return getPod(h.t, h.db, instance).Spec.NodeName }
 
 // nodeFaultKinds lose the primary with its node.
 var nodeFaultKinds = []faultKind{
@@ -70,7 +58,7 @@ var nodeFaultKinds = []faultKind{
 // lost); the primary's node powered off or isolated is a failover that
 // loses no acknowledged write, and the node, back, rejoins as a standby.
 func TestNodeFaults(t *testing.T) {
-	selected := runsOf("node-drained", 1)
+	selected := runsOf("node-drained", 1) + runsOf("node-partitioned", 1)
 	for _, kind := range nodeFaultKinds {
 		selected += runsOf(kind.name, 1)
 	}
@@ -81,6 +69,9 @@ func TestNodeFaults(t *testing.T) {
 	assertSpread(t, h.db)
 	for i := range runsOf("node-drained", 1) {
 		h.drainPrimaryNode(i + 1)
+	}
+	for i := range runsOf("node-partitioned", 1) {
+		h.partitionPrimaryNode(i + 1)
 	}
 	for _, kind := range nodeFaultKinds {
 		for i := range runsOf(kind.name, 1) {
@@ -106,11 +97,19 @@ func assertSpread(t *testing.T, db *dbv1.Database) {
 	assert.Len(t, nodes, haInstances, "instances by node: %v", nodes)
 }
 
-// drainPrimaryNode drains the primary's node as `kubectl drain` does:
-// the primary's budget refuses its eviction until the replication
-// controller switched over to a standby on another node; then every pod
-// of the node goes. Measured: the longest write gap through <name>.
-func (h *ha) drainPrimaryNode(i int) {
+// partitionHeld is how long the primary's node stays cut off from the
+// other nodes: longer than the primary Lease's duration (15 s) and the
+// agent's renew deadline, so that a failover the Lease allowed would have
+// happened.
+const partitionHeld = 30 * time.Second
+
+// partitionPrimaryNode cuts the primary's node off from the other nodes
+// only: the API server and the operator still reach it. The primary
+// keeps renewing its Lease, so nothing may fail over: no standby can
+// confirm a commit (synchronous, Required), so no write is acknowledged
+// until the partition heals, and then writes go on on the same primary
+// with nothing lost. Measured: heal → first acknowledged write.
+func (h *ha) partitionPrimaryNode(i int) {
 	t := h.t
 	t.Helper()
 	old := h.converged()
@@ -120,29 +119,37 @@ func (h *ha) drainPrimaryNode(i int) {
 	defer fence.Stop()
 	at := time.Now()
 	h.faultAt = at
-	t.Logf("fault node-drained run %d: primary %s on %s", i, old, node)
-	ctx, cancel := context.WithTimeout(context.Background(), convergeTimeout)
-	defer cancel()
-	uncordon, err := h.nodeFaults().Drain(ctx, node)
-	if uncordon != nil {
-		t.Cleanup(func() { _ = uncordon() })
+	t.Logf("fault node-partitioned run %d: primary %s on %s, cut off from the other nodes for %s", i, old, node, partitionHeld)
+	undo, err := h.nodeFaults().PartitionFromNodes(node)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = undo() })
+	deadline := time.Now().Add(partitionHeld)
+	for time.Now().Before(deadline) {
+		r := dbtest.Get(t, k8s, h.db).Status.Replication
+		require.Equal(t, old, r.CurrentPrimary, "a primary that holds its Lease lost its role to a partition between nodes")
+		require.Equal(t, lastBefore, r.LastFailover, "a partition between nodes failed over")
+		time.Sleep(500 * time.Millisecond)
 	}
-	require.NoError(t, err, "draining %s", node)
-	drained := time.Since(at)
-	time.Sleep(time.Second)
-	gap := h.w.LongestGap(at)
-	h.measured["node-drained"] = append(h.measured["node-drained"], gap)
-	t.Logf("MEASURED failover node-drained run %d: longest write gap %s (drain done in %s)", i, gap.Round(time.Millisecond), drained.Round(time.Millisecond))
-	live := dbtest.Get(t, k8s, h.db)
-	r := live.Status.Replication
-	assert.NotEqual(t, old, r.CurrentPrimary, "the primary handed over before its node was drained")
-	assert.Equal(t, lastBefore, r.LastFailover, "a drain failed over")
-	assert.Less(t, gap, switchoverGap, "writes through <name> paused for a switchover only")
-	assert.NotEqual(t, node, h.nodeOf(r.CurrentPrimary), "the new primary is on the drained node")
+	// a commit in flight at the cut may be acknowledged in its first
+	// moments; none after the Lease's duration: no standby confirms
+	quiet := at.Add(15 * time.Second)
+	for _, w := range []*dbtest.Writer{h.w, fence} {
+		if last, ok := w.LastAck(); ok {
+			assert.True(t, last.Before(quiet), "a write acknowledged at %s, %s into the partition, with no standby to confirm it",
+				last.Format(time.RFC3339Nano), last.Sub(at).Round(time.Millisecond))
+		}
+	}
+	healed := time.Now()
+	require.NoError(t, undo())
+	require.Eventually(t, func() bool { _, ok := h.w.FirstAckAfter(healed); return ok }, convergeTimeout, 100*time.Millisecond,
+		"writes through <name> go on once the partition healed")
+	first, _ := h.w.FirstAckAfter(healed)
+	h.measured["node-partitioned"] = append(h.measured["node-partitioned"], first.Sub(healed))
+	t.Logf("MEASURED failover node-partitioned run %d: heal→write %s", i, first.Sub(healed).Round(time.Millisecond))
 	fence.Stop()
-	// back: the evicted instances return to their volumes on the node
-	require.NoError(t, uncordon())
 	primary := h.converged()
+	assert.Equal(t, old, primary, "the primary changed after a partition between nodes")
+	assert.Equal(t, lastBefore, dbtest.Get(t, k8s, h.db).Status.Replication.LastFailover, "a partition between nodes failed over")
 	h.assertOnlyPrimaryWrites(primary)
 	h.assertAcknowledged(fence, false)
 }

@@ -75,9 +75,18 @@ const (
 var peerFaults = []string{"pod-deleted", "pod-deleted-grace-0", "postmaster-sigkill", "agent-sigkill", "frozen", peerCutFault}
 
 // peerNodeFaults are the faults of the comparison on several nodes (build
-// tag nodes), by their names in extraFaultKinds: the primary's node
-// powered off, and cut off from the other nodes and the API server.
-var peerNodeFaults = []string{"node-powered-off", "node-isolated"}
+// tag nodes), by their names in extraFaultKinds (node-drained, a planned
+// change, is TestNodeFaults' own): the primary's node drained, powered
+// off, and cut off from the other nodes and the API server.
+var peerNodeFaults = []string{peerDrainFault, "node-powered-off", "node-isolated"}
+
+// peerDrainFault is `kubectl drain` of the primary's node: its measure is
+// the longest write gap from the drain's start to 1 s after it is done.
+const peerDrainFault = "node-drained"
+
+// peerDrainTimeout bounds a drain on either side: a primary's budget
+// blocks its eviction until the operator moved the primary away.
+const peerDrainTimeout = 5 * time.Minute
 
 // peerDefaultFaults are the faults compared by default: the node faults
 // on several nodes, the pod and process faults on one.
@@ -106,7 +115,9 @@ func TestFailoverPeerCloudNativePG(t *testing.T) {
 		kinds[k.name] = k
 	}
 	for _, n := range names {
-		require.Contains(t, kinds, n, "fault %s of the comparison is not among the failover suite's faultKinds", n)
+		if n != peerDrainFault {
+			require.Contains(t, kinds, n, "fault %s of the comparison is not among the failover suite's faultKinds", n)
+		}
 	}
 	pgImage := local.Images["postgres:17"]
 	require.NotEmpty(t, pgImage, "the real node has no postgres:17 image")
@@ -147,6 +158,10 @@ func TestFailoverPeerCloudNativePG(t *testing.T) {
 					t.Logf("MEASURED peer %s %s run %d: loss→write %s%s", peerDBKeeper, fault, i, d.Round(time.Millisecond), peerMetricNote(fault))
 				}
 			}()
+			if fault == peerDrainFault {
+				h.drainPrimaryNode(i)
+				return
+			}
 			h.run(kinds[fault], i)
 		})
 	})
@@ -221,11 +236,18 @@ func peerRunAll(t *testing.T, res *cnpg.Results, operator string, faults []strin
 // peerMetricNote says what a fault's measure is when it is not
 // loss→write.
 func peerMetricNote(fault string) string {
-	if fault == peerCutFault {
+	switch fault {
+	case peerCutFault:
 		return " (the longest write gap from the cut to 1 s after it healed: the primary need not be lost)"
+	case peerDrainFault:
+		return " (the longest write gap from the drain's start to 1 s after it was done)"
 	}
 	return ""
 }
+
+// peerGapFault says whether a fault is measured by its longest write gap
+// (the primary need not be lost) rather than loss→write.
+func peerGapFault(fault string) bool { return fault == peerCutFault || fault == peerDrainFault }
 
 // peerWaitNamespaceGone waits until dbkeeper's namespace is gone (its
 // pods stopped), so that CloudNativePG's runs have the node to
@@ -258,7 +280,7 @@ func peerTable(res, gaps *cnpg.Results, runs int) string {
 		realNodes, time.Now().UTC().Format("2006-01-02"), runs, command)
 	b.WriteString("Fault → first acknowledged write after the outage (loss→write):\n\n")
 	b.WriteString(res.Markdown(func(fault string) string {
-		if fault == peerCutFault {
+		if peerGapFault(fault) {
 			return fault + " (longest write gap)"
 		}
 		return ""
@@ -390,6 +412,19 @@ func (p *peerCluster) run(res, gaps *cnpg.Results, fault string, i int) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = on() })
 		healLater = on
+	case peerDrainFault:
+		// its primary's budget (minAvailable 1) refuses the eviction
+		// until its operator, seeing the node unschedulable, switched
+		// over
+		dctx, cancel := context.WithTimeout(ctx, peerDrainTimeout)
+		uncordon, err := p.inj.Nodes(theNode).Drain(dctx, oldPod.Spec.NodeName)
+		cancel()
+		if uncordon != nil {
+			t.Cleanup(func() { _ = uncordon() })
+			healLater = uncordon
+		}
+		require.NoError(t, err, "draining %s", oldPod.Spec.NodeName)
+		t.Logf("fault %s run %d: drain done %s after it started", fault, i, time.Since(at).Round(time.Millisecond))
 	case "node-isolated":
 		undo, err := p.inj.Nodes(theNode).Isolate(ctx, oldPod.Spec.NodeName)
 		require.NoError(t, err)
@@ -427,7 +462,7 @@ func (p *peerCluster) run(res, gaps *cnpg.Results, fault string, i int) {
 	// d is the measure, gap the longest write gap it saw
 	var d, gap time.Duration
 	detail := ""
-	if fault == peerCutFault {
+	if peerGapFault(fault) {
 		time.Sleep(time.Second)
 		d = p.w.LongestGap(at)
 		gap = d

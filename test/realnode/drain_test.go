@@ -1,0 +1,70 @@
+//go:build failover
+
+package realnode
+
+import (
+	"context"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/faults"
+)
+
+// The drain of the primary's node, on several real nodes: a scenario of
+// TestNodeFaults (build tag nodes) and a fault of the comparison with
+// CloudNativePG (build tag peer).
+
+// switchoverGap bounds the write gap of a drain of the primary's node:
+// a switchover's (4 s measured on one node), with room for three nodes
+// on two cores.
+const switchoverGap = 10 * time.Second
+
+// nodeFaults are the node faults of the primary's node.
+func (h *ha) nodeFaults() *faults.NodeFaults { return h.inj.Nodes(theNode) }
+
+// nodeOf is the node of an instance's pod.
+func (h *ha) nodeOf(instance string) string { return getPod(h.t, h.db, instance).Spec.NodeName }
+
+// drainPrimaryNode drains the primary's node as `kubectl drain` does:
+// the primary's budget refuses its eviction until the replication
+// controller switched over to a standby on another node; then every pod
+// of the node goes. Measured: the longest write gap through <name>.
+func (h *ha) drainPrimaryNode(i int) {
+	t := h.t
+	t.Helper()
+	old := h.converged()
+	lastBefore := dbtest.Get(t, k8s, h.db).Status.Replication.LastFailover
+	node := h.nodeOf(old)
+	fence := h.startFence(old)
+	defer fence.Stop()
+	at := time.Now()
+	h.faultAt = at
+	t.Logf("fault node-drained run %d: primary %s on %s", i, old, node)
+	ctx, cancel := context.WithTimeout(context.Background(), convergeTimeout)
+	defer cancel()
+	uncordon, err := h.nodeFaults().Drain(ctx, node)
+	if uncordon != nil {
+		t.Cleanup(func() { _ = uncordon() })
+	}
+	require.NoError(t, err, "draining %s", node)
+	drained := time.Since(at)
+	time.Sleep(time.Second)
+	gap := h.w.LongestGap(at)
+	h.measured["node-drained"] = append(h.measured["node-drained"], gap)
+	t.Logf("MEASURED failover node-drained run %d: longest write gap %s (drain done in %s)", i, gap.Round(time.Millisecond), drained.Round(time.Millisecond))
+	live := dbtest.Get(t, k8s, h.db)
+	r := live.Status.Replication
+	assert.NotEqual(t, old, r.CurrentPrimary, "the primary handed over before its node was drained")
+	assert.Equal(t, lastBefore, r.LastFailover, "a drain failed over")
+	assert.Less(t, gap, switchoverGap, "writes through <name> paused for a switchover only")
+	assert.NotEqual(t, node, h.nodeOf(r.CurrentPrimary), "the new primary is on the drained node")
+	fence.Stop()
+	// back: the evicted instances return to their volumes on the node
+	require.NoError(t, uncordon())
+	primary := h.converged()
+	h.assertOnlyPrimaryWrites(primary)
+	h.assertAcknowledged(fence, false)
+}
