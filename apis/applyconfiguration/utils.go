@@ -40,6 +40,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.BootstrapSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("CARotationStatus"):
 		return &databasev1.CARotationStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ConfigurationStatus"):
+		return &databasev1.ConfigurationStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("CredentialsSpec"):
 		return &databasev1.CredentialsSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("CredentialsStatus"):
@@ -64,6 +66,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.NetworkPolicySpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ObjectStoreSpec"):
 		return &databasev1.ObjectStoreSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("PostgreSQLSpec"):
+		return &databasev1.PostgreSQLSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("RecoveryStatus"):
 		return &databasev1.RecoveryStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("RecoveryTarget"):

@@ -43,6 +43,9 @@ type Agents interface {
 	// Backup asks the agent of the primary pod to start a base backup
 	// into the Database's repository (or returns the run of req's ID).
 	Backup(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.BackupRequest) (agentapi.BackupRun, error)
+	// Parameters sends the agent of pod spec.postgresql.parameters, which
+	// it writes with ALTER SYSTEM (PostgreSQL checking each) and reloads.
+	Parameters(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.ParametersRequest) (agentapi.ParametersResponse, error)
 }
 
 // agentTimeout bounds one call to an agent; a demote or promote waits for
@@ -104,6 +107,13 @@ func (a PodAgents) RejoinStandby(ctx context.Context, db *dbv1.Database, pod *co
 func (a PodAgents) Backup(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.BackupRequest) (agentapi.BackupRun, error) {
 	return call(ctx, a, db, pod, agentStatusTimeout, func(c agentapi.Client, ctx context.Context, base string) (agentapi.BackupRun, error) {
 		return c.Backup(ctx, base, req)
+	})
+}
+
+// Parameters implements Agents.
+func (a PodAgents) Parameters(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.ParametersRequest) (agentapi.ParametersResponse, error) {
+	return call(ctx, a, db, pod, agentStatusTimeout, func(c agentapi.Client, ctx context.Context, base string) (agentapi.ParametersResponse, error) {
+		return c.Parameters(ctx, base, req)
 	})
 }
 

@@ -109,8 +109,23 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 			WithPodManagementPolicy(appsv1.OrderedReadyPodManagement).
 			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().WithType(appsv1.OnDeleteStatefulSetStrategyType)).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(PodSelectorLabels(db))).
-			WithTemplate(corev1ac.PodTemplateSpec().
-				WithLabels(podLabels).
-				WithSpec(pod)).
+			WithTemplate(podTemplate(db, podLabels, pod)).
 			WithVolumeClaimTemplates(DataVolumeClaimTemplate(db))), nil
+}
+
+// AnnotationRestartRevision on the pods' template is
+// status.configuration.restartRevision: a new value of a parameter that
+// PostgreSQL applies only at a start changes the template, and the
+// instances restart in the usual order (standbys, one switchover, the
+// former primary).
+const AnnotationRestartRevision = "database.dbkeeper.io/restart-revision"
+
+// podTemplate is the pods' template: their labels, the restart revision of
+// the Database's parameters when there is one, and spec.
+func podTemplate(db *dbv1.Database, labels map[string]string, spec *corev1ac.PodSpecApplyConfiguration) *corev1ac.PodTemplateSpecApplyConfiguration {
+	t := corev1ac.PodTemplateSpec().WithLabels(labels).WithSpec(spec)
+	if c := db.Status.Configuration; c != nil && c.RestartRevision != "" {
+		t.WithAnnotations(map[string]string{AnnotationRestartRevision: c.RestartRevision})
+	}
+	return t
 }

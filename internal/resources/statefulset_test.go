@@ -170,3 +170,21 @@ func secretRef(name, secret, key string, optional bool) corev1.EnvVar {
 	}
 	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: ref}}
 }
+
+// TestRestartRevisionOnTheTemplate: status.configuration.restartRevision
+// is an annotation of the pods' template (a new one restarts the
+// instances); without one the template has no annotation, as before
+// parameters existed, so that an upgrade restarts nothing for them.
+func TestRestartRevisionOnTheTemplate(t *testing.T) {
+	eng, err := engine.Catalog{}.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	db := sample("x", nil)
+	sts, err := resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
+	require.NoError(t, err)
+	assert.Empty(t, sts.Spec.Template.Annotations)
+
+	db.Status.Configuration = &dbv1.ConfigurationStatus{RestartRevision: "fa094d537e890b5e"}
+	sts, err = resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{resources.AnnotationRestartRevision: "fa094d537e890b5e"}, sts.Spec.Template.Annotations)
+}

@@ -263,6 +263,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: token
       type:
         scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.ConfigurationStatus
+  map:
+    fields:
+    - name: pendingRestart
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: restartRevision
+      type:
+        scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.CredentialsSpec
   map:
     fields:
@@ -344,6 +356,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: paused
       type:
         scalar: boolean
+    - name: postgresql
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.PostgreSQLSpec
     - name: priorityClassName
       type:
         scalar: string
@@ -395,6 +410,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - type
+    - name: configuration
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.ConfigurationStatus
     - name: credentials
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.CredentialsStatus
@@ -590,8 +608,18 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: Path
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.ParameterValue
+  scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Phase
   scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.PostgreSQLSpec
+  map:
+    fields:
+    - name: parameters
+      type:
+        map:
+          elementType:
+            namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.ParameterValue
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.RecoveryStatus
   map:
     fields:

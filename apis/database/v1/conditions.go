@@ -21,6 +21,9 @@ const (
 	// primary, the read-write Service selects it, and every other instance
 	// streams from it.
 	ConditionReplicationReady = "ReplicationReady"
+	// ConditionConfigurationReady says whether every instance runs with
+	// spec.postgresql.parameters (or will at its next start).
+	ConditionConfigurationReady = "ConfigurationReady"
 	// ConditionDeleting reports the progress of cleanup; it is present only
 	// while the Database is terminating.
 	ConditionDeleting = "Deleting"
@@ -372,4 +375,24 @@ const (
 	// ReasonFailingOver: a standby is being promoted in the lost primary's
 	// place (status.replication.lastFailover).
 	ReasonFailingOver = "FailingOver"
+)
+
+// Reasons of ConfigurationReady.
+const (
+	// ReasonParametersApplied: every instance runs with
+	// spec.postgresql.parameters.
+	ReasonParametersApplied = "Applied"
+	// ReasonRestartPending: every instance has written the parameters,
+	// and those that need a restart wait for the rollout (standbys, one
+	// switchover, the former primary); status.configuration.pendingRestart
+	// lists them.
+	ReasonRestartPending = "RestartPending"
+	// ReasonParameterRefused: PostgreSQL refused a parameter of
+	// spec.postgresql.parameters (its name or value); the message names it
+	// with PostgreSQL's message. The others are applied, the refused one
+	// is left as it was.
+	ReasonParameterRefused = "ParameterRefused"
+	// ReasonInstancesUnreachable: an instance's agent did not answer, so
+	// the parameters could not be applied there yet; retried.
+	ReasonInstancesUnreachable = "InstancesUnreachable"
 )

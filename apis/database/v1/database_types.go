@@ -51,6 +51,7 @@ const (
 // +kubebuilder:printcolumn:name="Backup",type=string,JSONPath=`.status.conditions[?(@.type=="BackupReady")].status`
 // +kubebuilder:printcolumn:name="TLS",type=string,JSONPath=`.status.conditions[?(@.type=="TLSReady")].status`
 // +kubebuilder:printcolumn:name="Replication",type=string,JSONPath=`.status.conditions[?(@.type=="ReplicationReady")].status`
+// +kubebuilder:printcolumn:name="Config",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigurationReady")].status`
 // +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.replication.currentPrimary`
 // +kubebuilder:printcolumn:name="Last Backup",type=date,JSONPath=`.status.backup.lastSuccessfulTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -254,6 +255,10 @@ type DatabaseSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.bootstrap is immutable: it only says how the Database was first filled"
 	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
+
+	// PostgreSQL tunes the server: its parameters.
+	// +optional
+	PostgreSQL PostgreSQLSpec `json:"postgresql,omitempty"`
 
 	// HighAvailability says what happens when the primary is lost
 	// (failover) and whether commits wait for standbys (synchronous
@@ -886,6 +891,11 @@ type DatabaseStatus struct {
 	// Backup is what dbkeeper knows of the last backups.
 	// +optional
 	Backup *BackupStatus `json:"backup,omitempty"`
+
+	// Configuration is what the instances did with
+	// spec.postgresql.parameters.
+	// +optional
+	Configuration *ConfigurationStatus `json:"configuration,omitempty"`
 
 	// Deletion says what deleting the Database would remove and keep under
 	// the current deletion policy.

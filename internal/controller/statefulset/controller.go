@@ -81,7 +81,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 		// The StatefulSet's replicas never drop below the current or
 		// target primary (resources.Instances): a switchover's end, which
 		// is only a status change, may let a scale-down go on.
-		For(&dbv1.Database{}, builder.WithPredicates(predicate.Or(facet.DatabaseChanged(), primaryChanged()))).
+		For(&dbv1.Database{}, builder.WithPredicates(predicate.Or(facet.DatabaseChanged(), primaryChanged(), restartRevisionChanged()))).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&corev1.ServiceAccount{}).
@@ -325,6 +325,29 @@ func primaryChanged() predicate.Predicate {
 			return ok1 && ok2 && primaries(o) != primaries(n)
 		},
 	}
+}
+
+// restartRevisionChanged lets through the status writes of the
+// configuration controller that change status.configuration.restartRevision:
+// the pods' template carries it.
+func restartRevisionChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*dbv1.Database)
+			n, ok2 := e.ObjectNew.(*dbv1.Database)
+			return ok1 && ok2 && restartRevision(o) != restartRevision(n)
+		},
+	}
+}
+
+func restartRevision(db *dbv1.Database) string {
+	if db.Status.Configuration == nil {
+		return ""
+	}
+	return db.Status.Configuration.RestartRevision
 }
 
 func primaries(db *dbv1.Database) [2]string {

@@ -45,6 +45,8 @@ type cluster struct {
 	// holder holds the primary lease, "" when released.
 	holder    string
 	instances map[string]*member
+	// parameters are the parameters each pod's agent was sent last.
+	parameters map[string]map[string]string
 }
 
 type member struct {

@@ -198,3 +198,28 @@ func (a *Agents) Backup(_ context.Context, db *dbv1.Database, pod *corev1.Pod, r
 	now := metav1.Now()
 	return agentapi.BackupRun{ID: req.ID, Type: cmp.Or(req.Type, "incr"), Instance: pod.Name, Started: now, Finished: &now}, nil
 }
+
+// Parameters implements instance.Agents: the fake server takes every
+// parameter and needs no restart for any; Parameters tells what it was
+// sent last.
+func (a *Agents) Parameters(_ context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.ParametersRequest) (agentapi.ParametersResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.reach(db, pod)
+	if err != nil {
+		return agentapi.ParametersResponse{}, err
+	}
+	if c.parameters == nil {
+		c.parameters = map[string]map[string]string{}
+	}
+	c.parameters[pod.Name] = req.Parameters
+	return agentapi.ParametersResponse{}, nil
+}
+
+// SentParameters are the parameters the agent of pod was sent last (nil
+// before any).
+func (a *Agents) SentParameters(db *dbv1.Database, pod string) map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cluster(db).parameters[pod]
+}

@@ -124,6 +124,8 @@ type DatabaseSpecApplyConfiguration struct {
 	TLS *TLSSpecApplyConfiguration `json:"tls,omitempty"`
 	// Bootstrap fills a new Database before it reports Ready. Immutable.
 	Bootstrap *BootstrapSpecApplyConfiguration `json:"bootstrap,omitempty"`
+	// PostgreSQL tunes the server: its parameters.
+	PostgreSQL *PostgreSQLSpecApplyConfiguration `json:"postgresql,omitempty"`
 	// HighAvailability says what happens when the primary is lost
 	// (failover) and whether commits wait for standbys (synchronous
 	// replication). It matters with two or more replicas.
@@ -293,6 +295,14 @@ func (b *DatabaseSpecApplyConfiguration) WithTLS(value *TLSSpecApplyConfiguratio
 // If called multiple times, the Bootstrap field is set to the value of the last call.
 func (b *DatabaseSpecApplyConfiguration) WithBootstrap(value *BootstrapSpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
 	b.Bootstrap = value
+	return b
+}
+
+// WithPostgreSQL sets the PostgreSQL field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PostgreSQL field is set to the value of the last call.
+func (b *DatabaseSpecApplyConfiguration) WithPostgreSQL(value *PostgreSQLSpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
+	b.PostgreSQL = value
 	return b
 }
 

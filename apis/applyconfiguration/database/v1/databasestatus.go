@@ -48,6 +48,9 @@ type DatabaseStatusApplyConfiguration struct {
 	Selector *string `json:"selector,omitempty"`
 	// Backup is what dbkeeper knows of the last backups.
 	Backup *BackupStatusApplyConfiguration `json:"backup,omitempty"`
+	// Configuration is what the instances did with
+	// spec.postgresql.parameters.
+	Configuration *ConfigurationStatusApplyConfiguration `json:"configuration,omitempty"`
 	// Deletion says what deleting the Database would remove and keep under
 	// the current deletion policy.
 	Deletion *DeletionStatusApplyConfiguration `json:"deletion,omitempty"`
@@ -147,6 +150,14 @@ func (b *DatabaseStatusApplyConfiguration) WithSelector(value string) *DatabaseS
 // If called multiple times, the Backup field is set to the value of the last call.
 func (b *DatabaseStatusApplyConfiguration) WithBackup(value *BackupStatusApplyConfiguration) *DatabaseStatusApplyConfiguration {
 	b.Backup = value
+	return b
+}
+
+// WithConfiguration sets the Configuration field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Configuration field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithConfiguration(value *ConfigurationStatusApplyConfiguration) *DatabaseStatusApplyConfiguration {
+	b.Configuration = value
 	return b
 }
 

@@ -1,0 +1,47 @@
+package agentapi
+
+import (
+	"context"
+	"net/http"
+)
+
+// ParametersPath is where the manager sends an instance the PostgreSQL
+// parameters of spec.postgresql.parameters (POST, a ParametersRequest; 200
+// and a ParametersResponse).
+const ParametersPath = "/parameters"
+
+// OwnedAutoConfParameters are the settings dbkeeper itself writes to
+// postgresql.auto.conf (ALTER SYSTEM): the agent neither sets nor resets
+// them for spec.postgresql.parameters (the API refuses their names there).
+var OwnedAutoConfParameters = []string{"synchronous_standby_names"}
+
+// ParametersRequest is every parameter spec.postgresql.parameters sets.
+// The agent makes postgresql.auto.conf hold exactly these (beside
+// OwnedAutoConfParameters) with ALTER SYSTEM, so that PostgreSQL itself
+// checks each name and value, then reloads the configuration. A parameter
+// PostgreSQL refuses is left as it was.
+type ParametersRequest struct {
+	Parameters map[string]string `json:"parameters"`
+}
+
+// ParametersResponse is what the instance did with a ParametersRequest.
+type ParametersResponse struct {
+	// Refused are the parameters PostgreSQL refused, by name, with its
+	// message (and hint): an unknown name, a value out of range or of the
+	// wrong unit. Each is left as it was in postgresql.auto.conf.
+	Refused map[string]string `json:"refused,omitempty"`
+	// RestartOnly are the request's parameters PostgreSQL applies only at
+	// a server start (pg_settings.context postmaster), written or not,
+	// sorted.
+	RestartOnly []string `json:"restartOnly,omitempty"`
+	// PendingRestart are the parameters postgresql.auto.conf holds that
+	// the running server has not applied because they need a restart,
+	// sorted.
+	PendingRestart []string `json:"pendingRestart,omitempty"`
+}
+
+// Parameters sends the agent at baseURL the Database's parameters.
+func (c Client) Parameters(ctx context.Context, baseURL string, req ParametersRequest) (ParametersResponse, error) {
+	var r ParametersResponse
+	return r, c.do(ctx, http.MethodPost, baseURL+ParametersPath, req, &r)
+}

@@ -1,0 +1,184 @@
+package configuration
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "configuration"
+
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=database.dbkeeper.io,resources=databases/status,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// How soon the parameters are sent again: while an instance did not
+// answer or a restart is pending, and when all is applied (which repairs
+// a parameter changed by hand with ALTER SYSTEM).
+const (
+	retryAfter  = 10 * time.Second
+	resyncAfter = 5 * time.Minute
+)
+
+// Controller is the configuration controller.
+type Controller struct{}
+
+// New returns the configuration controller.
+func New() Controller { return Controller{} }
+
+// Name implements controller.Controller.
+func (Controller) Name() string { return Name }
+
+// ConditionType implements controller.Controller.
+func (Controller) ConditionType() string { return dbv1.ConditionConfigurationReady }
+
+// SetupWithManager implements controller.Controller.
+func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
+	w := facet.NewWriter(mgr, Name)
+	var agents Agents = o.Agents
+	if o.Agents == nil {
+		agents = instance.PodAgents{Secrets: o.SecretReader(mgr)}
+	}
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), &syncer{client: mgr.GetClient(), agents: agents}, o)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		For(&dbv1.Database{}, facet.ForDatabase()).
+		// an instance that starts (or restarts) gets the parameters
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(facet.DatabaseOf(resources.ComponentDatabase)),
+			builder.WithPredicates(readinessChanged())).
+		WithOptions(facet.ControllerOptions(o)).
+		Complete(r)
+}
+
+// SetupDisabled implements controller.Controller.
+func (c Controller) SetupDisabled(mgr ctrl.Manager, o facet.Options) error {
+	return facet.SetupDisabled(mgr, Name, c.ConditionType(), o)
+}
+
+// readinessChanged lets through the pod events that make an instance
+// start or stop running: creation, deletion and a change of Ready.
+func readinessChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Pod)
+		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		return !ok1 || !ok2 || running(o) != running(n) || !equality.Semantic.DeepEqual(o.Status.ContainerStatuses, n.Status.ContainerStatuses)
+	}}
+}
+
+// Agents is what the controller asks of the instances' agents.
+type Agents interface {
+	Parameters(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.ParametersRequest) (agentapi.ParametersResponse, error)
+}
+
+// syncer sends a Database's parameters to its running instances.
+type syncer struct {
+	client client.Client
+	agents Agents
+}
+
+// Sync implements facet.Syncer.
+func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, error) {
+	pods := &corev1.PodList{}
+	if err := s.client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(resources.PodSelectorLabels(db))); err != nil {
+		return facet.Outcome{}, err
+	}
+	spec := parameters(db)
+	req := agentapi.ParametersRequest{Parameters: spec}
+	var up []*corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; running(p) {
+			up = append(up, p)
+		}
+	}
+	slices.SortFunc(up, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	// at once: one frozen instance delays the others by nothing
+	answers := make([]answer, len(up))
+	var wg sync.WaitGroup
+	for i, pod := range up {
+		wg.Go(func() {
+			res, err := s.agents.Parameters(ctx, db, pod, req)
+			answers[i] = answer{pod: pod.Name, res: res, err: err}
+		})
+	}
+	wg.Wait()
+	previous := ""
+	if db.Status.Configuration != nil {
+		previous = db.Status.Configuration.RestartRevision
+	}
+	v := judge(spec, int(resources.Instances(db)), answers, previous)
+	if v.revision != previous {
+		log.FromContext(ctx).Info("Restart-only parameters written on every instance: the pods restart in the usual order", "restartRevision", v.revision, "previous", previous)
+	}
+	out := facet.Outcome{Condition: v.condition, Status: statusOf(v), RequeueAfter: resyncAfter}
+	if v.condition.Status != "True" || len(v.pending) > 0 {
+		out.RequeueAfter = retryAfter
+	}
+	return out, nil
+}
+
+// CurrentStatus implements facet.Syncer.
+func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyConfiguration {
+	c := db.Status.Configuration
+	if c == nil {
+		return nil
+	}
+	return statusOf(verdict{pending: c.PendingRestart, revision: c.RestartRevision})
+}
+
+// statusOf is status.configuration of a verdict.
+func statusOf(v verdict) *dbv1ac.DatabaseStatusApplyConfiguration {
+	if len(v.pending) == 0 && v.revision == "" {
+		return nil
+	}
+	c := dbv1ac.ConfigurationStatus().WithPendingRestart(v.pending...)
+	if v.revision != "" {
+		c.WithRestartRevision(v.revision)
+	}
+	return dbv1ac.DatabaseStatus().WithConfiguration(c)
+}
+
+// parameters is spec.postgresql.parameters as the agents take them.
+func parameters(db *dbv1.Database) map[string]string {
+	out := make(map[string]string, len(db.Spec.PostgreSQL.Parameters))
+	for _, k := range slices.Sorted(maps.Keys(db.Spec.PostgreSQL.Parameters)) {
+		out[k] = string(db.Spec.PostgreSQL.Parameters[k])
+	}
+	return out
+}
+
+// running says whether a pod's instance runs: Ready, not terminating, with
+// an IP.
+func running(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
