@@ -25,6 +25,9 @@ type Agent struct {
 	// op is held by the one bootstrap, demote or promote that runs; others
 	// are refused.
 	op sync.Mutex
+	// parameters is held by the one parameters request that runs; others
+	// wait for it.
+	parameters sync.Mutex
 
 	mu       sync.Mutex
 	state    agentapi.State

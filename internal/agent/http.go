@@ -28,6 +28,7 @@ func (a *Agent) listen() (*http.Server, error) {
 	mux.Handle("POST "+agentapi.DetachPath, a.authenticated(a.handleDetach))
 	mux.Handle("POST "+agentapi.RejoinPath, a.authenticated(a.handleRejoin))
 	mux.Handle("POST "+agentapi.FailsafePath, a.authenticated(a.handleFailsafe))
+	mux.Handle("POST "+agentapi.ParametersPath, a.authenticated(a.handleParameters))
 	mux.Handle("POST "+agentapi.BackupPath, a.authenticated(a.notDuringExpiry(a.handleBackup)))
 	// every request's whole life is bounded: a client that sends slowly
 	// or never reads holds no goroutine for ever (the longest handler,

@@ -28,15 +28,18 @@ type ParametersRequest struct {
 type ParametersResponse struct {
 	// Refused are the parameters PostgreSQL refused, by name, with its
 	// message (and hint): an unknown name, a value out of range or of the
-	// wrong unit. Each is left as it was in postgresql.auto.conf.
+	// wrong unit; and those the agent refused itself (a list value that
+	// does not parse, a name of OwnedAutoConfParameters). Each is left as
+	// it was in postgresql.auto.conf.
 	Refused map[string]string `json:"refused,omitempty"`
 	// RestartOnly are the request's parameters PostgreSQL applies only at
 	// a server start (pg_settings.context postmaster), written or not,
 	// sorted.
 	RestartOnly []string `json:"restartOnly,omitempty"`
-	// PendingRestart are the parameters postgresql.auto.conf holds that
-	// the running server has not applied because they need a restart,
-	// sorted.
+	// PendingRestart are the parameters whose value the next start of
+	// the server would change (written in a configuration file, or reset
+	// there, and of context postmaster; a value the server's command line
+	// overrides is not), sorted.
 	PendingRestart []string `json:"pendingRestart,omitempty"`
 }
 

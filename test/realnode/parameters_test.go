@@ -1,0 +1,117 @@
+package realnode
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+)
+
+// TestParameters: spec.postgresql.parameters on a Database of two
+// instances with a writer running. A value and a name PostgreSQL refuses
+// are named in ConfigurationReady with PostgreSQL's message while the
+// others are applied and no server restarts; a reload-only parameter takes
+// effect on both instances with no restart (the postmasters' start times
+// unchanged); a restart-only one rolls out (standby, one switchover, the
+// former primary) and takes effect on both, with no failover and no
+// acknowledged write lost.
+func TestParameters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	db := newDatabase(ns, "tuned", "17", func(d *dbv1.Database) {
+		d.Spec.Replicas = ptr.To[int32](2)
+		d.Spec.PostgreSQL.Parameters = map[string]dbv1.ParameterValue{"work_mem": "8MB"}
+	})
+	create(t, db)
+	waitReady(t, db)
+	p0, p1 := resources.InstanceName(db, 0), resources.InstanceName(db, 1)
+	waitTopology(t, db, p0, 2)
+	waitCondition(t, db, dbv1.ConditionConfigurationReady, metav1.ConditionTrue, dbv1.ReasonParametersApplied)
+	rw := serviceTarget(t, db, resources.ClientServiceName(db))
+	w, err := dbtest.StartWriterWithTimeout(ctx, rw, "acks", 5*time.Second)
+	require.NoError(t, err)
+	defer w.Stop()
+	// show reads a setting on each instance, straight from its pod
+	show := func(setting string) map[string]string {
+		return map[string]string{p0: sqlValue(t, podTarget(t, db, p0), "SHOW "+setting), p1: sqlValue(t, podTarget(t, db, p1), "SHOW "+setting)}
+	}
+	// started is when each instance's postmaster started
+	started := func() map[string]string {
+		return map[string]string{
+			p0: sqlValue(t, podTarget(t, db, p0), "SELECT pg_postmaster_start_time()::text"),
+			p1: sqlValue(t, podTarget(t, db, p1), "SELECT pg_postmaster_start_time()::text"),
+		}
+	}
+	assert.Equal(t, map[string]string{p0: "8MB", p1: "8MB"}, show("work_mem"), "the parameter of the new Database on both instances")
+	start := started()
+
+	setParameters := func(p map[string]dbv1.ParameterValue) {
+		dbtest.Patch(t, k8s, db, func(d *dbv1.Database) { d.Spec.PostgreSQL.Parameters = p })
+	}
+
+	t.Log("a wrong unit and an unknown name: named with PostgreSQL's message, the others applied, no restart")
+	setParameters(map[string]dbv1.ParameterValue{"work_mem": "1XB", "no_such_parameter": "1", "log_min_duration_statement": "250ms"})
+	cond := waitCondition(t, db, dbv1.ConditionConfigurationReady, metav1.ConditionFalse, dbv1.ReasonParameterRefused)
+	t.Logf("ConfigurationReady: %s", cond.Message)
+	assert.Contains(t, cond.Message, `spec.postgresql.parameters.work_mem: invalid value for parameter "work_mem": "1XB"`)
+	assert.Contains(t, cond.Message, `spec.postgresql.parameters.no_such_parameter: unrecognized configuration parameter "no_such_parameter"`)
+	assert.NotContains(t, cond.Message, "log_min_duration_statement")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Equal(ct, map[string]string{p0: "250ms", p1: "250ms"}, show("log_min_duration_statement"))
+	}, timeout, time.Second, "the parameter PostgreSQL took is applied beside the refused ones")
+	assert.Equal(t, map[string]string{p0: "8MB", p1: "8MB"}, show("work_mem"), "a refused value leaves the parameter as it was")
+
+	t.Log("a reload-only parameter: applied on both instances, no restart")
+	setParameters(map[string]dbv1.ParameterValue{"work_mem": "16MB"})
+	waitCondition(t, db, dbv1.ConditionConfigurationReady, metav1.ConditionTrue, dbv1.ReasonParametersApplied)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Equal(ct, map[string]string{p0: "16MB", p1: "16MB"}, show("work_mem"))
+		assert.Equal(ct, map[string]string{p0: "0", p1: "0"}, map[string]string{
+			p0: sqlValue(t, podTarget(t, db, p0), "SELECT count(*) FROM pg_settings WHERE name = 'log_min_duration_statement' AND source <> 'default'"),
+			p1: sqlValue(t, podTarget(t, db, p1), "SELECT count(*) FROM pg_settings WHERE name = 'log_min_duration_statement' AND source <> 'default'"),
+		}, "a parameter removed from the spec is reset")
+	}, timeout, time.Second)
+	assert.Equal(t, start, started(), "a reload-only change restarted a server")
+	acks := w.AckCount()
+	require.Eventually(t, func() bool { return w.AckCount() > acks+20 }, timeout, 50*time.Millisecond, "writes go on")
+
+	t.Log("a restart-only parameter: rolled out, standby first, one switchover")
+	before := dbtest.Get(t, k8s, db).Status.Replication
+	changedAt := time.Now()
+	setParameters(map[string]dbv1.ParameterValue{"work_mem": "16MB", "shared_buffers": "64MB"})
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		live := dbtest.Get(ct, k8s, db)
+		if assert.NotNil(ct, live.Status.Configuration) {
+			assert.NotEmpty(ct, live.Status.Configuration.RestartRevision)
+		}
+	}, timeout, time.Second, "status.configuration.restartRevision once both instances wrote shared_buffers")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Equal(ct, map[string]string{p0: "64MB", p1: "64MB"}, show("shared_buffers"))
+	}, 2*timeout, 2*time.Second, "shared_buffers on both instances after the rollout")
+	after := waitTopology(t, db, "", 2).Status.Replication
+	cond = waitCondition(t, db, dbv1.ConditionConfigurationReady, metav1.ConditionTrue, dbv1.ReasonParametersApplied)
+	t.Logf("ConfigurationReady after the rollout: %s", cond.Message)
+	assert.Empty(t, dbtest.Get(t, k8s, db).Status.Configuration.PendingRestart)
+	now := started()
+	assert.NotEqual(t, start[p0], now[p0], "%s restarted", p0)
+	assert.NotEqual(t, start[p1], now[p1], "%s restarted", p1)
+	assert.Equal(t, before.LastFailover, after.LastFailover, "a rollout failed over")
+	assert.NotEqual(t, before.CurrentPrimary, after.CurrentPrimary, "the primary handed over once (a switchover)")
+	gap := w.LongestGap(changedAt)
+	t.Logf("MEASURED parameters: restart-only rollout done in %s, longest write gap %s", time.Since(changedAt).Round(time.Second), gap.Round(time.Millisecond))
+	assert.Less(t, gap, 15*time.Second, "writes paused for a switchover only")
+	w.Stop()
+	missing, err := w.Missing(ctx, rw)
+	require.NoError(t, err)
+	assert.Empty(t, missing, "acknowledged ids lost")
+}
