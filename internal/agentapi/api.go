@@ -42,6 +42,13 @@ const (
 	// a FailsafeAnswer when it confirms (it then takes no lease and
 	// refuses promotes for LeaseDuration), 409 with the reason when not.
 	FailsafePath = "/failsafe"
+	// RestartPath restarts the server in place, with the role it has (a
+	// primary keeps the primary lease throughout): a checkpoint, a fast
+	// shutdown, a start; 200 and the Status once it accepts connections
+	// again, 409 when it is not a running, ready server. For a parameter
+	// that takes effect only at a start when no pod template change will
+	// restart the instance (docs/design/parameters.md).
+	RestartPath = "/restart"
 )
 
 // BinDir is the emptyDir the init container copies the manager binary

@@ -54,6 +54,13 @@ func (c Client) Promote(ctx context.Context, baseURL string, req PromoteRequest)
 	return s, c.do(ctx, http.MethodPost, baseURL+PromotePath, req, &s)
 }
 
+// Restart asks an agent to restart its server in place; it answers once
+// the server accepts connections again.
+func (c Client) Restart(ctx context.Context, baseURL string) (Status, error) {
+	var s Status
+	return s, c.do(ctx, http.MethodPost, baseURL+RestartPath, struct{}{}, &s)
+}
+
 // Detach asks a standby's agent to stop its WAL receiver.
 func (c Client) Detach(ctx context.Context, baseURL string) (Status, error) {
 	var s Status

@@ -46,6 +46,9 @@ type Agents interface {
 	// Parameters sends the agent of pod spec.postgresql.parameters, which
 	// it writes with ALTER SYSTEM (PostgreSQL checking each) and reloads.
 	Parameters(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.ParametersRequest) (agentapi.ParametersResponse, error)
+	// Restart asks the agent of pod to restart its server in place (same
+	// role, the primary lease kept) and answers once it runs again.
+	Restart(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error)
 }
 
 // agentTimeout bounds one call to an agent; a demote or promote waits for
@@ -114,6 +117,13 @@ func (a PodAgents) Backup(ctx context.Context, db *dbv1.Database, pod *corev1.Po
 func (a PodAgents) Parameters(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.ParametersRequest) (agentapi.ParametersResponse, error) {
 	return call(ctx, a, db, pod, agentStatusTimeout, func(c agentapi.Client, ctx context.Context, base string) (agentapi.ParametersResponse, error) {
 		return c.Parameters(ctx, base, req)
+	})
+}
+
+// Restart implements Agents.
+func (a PodAgents) Restart(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error) {
+	return call(ctx, a, db, pod, agentActionTimeout, func(c agentapi.Client, ctx context.Context, base string) (agentapi.Status, error) {
+		return c.Restart(ctx, base)
 	})
 }
 

@@ -2,6 +2,7 @@ package configuration
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -62,7 +63,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	if o.Agents == nil {
 		agents = instance.PodAgents{Secrets: o.SecretReader(mgr)}
 	}
-	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), &syncer{client: mgr.GetClient(), agents: agents}, o)
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), &syncer{client: mgr.GetClient(), agents: agents, writer: w}, o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).
@@ -91,12 +92,26 @@ func readinessChanged() predicate.Predicate {
 // Agents is what the controller asks of the instances' agents.
 type Agents interface {
 	Parameters(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, req agentapi.ParametersRequest) (agentapi.ParametersResponse, error)
+	Restart(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error)
 }
+
+// Event reasons of the controller.
+const (
+	// ReasonRestartedInPlace: an instance whose pod runs the current
+	// template still waited for a restart (a lowered standby-floor
+	// setting), and its agent restarted the server in place.
+	ReasonRestartedInPlace = "RestartedInPlace"
+)
 
 // syncer sends a Database's parameters to its running instances.
 type syncer struct {
 	client client.Client
 	agents Agents
+	writer *facet.Writer
+	// mu guards restarted: by pod UID, the pending parameters the pod
+	// was restarted in place for (it is not restarted again for them).
+	mu        sync.Mutex
+	restarted map[string]string
 }
 
 // Sync implements facet.Syncer.
@@ -136,7 +151,38 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if v.condition.Status != "True" || len(v.pending) > 0 {
 		out.RequeueAfter = retryAfter
 	}
+	if len(v.pending) > 0 && v.condition.Status == "True" {
+		if err := s.restartInPlace(ctx, db, up, answers, v); err != nil {
+			return facet.Outcome{}, err
+		}
+	}
 	return out, nil
+}
+
+// restartInPlace restarts the instance inPlace chooses, once for its
+// pending parameters.
+func (s *syncer) restartInPlace(ctx context.Context, db *dbv1.Database, pods []*corev1.Pod, answers []answer, v verdict) error {
+	s.mu.Lock()
+	if s.restarted == nil {
+		s.restarted = map[string]string{}
+	}
+	pod, pending := inPlace(db, pods, answers, int(resources.Instances(db)), v.revision, s.restarted)
+	if pod != nil {
+		s.restarted[string(pod.UID)] = key(pending)
+	}
+	s.mu.Unlock()
+	if pod == nil {
+		return nil
+	}
+	log.FromContext(ctx).Info("Restarting the server in place: its pod runs the current template and it still waits for a restart", "pod", pod.Name, "pending", pending)
+	if _, err := s.agents.Restart(ctx, db, pod); err != nil {
+		return fmt.Errorf("restarting the server of %s in place for %s: %w", pod.Name, strings.Join(pending, ", "), err)
+	}
+	if s.writer != nil {
+		s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonRestartedInPlace, "Restart",
+			"Restarted the server of %s in place for %s (its pod runs the current template)", pod.Name, strings.Join(pending, ", "))
+	}
+	return nil
 }
 
 // CurrentStatus implements facet.Syncer.

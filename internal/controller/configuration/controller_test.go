@@ -25,6 +25,15 @@ type agents struct {
 	sent    map[string]map[string]string
 	answers map[string]agentapi.ParametersResponse
 	down    map[string]bool
+	// restarted are the pods restarted in place, in order.
+	restarted []string
+}
+
+func (a *agents) Restart(_ context.Context, _ *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.restarted = append(a.restarted, pod.Name)
+	return agentapi.Status{}, nil
 }
 
 func (a *agents) Parameters(_ context.Context, _ *dbv1.Database, pod *corev1.Pod, req agentapi.ParametersRequest) (agentapi.ParametersResponse, error) {

@@ -223,3 +223,15 @@ func (a *Agents) SentParameters(db *dbv1.Database, pod string) map[string]string
 	defer a.mu.Unlock()
 	return a.cluster(db).parameters[pod]
 }
+
+// Restart implements instance.Agents: the fake server restarts at once,
+// with the role it has.
+func (a *Agents) Restart(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.reach(db, pod)
+	if err != nil {
+		return agentapi.Status{}, err
+	}
+	return c.status(pod.Name), nil
+}
