@@ -28,6 +28,12 @@ type Agent struct {
 	// parameters is held by the one parameters request that runs; others
 	// wait for it.
 	parameters sync.Mutex
+	// refused (under refusedMu) are the values the server did not start
+	// with, which the agent put back (putBackLastStarted) and does not
+	// write again while they are asked for (refusedStarts); kept in
+	// refusedStartsPath too.
+	refusedMu sync.Mutex
+	refused   []refusedStart
 
 	mu       sync.Mutex
 	state    agentapi.State

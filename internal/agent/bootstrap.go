@@ -46,6 +46,7 @@ func (a *Agent) bootstrap(req agentapi.BootstrapRequest) error {
 		return conflict("the data directory is not empty (state %s): bootstrap only fills an empty one", state)
 	}
 	a.log.Info("Bootstrapping", "mode", req.Mode)
+	a.forgetStarts()
 	if req.Mode == agentapi.BootstrapInitdb && a.keeper == nil {
 		// no lease to wait for: the answer says whether the server started
 		defer a.op.Unlock()

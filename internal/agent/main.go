@@ -33,6 +33,7 @@ func Main(cfg Config, log logr.Logger) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
 	a := newAgent(ctx, cfg, log)
+	a.loadRefusedStarts()
 	var err error
 	if a.keeper, err = newLeaseKeeper(cfg, log); err != nil {
 		return fmt.Errorf("agent: %w", err)

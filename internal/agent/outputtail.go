@@ -83,8 +83,14 @@ func (t *outputTail) lines(wait time.Duration) string {
 // exitLine is the line of a server's output that says why it exited, from
 // its severity on: the last PANIC, else the last FATAL other than a
 // refused connection's ("the database system is starting up", which the
-// agent's own attempts to connect leave); "" when there is none.
+// agent's own attempts to connect leave); "" when there is none. Its
+// blanks are folded (severityLine keeps them).
 func exitLine(out string) string {
+	return strings.Join(strings.Fields(severityLine(out)), " ")
+}
+
+// severityLine is exitLine as the server wrote it.
+func severityLine(out string) string {
 	lines := strings.Split(out, "\n")
 	for _, sev := range []string{"PANIC:", "FATAL:"} {
 		for i := len(lines) - 1; i >= 0; i-- {
@@ -92,7 +98,7 @@ func exitLine(out string) string {
 			if j < 0 {
 				continue
 			}
-			if l := strings.Join(strings.Fields(lines[i][j:]), " "); !strings.HasPrefix(l, "FATAL: the database system is ") {
+			if l := strings.TrimSpace(lines[i][j:]); !strings.HasPrefix(strings.Join(strings.Fields(l), " "), "FATAL: the database system is ") {
 				return l
 			}
 		}

@@ -72,8 +72,9 @@ type autoConfSetting struct {
 // primary or a standby) hold req's parameters, beside
 // OwnedAutoConfParameters, with ALTER SYSTEM: it sets what differs,
 // resets what req does not name, reloads the configuration when it
-// changed anything, and says which parameters need a restart. A running
-// server is required (409 otherwise).
+// changed anything, and says which parameters need a restart. A value the
+// server did not start with is refused while req asks for it again
+// (refusedStarts). A running server is required (409 otherwise).
 func (a *Agent) applyParameters(ctx context.Context, req agentapi.ParametersRequest) (agentapi.ParametersResponse, error) {
 	var resp agentapi.ParametersResponse
 	a.parameters.Lock()
@@ -124,6 +125,7 @@ func (a *Agent) applyParameters(ctx context.Context, req agentapi.ParametersRequ
 		requested[strings.ToLower(n)] = true
 	}
 	sort.Strings(names)
+	refusedAtStart := a.refusedStarts(req.Parameters)
 	changed, reloaded := false, false
 	// a request cut short after a change reloads all the same: the next
 	// one finds the file as it wants it and changes (reloads) nothing.
@@ -140,6 +142,10 @@ func (a *Agent) applyParameters(ctx context.Context, req agentapi.ParametersRequ
 		value := req.Parameters[name]
 		if owned[strings.ToLower(name)] {
 			refuse(name, "dbkeeper sets "+name+" itself")
+			continue
+		}
+		if why, ok := refusedAtStart[strings.ToLower(name)]; ok {
+			refuse(name, why)
 			continue
 		}
 		cur, ok := file[strings.ToLower(name)]

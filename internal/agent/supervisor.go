@@ -19,6 +19,8 @@ type server struct {
 	done chan struct{} // closed once it exited
 	// expected, under Agent.mu, says the agent stopped it.
 	expected bool
+	// accepted, under Agent.mu, says it accepted connections: it started.
+	accepted bool
 	// output is the end of what it wrote.
 	output *outputTail
 }
@@ -90,12 +92,15 @@ func (a *Agent) startServer(state agentapi.State) error {
 }
 
 // watchExit waits for srv's exit; one the agent did not ask for fails it,
-// unless a restore's recovery has not finished (recoveryExited).
+// unless srv failed to start with settings changed since the last start,
+// which the agent puts back before it starts srv again
+// (putBackLastStarted), or a restore's recovery has not finished
+// (recoveryExited).
 func (a *Agent) watchExit(srv *server) {
 	err := a.reaper.wait(srv.cmd)
 	a.mu.Lock()
 	a.srv = nil
-	expected := srv.expected
+	expected, accepted := srv.expected, srv.accepted
 	a.mu.Unlock()
 	close(srv.done)
 	if expected {
@@ -105,6 +110,10 @@ func (a *Agent) watchExit(srv *server) {
 	if err == nil {
 		err = errors.New("exit status 0")
 	}
+	if !accepted && a.putBackLastStarted(srv.output.lines(outputDrain), err) {
+		go a.startAgain()
+		return
+	}
 	if a.recovering() {
 		a.recoveryExited(srv, err)
 		return
@@ -113,7 +122,8 @@ func (a *Agent) watchExit(srv *server) {
 	a.fail(fmt.Errorf("the server exited: %w", err))
 }
 
-// watchReady marks the agent Running once srv accepts connections, and
+// watchReady marks the agent Running once srv accepts connections, after
+// keeping the postgresql.auto.conf it started with (saveLastStarted), and
 // then makes sure its hba file lets standbys stream (the entrypoint's
 // initdb wrote it after the agent last could).
 func (a *Agent) watchReady(srv *server) {
@@ -128,7 +138,10 @@ func (a *Agent) watchReady(srv *server) {
 		if postmasterPID(a.cfg.PGData) != srv.cmd.Process.Pid || a.ping(a.ctx) != nil {
 			continue
 		}
+		// before Running: a parameters request writes the file only then.
+		a.saveLastStarted()
 		a.mu.Lock()
+		srv.accepted = true
 		if a.srv == srv && (a.state == agentapi.StateStarting || a.state == agentapi.StateBootstrapping) {
 			a.state, a.message = agentapi.StateRunning, ""
 		}

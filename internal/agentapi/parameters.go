@@ -31,6 +31,18 @@ type ParametersResponse struct {
 	// wrong unit; and those the agent refused itself (a list value that
 	// does not parse, a name of OwnedAutoConfParameters). Each is left as
 	// it was in postgresql.auto.conf.
+	//
+	// It also has the values the server did not start with: a value that
+	// ALTER SYSTEM accepted but that stopped the server's next start (the
+	// agent then put back the values the server last started with, of
+	// the settings changed since, and started it again). Such a value is
+	// not written again while the request asks for it again, together with
+	// the others that were put back with it; its message names them and
+	// quotes the server's line that says why it did not start: "the server
+	// did not start with shared_buffers = '64GB': FATAL:  could not map
+	// anonymous shared memory: Cannot allocate memory". A request that
+	// asks for another value of one of them, or no longer asks for it,
+	// has them written again.
 	Refused map[string]string `json:"refused,omitempty"`
 	// RestartOnly are the request's parameters PostgreSQL applies only at
 	// a server start (pg_settings.context postmaster), written or not,
