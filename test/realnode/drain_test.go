@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 	"github.com/dbkeeper/dbkeeper/test/framework/faults"
 )
@@ -28,6 +29,27 @@ func (h *ha) nodeFaults() *faults.NodeFaults { return h.inj.Nodes(theNode) }
 // nodeOf is the node of an instance's pod.
 func (h *ha) nodeOf(instance string) string { return getPod(h.t, h.db, instance).Spec.NodeName }
 
+// nodeRun is one run of a fault of the primary's node: the primary and
+// its node before it, the last failover then, the writer straight to the
+// old primary, and when the fault began.
+type nodeRun struct {
+	old, node string
+	before    *dbv1.FailoverStatus
+	fence     *dbtest.Writer
+	at        time.Time
+}
+
+// startNodeRun waits for the whole topology, starts the writer straight
+// to the primary and marks the start of run i of fault.
+func (h *ha) startNodeRun(fault string, i int) nodeRun {
+	old := h.converged()
+	r := nodeRun{old: old, node: h.nodeOf(old), before: dbtest.Get(h.t, k8s, h.db).Status.Replication.LastFailover,
+		fence: h.startFence(old), at: time.Now()}
+	h.faultAt = r.at
+	h.t.Logf("fault %s run %d: primary %s on %s", fault, i, old, r.node)
+	return r
+}
+
 // drainPrimaryNode drains the primary's node as `kubectl drain` does:
 // the primary's budget refuses its eviction until the replication
 // controller switched over to a standby on another node; then every pod
@@ -35,14 +57,9 @@ func (h *ha) nodeOf(instance string) string { return getPod(h.t, h.db, instance)
 func (h *ha) drainPrimaryNode(i int) {
 	t := h.t
 	t.Helper()
-	old := h.converged()
-	lastBefore := dbtest.Get(t, k8s, h.db).Status.Replication.LastFailover
-	node := h.nodeOf(old)
-	fence := h.startFence(old)
-	defer fence.Stop()
-	at := time.Now()
-	h.faultAt = at
-	t.Logf("fault node-drained run %d: primary %s on %s", i, old, node)
+	run := h.startNodeRun("node-drained", i)
+	defer run.fence.Stop()
+	old, node, lastBefore, fence, at := run.old, run.node, run.before, run.fence, run.at
 	ctx, cancel := context.WithTimeout(context.Background(), convergeTimeout)
 	defer cancel()
 	uncordon, err := h.nodeFaults().Drain(ctx, node)

@@ -112,14 +112,9 @@ const partitionHeld = 30 * time.Second
 func (h *ha) partitionPrimaryNode(i int) {
 	t := h.t
 	t.Helper()
-	old := h.converged()
-	lastBefore := dbtest.Get(t, k8s, h.db).Status.Replication.LastFailover
-	node := h.nodeOf(old)
-	fence := h.startFence(old)
-	defer fence.Stop()
-	at := time.Now()
-	h.faultAt = at
-	t.Logf("fault node-partitioned run %d: primary %s on %s, cut off from the other nodes for %s", i, old, node, partitionHeld)
+	run := h.startNodeRun("node-partitioned", i)
+	defer run.fence.Stop()
+	old, node, lastBefore, fence, at := run.old, run.node, run.before, run.fence, run.at
 	undo, err := h.nodeFaults().PartitionFromNodes(node)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = undo() })

@@ -314,7 +314,11 @@ func observe(db *dbv1.Database, sts *appsv1.StatefulSet, changed bool, pods []co
 
 // primaryChanged lets through the Database updates whose current or
 // target primary changed.
-func primaryChanged() predicate.Predicate {
+func primaryChanged() predicate.Predicate { return statusChanged(primaries) }
+
+// statusChanged lets through the Database updates that change what of
+// reads of it (a part of the status the other facets write).
+func statusChanged[T comparable](of func(*dbv1.Database) T) predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
@@ -322,7 +326,7 @@ func primaryChanged() predicate.Predicate {
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*dbv1.Database)
 			n, ok2 := e.ObjectNew.(*dbv1.Database)
-			return ok1 && ok2 && primaries(o) != primaries(n)
+			return ok1 && ok2 && of(o) != of(n)
 		},
 	}
 }
@@ -330,18 +334,7 @@ func primaryChanged() predicate.Predicate {
 // restartRevisionChanged lets through the status writes of the
 // configuration controller that change status.configuration.restartRevision:
 // the pods' template carries it.
-func restartRevisionChanged() predicate.Predicate {
-	return predicate.Funcs{
-		CreateFunc:  func(event.CreateEvent) bool { return false },
-		DeleteFunc:  func(event.DeleteEvent) bool { return false },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*dbv1.Database)
-			n, ok2 := e.ObjectNew.(*dbv1.Database)
-			return ok1 && ok2 && restartRevision(o) != restartRevision(n)
-		},
-	}
-}
+func restartRevisionChanged() predicate.Predicate { return statusChanged(restartRevision) }
 
 func restartRevision(db *dbv1.Database) string {
 	if db.Status.Configuration == nil {
