@@ -22,8 +22,8 @@ type Agent struct {
 	// ctx ends when the agent shuts down; bootstraps run under it.
 	ctx context.Context
 
-	// op is held by the one bootstrap, demote or promote that runs; others
-	// are refused.
+	// op is held by the one bootstrap, demote, promote or restart that
+	// runs; others are refused.
 	op sync.Mutex
 	// parameters is held by the one parameters request that runs; others
 	// wait for it.

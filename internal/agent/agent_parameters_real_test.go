@@ -58,8 +58,8 @@ func autoConfTime(t *testing.T, in *instance) time.Time {
 }
 
 // restart stops in's agent (and so its server) and starts a new agent on
-// its data directory.
-func (c *cluster) restart(in *instance) *instance {
+// its data directory, with env added to its environment.
+func (c *cluster) restart(in *instance, env ...string) *instance {
 	c.t.Helper()
 	require.NoError(c.t, in.cmd.Process.Signal(syscall.SIGTERM))
 	select {
@@ -67,7 +67,7 @@ func (c *cluster) restart(in *instance) *instance {
 	case <-time.After(60 * time.Second):
 		c.t.Fatalf("%s: the agent did not exit within 60s of SIGTERM", in.name)
 	}
-	return c.start(in.name)
+	return c.start(in.name, env...)
 }
 
 // TestParametersReachPostgreSQL: the agent makes postgresql.auto.conf

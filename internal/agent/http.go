@@ -29,10 +29,12 @@ func (a *Agent) listen() (*http.Server, error) {
 	mux.Handle("POST "+agentapi.RejoinPath, a.authenticated(a.handleRejoin))
 	mux.Handle("POST "+agentapi.FailsafePath, a.authenticated(a.handleFailsafe))
 	mux.Handle("POST "+agentapi.ParametersPath, a.authenticated(a.handleParameters))
+	mux.Handle("POST "+agentapi.RestartPath, a.authenticated(a.handleRestart))
 	mux.Handle("POST "+agentapi.BackupPath, a.authenticated(a.notDuringExpiry(a.handleBackup)))
 	// every request's whole life is bounded: a client that sends slowly
 	// or never reads holds no goroutine for ever (the longest handler,
-	// a demote or promote, runs within requestContext's 3 minutes)
+	// a demote, promote or restart, runs within requestContext's 3
+	// minutes)
 	hs := &http.Server{Addr: a.cfg.Listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 4 * time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 16}
 	if dir := a.cfg.apiTLSDir(); dir != "" {
@@ -161,8 +163,9 @@ func (a *Agent) handleRejoin(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, a.status(ctx))
 }
 
-// requestContext is the context of a demote or promote: a caller that
-// hangs up does not stop it halfway, the agent's shutdown and a bound do.
+// requestContext is the context of a demote, promote or restart: a
+// caller that hangs up does not stop it halfway, the agent's shutdown and
+// a bound do.
 func (a *Agent) requestContext(r *http.Request) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 3*time.Minute)
 	stop := context.AfterFunc(a.ctx, cancel)

@@ -142,9 +142,9 @@ func (a *Agent) putBackLastStarted(out string, exitErr error) bool {
 }
 
 // startAgain (under a.op) starts the server after putBackLastStarted, as
-// a restart of the container would (startPrimary for a primary with a
-// lease), unless the agent stops or another operation started or fenced
-// it meanwhile.
+// a restart of the container would (startInPlace: startPrimary for a
+// primary with a lease), unless the agent stops or another operation
+// started or fenced it meanwhile.
 func (a *Agent) startAgain() {
 	a.op.Lock()
 	defer a.op.Unlock()
@@ -154,13 +154,7 @@ func (a *Agent) startAgain() {
 	if !idle || a.ctx.Err() != nil {
 		return
 	}
-	if a.keeper != nil && !isStandby(a.cfg.PGData) {
-		a.startPrimary()
-		return
-	}
-	if err := a.startServer(agentapi.StateStarting); err != nil {
-		a.fail(err)
-	}
+	a.startInPlace()
 }
 
 // postmasterContexts reads every built-in setting's context

@@ -58,3 +58,19 @@ func (a *Agent) startPrimary() {
 		}
 	}
 }
+
+// startInPlace (under a.op) starts the data directory that holds a
+// cluster as a restart of the container would (begin): as the primary
+// through startPrimary when the agent keeps a lease and the directory
+// would start a primary, else with startServer (a standby with its
+// standby.signal, or a primary without a lease); a start that cannot
+// begin fails the agent.
+func (a *Agent) startInPlace() {
+	if a.keeper != nil && !isStandby(a.cfg.PGData) {
+		a.startPrimary()
+		return
+	}
+	if err := a.startServer(agentapi.StateStarting); err != nil {
+		a.fail(err)
+	}
+}

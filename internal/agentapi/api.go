@@ -45,7 +45,9 @@ const (
 	// RestartPath restarts the server in place, with the role it has (a
 	// primary keeps the primary lease throughout): a checkpoint, a fast
 	// shutdown, a start; 200 and the Status once it accepts connections
-	// again, 409 when it is not a running, ready server. For a parameter
+	// again, 409 when it is not a running, ready server, or is a primary
+	// whose lease is not held and renewed (one serving in failsafe could
+	// not start again before the API server answers). For a parameter
 	// that takes effect only at a start when no pod template change will
 	// restart the instance (docs/design/parameters.md).
 	RestartPath = "/restart"
