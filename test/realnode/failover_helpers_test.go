@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -118,4 +119,16 @@ func explainMissing(t *testing.T, db *dbv1.Database, w *dbtest.Writer, database,
 		}
 	}
 	t.Logf("the engine containers' logs are in %s", dir)
+}
+
+// eventSince says an Event of reason regarding db was recorded since.
+func eventSince(t require.TestingT, db *dbv1.Database, reason string, since time.Time) bool {
+	list := &eventsv1.EventList{}
+	require.NoError(t, k8s.List(context.Background(), list, client.InNamespace(db.Namespace)))
+	for _, e := range list.Items {
+		if e.Reason == reason && e.Regarding.Name == db.Name && !e.CreationTimestamp.Time.Before(since.Truncate(time.Second)) {
+			return true
+		}
+	}
+	return false
 }

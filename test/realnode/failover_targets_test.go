@@ -8,8 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	eventsv1 "k8s.io/api/events/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/controller/replication"
@@ -160,12 +158,5 @@ func (h *ha) failoverTargetDisappears(i int) {
 // hasEvent says an Event of reason regarding the Database was recorded
 // since.
 func (h *ha) hasEvent(reason string, since time.Time) bool {
-	list := &eventsv1.EventList{}
-	require.NoError(h.t, k8s.List(context.Background(), list, client.InNamespace(h.db.Namespace)))
-	for _, e := range list.Items {
-		if e.Reason == reason && e.Regarding.Name == h.db.Name && !e.CreationTimestamp.Time.Before(since.Truncate(time.Second)) {
-			return true
-		}
-	}
-	return false
+	return eventSince(h.t, h.db, reason, since)
 }

@@ -21,8 +21,9 @@ import (
 // others are applied and no server restarts; a reload-only parameter takes
 // effect on both instances with no restart (the postmasters' start times
 // unchanged); a restart-only one rolls out (standby, one switchover, the
-// former primary) and takes effect on both, with no failover and no
-// acknowledged write lost.
+// former primary) and takes effect on both; a lowered max_connections
+// reaches both instances (the primary restarted in place first, as
+// PostgreSQL requires); with no failover and no acknowledged write lost.
 func TestParameters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -110,6 +111,23 @@ func TestParameters(t *testing.T) {
 	gap := w.LongestGap(changedAt)
 	t.Logf("MEASURED parameters: restart-only rollout done in %s, longest write gap %s", time.Since(changedAt).Round(time.Second), gap.Round(time.Millisecond))
 	assert.Less(t, gap, 15*time.Second, "writes paused for a switchover only")
+
+	t.Log("max_connections lowered: the standbys keep their primary's until it restarted with the lower value (in place), then take it")
+	lowered := time.Now()
+	setParameters(map[string]dbv1.ParameterValue{"work_mem": "16MB", "shared_buffers": "64MB", "max_connections": "80"})
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Equal(ct, map[string]string{p0: "80", p1: "80"}, show("max_connections"))
+		live := dbtest.Get(ct, k8s, db)
+		c := findCondition(live, dbv1.ConditionConfigurationReady)
+		if assert.NotNil(ct, c) {
+			assert.Equal(ct, dbv1.ReasonParametersApplied, c.Reason, c.Message)
+		}
+	}, 3*timeout, 2*time.Second, "max_connections 80 on both instances")
+	final := waitTopology(t, db, "", 2).Status.Replication
+	assert.Equal(t, before.LastFailover, final.LastFailover, "lowering max_connections failed over")
+	assert.True(t, eventSince(t, db, "RestartedInPlace", lowered), "the primary restarted in place (an Event RestartedInPlace)")
+	t.Logf("MEASURED parameters: max_connections lowered on both instances in %s, longest write gap %s", time.Since(lowered).Round(time.Second), w.LongestGap(lowered).Round(time.Millisecond))
+	assert.Less(t, w.LongestGap(lowered), 15*time.Second, "writes paused for a switchover or an in-place restart only")
 	w.Stop()
 	missing, err := w.Missing(ctx, rw)
 	require.NoError(t, err)
