@@ -7,11 +7,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
@@ -42,17 +45,30 @@ func TestParameters(t *testing.T) {
 	w, err := dbtest.StartWriterWithTimeout(ctx, rw, "acks", 5*time.Second)
 	require.NoError(t, err)
 	defer w.Stop()
-	// show reads a setting on each instance, straight from its pod
-	show := func(setting string) map[string]string {
-		return map[string]string{p0: sqlValue(t, podTarget(t, db, p0), "SHOW "+setting), p1: sqlValue(t, podTarget(t, db, p1), "SHOW "+setting)}
-	}
-	// started is when each instance's postmaster started
-	started := func() map[string]string {
-		return map[string]string{
-			p0: sqlValue(t, podTarget(t, db, p0), "SELECT pg_postmaster_start_time()::text"),
-			p1: sqlValue(t, podTarget(t, db, p1), "SELECT pg_postmaster_start_time()::text"),
+	// query runs sql on each instance, straight from its pod; an
+	// instance that does not answer (restarting) reads as its error
+	query := func(sql string) map[string]string {
+		out := map[string]string{}
+		for _, p := range []string{p0, p1} {
+			pod := &corev1.Pod{}
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: p}, pod)
+			var v string
+			if err == nil {
+				var target sqlconn.Target
+				if target, err = dbtest.PodTarget(ctx, k8s, db, pod, p+"."+resources.HeadlessServiceName(db)+"."+ns+".svc"); err == nil {
+					v, err = sqlOnce(target, sql)
+				}
+			}
+			if err != nil {
+				v = "error: " + err.Error()
+			}
+			out[p] = v
 		}
+		return out
 	}
+	show := func(setting string) map[string]string { return query("SHOW " + setting) }
+	// started is when each instance's postmaster started
+	started := func() map[string]string { return query("SELECT pg_postmaster_start_time()::text") }
 	assert.Equal(t, map[string]string{p0: "8MB", p1: "8MB"}, show("work_mem"), "the parameter of the new Database on both instances")
 	start := started()
 
@@ -77,10 +93,9 @@ func TestParameters(t *testing.T) {
 	waitCondition(t, db, dbv1.ConditionConfigurationReady, metav1.ConditionTrue, dbv1.ReasonParametersApplied)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		assert.Equal(ct, map[string]string{p0: "16MB", p1: "16MB"}, show("work_mem"))
-		assert.Equal(ct, map[string]string{p0: "0", p1: "0"}, map[string]string{
-			p0: sqlValue(t, podTarget(t, db, p0), "SELECT count(*) FROM pg_settings WHERE name = 'log_min_duration_statement' AND source <> 'default'"),
-			p1: sqlValue(t, podTarget(t, db, p1), "SELECT count(*) FROM pg_settings WHERE name = 'log_min_duration_statement' AND source <> 'default'"),
-		}, "a parameter removed from the spec is reset")
+		assert.Equal(ct, map[string]string{p0: "0", p1: "0"},
+			query("SELECT count(*) FROM pg_settings WHERE name = 'log_min_duration_statement' AND source <> 'default'"),
+			"a parameter removed from the spec is reset")
 	}, timeout, time.Second)
 	assert.Equal(t, start, started(), "a reload-only change restarted a server")
 	acks := w.AckCount()
