@@ -53,7 +53,8 @@ func (h *ha) startNodeRun(fault string, i int) nodeRun {
 // drainPrimaryNode drains the primary's node as `kubectl drain` does:
 // the primary's budget refuses its eviction until the replication
 // controller switched over to a standby on another node; then every pod
-// of the node goes. Measured: the longest write gap through <name>.
+// of the node goes. Measured: the longest write gap through <name> from
+// the drain's start until the Database is whole again (the node back).
 func (h *ha) drainPrimaryNode(i int) {
 	t := h.t
 	t.Helper()
@@ -69,19 +70,21 @@ func (h *ha) drainPrimaryNode(i int) {
 	require.NoError(t, err, "draining %s", node)
 	drained := time.Since(at)
 	time.Sleep(time.Second)
-	gap := h.w.LongestGap(at)
-	h.measured["node-drained"] = append(h.measured["node-drained"], gap)
-	t.Logf("MEASURED failover node-drained run %d: longest write gap %s (drain done in %s)", i, gap.Round(time.Millisecond), drained.Round(time.Millisecond))
 	live := dbtest.Get(t, k8s, h.db)
 	r := live.Status.Replication
 	assert.NotEqual(t, old, r.CurrentPrimary, "the primary handed over before its node was drained")
 	assert.Equal(t, lastBefore, r.LastFailover, "a drain failed over")
-	assert.Less(t, gap, switchoverGap, "writes through <name> paused for a switchover only")
 	assert.NotEqual(t, node, h.nodeOf(r.CurrentPrimary), "the new primary is on the drained node")
 	fence.Stop()
 	// back: the evicted instances return to their volumes on the node
 	require.NoError(t, uncordon())
 	primary := h.converged()
+	// the measure runs until the Database is whole again: a pause that
+	// comes after the drain is done counts too
+	gap := h.w.LongestGap(at)
+	h.measured["node-drained"] = append(h.measured["node-drained"], gap)
+	t.Logf("MEASURED failover node-drained run %d: longest write gap %s until whole again (drain done in %s)", i, gap.Round(time.Millisecond), drained.Round(time.Millisecond))
+	assert.Less(t, gap, switchoverGap, "writes through <name> paused for a switchover only")
 	h.assertOnlyPrimaryWrites(primary)
 	h.assertAcknowledged(fence, false)
 }
