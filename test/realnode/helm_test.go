@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -102,6 +104,46 @@ func helmInstall(t *testing.T, system, apps string, set ...string) {
 		"--set=crds.enabled=false"}, // the cluster installed the CRD
 		set...)...)
 	t.Cleanup(func() { helm("uninstall", "dbkeeper", "--namespace="+system, "--wait") })
+	// before the uninstall (cleanups run last first): a failed test keeps
+	// the managers' logs, as an in-process operator's
+	t.Cleanup(func() {
+		if t.Failed() {
+			saveManagerLogs(t, system, "the test failed")
+		}
+	})
+}
+
+// saveManagerLogs writes the logs of every manager pod of the release in
+// namespace system (their previous containers' too) to a file under the
+// temporary directory that outlives the test, and says where and why.
+func saveManagerLogs(t *testing.T, system, why string) {
+	t.Helper()
+	ctx := context.Background()
+	pods := &corev1.PodList{}
+	if err := k8s.List(ctx, pods, client.InNamespace(system), client.MatchingLabels{"app.kubernetes.io/name": "dbkeeper"}); err != nil {
+		t.Logf("the managers' logs: listing their pods: %v", err)
+		return
+	}
+	f, err := os.CreateTemp("", "dbkeeper-operator-log-"+system+"-*.log")
+	if err != nil {
+		t.Logf("the managers' logs: %v", err)
+		return
+	}
+	defer f.Close()
+	for _, p := range pods.Items {
+		for _, previous := range []bool{true, false} {
+			logs, err := psql.Clientset.CoreV1().Pods(system).GetLogs(p.Name, &corev1.PodLogOptions{Previous: previous, Timestamps: true}).DoRaw(ctx)
+			if previous && err != nil {
+				continue // no previous container
+			}
+			fmt.Fprintf(f, "=== %s on %s (previous container: %t)\n", p.Name, p.Spec.NodeName, previous)
+			if err != nil {
+				fmt.Fprintf(f, "reading its log: %v\n", err)
+			}
+			_, _ = f.Write(logs)
+		}
+	}
+	t.Logf("the managers' logs (%s) are in %s", why, f.Name())
 }
 
 // leaderOf is the manager pod that holds the leader-election Lease of the

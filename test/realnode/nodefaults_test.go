@@ -4,6 +4,7 @@ package realnode
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -204,4 +205,12 @@ func (h *ha) operatorNodePoweredOff(system string, i int) {
 		return injected{heal: func() { require.NoError(h.t, on()) }, failover: true, fenceBy: func() time.Time { return at }}
 	}}, i)
 	assert.NotEqual(t, leader, leaderOf(t, system), "the other manager replica leads")
+	if m := h.measured["operator-node-powered-off"]; len(m) > 0 && m[len(m)-1] > operatorNodeGoal {
+		// over the goal without failing: the logs say where the time went
+		saveManagerLogs(t, system, fmt.Sprintf("run %d took %s, over %s", i, m[len(m)-1].Round(time.Millisecond), operatorNodeGoal))
+	}
 }
+
+// operatorNodeGoal is issue 31's bound on a failover when the leading
+// manager's node is lost with the primary's.
+const operatorNodeGoal = 30 * time.Second
