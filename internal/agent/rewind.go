@@ -90,6 +90,12 @@ func (a *Agent) rewindAndStart() error {
 	} else {
 		a.rewindFailures = 0
 		a.log.Info("No rewind required: starting as a standby")
+		// its WAL is all in the new primary's history: it discarded
+		// nothing, and status says so (a failover's lastFailover waits
+		// for this report to say how much its old primary discarded)
+		if err := a.writeRewindReport(&agentapi.RewindReport{}); err != nil {
+			return err
+		}
 	}
 	if err := writeStandbySignal(a.cfg.PGData); err != nil {
 		return err

@@ -198,7 +198,9 @@ type Status struct {
 	// VolumeAvailableBytes is the data volume's free space.
 	VolumeAvailableBytes uint64 `json:"volumeAvailableBytes,omitempty"`
 	// LastRewind is this instance's last rejoin as a standby after it had
-	// been a primary on another timeline, nil when it never did.
+	// been a primary (with pg_rewind, or without when its WAL was all in
+	// the new primary's history: then nothing was discarded and no
+	// divergence is named), nil when it never did.
 	LastRewind *RewindReport `json:"lastRewind,omitempty"`
 	// Archive is the instance's repository and, on the primary, the WAL
 	// archiver's state; nil without EnvRepository.
@@ -340,7 +342,7 @@ type FailsafeAnswer struct {
 
 // RewindReport is what a former primary's rejoin did.
 type RewindReport struct {
-	// At is when pg_rewind finished.
+	// At is when pg_rewind finished (or found no rewind required).
 	At metav1.Time `json:"at"`
 	// DivergedLSN and DivergedTimeline are where the new primary's
 	// history left this instance's.
