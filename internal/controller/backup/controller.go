@@ -66,12 +66,9 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
 	s := newSyncer(mgr.GetClient(), w, time.Now)
 	s.engines = o.Engines
-	s.agents = o.Agents
+	s.agents = o.AgentsOf(mgr)
 	s.agentImage = o.AgentImage
 	s.reader = mgr.GetAPIReader()
-	if s.agents == nil {
-		s.agents = instance.PodAgents{Secrets: o.SecretReader(mgr)}
-	}
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).

@@ -23,7 +23,6 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
-	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -59,11 +58,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionConfigurationRea
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
-	var agents Agents = o.Agents
-	if o.Agents == nil {
-		agents = instance.PodAgents{Secrets: o.SecretReader(mgr)}
-	}
-	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), &syncer{client: mgr.GetClient(), agents: agents, writer: w}, o)
+	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), &syncer{client: mgr.GetClient(), agents: o.AgentsOf(mgr), writer: w}, o)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&dbv1.Database{}, facet.ForDatabase()).

@@ -244,6 +244,15 @@ func ControllerOptions(o Options) controller.Options {
 	return controller.Options{MaxConcurrentReconciles: max(o.MaxConcurrentReconciles, 1)}
 }
 
+// AgentsOf is o.Agents, or the agents at the pods' IPs (instance.PodAgents,
+// reading their Secrets with SecretReader) without it.
+func (o Options) AgentsOf(mgr ctrl.Manager) instance.Agents {
+	if o.Agents != nil {
+		return o.Agents
+	}
+	return instance.PodAgents{Secrets: o.SecretReader(mgr)}
+}
+
 // SecretReader is o.Secrets, or mgr's API reader without it.
 func (o Options) SecretReader(mgr ctrl.Manager) client.Reader {
 	if o.Secrets != nil {

@@ -119,11 +119,7 @@ func (Controller) ConditionType() string { return dbv1.ConditionReplicationReady
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
-	agents := o.Agents
-	if agents == nil {
-		agents = instance.PodAgents{Secrets: o.SecretReader(mgr)}
-	}
-	s := &syncer{client: mgr.GetClient(), reader: mgr.GetAPIReader(), writer: w, agents: agents, instances: o.Instances, now: time.Now}
+	s := &syncer{client: mgr.GetClient(), reader: mgr.GetAPIReader(), writer: w, agents: o.AgentsOf(mgr), instances: o.Instances, now: time.Now}
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexPodNode, podNode); err != nil {
 		return fmt.Errorf("indexing pods by node: %w", err)
