@@ -49,10 +49,19 @@ func restartCount(t require.TestingT, db *dbv1.Database, name string) int32 {
 // podTarget connects straight to one instance's pod IP as the superuser,
 // verifying its certificate for its name under the headless Service.
 func podTarget(t require.TestingT, db *dbv1.Database, name string) sqlconn.Target {
-	target, err := dbtest.PodTarget(context.Background(), k8s, db, getPod(t, db, name),
-		name+"."+resources.HeadlessServiceName(db)+"."+db.Namespace+".svc")
+	target, err := podTargetOf(db, name)
 	require.NoError(t, err)
 	return target
+}
+
+// podTargetOf is podTarget's target, or why there is none yet (the pod
+// missing, or without an IP mid-restart).
+func podTargetOf(db *dbv1.Database, name string) (sqlconn.Target, error) {
+	pod := &corev1.Pod{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: db.Namespace, Name: name}, pod); err != nil {
+		return sqlconn.Target{}, err
+	}
+	return dbtest.PodTarget(context.Background(), k8s, db, pod, name+"."+resources.HeadlessServiceName(db)+"."+db.Namespace+".svc")
 }
 
 // sqlWithin runs one query through target, giving up after d (connection

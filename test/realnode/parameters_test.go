@@ -7,14 +7,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
@@ -50,14 +47,10 @@ func TestParameters(t *testing.T) {
 	query := func(sql string) map[string]string {
 		out := map[string]string{}
 		for _, p := range []string{p0, p1} {
-			pod := &corev1.Pod{}
-			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: p}, pod)
+			target, err := podTargetOf(db, p)
 			var v string
 			if err == nil {
-				var target sqlconn.Target
-				if target, err = dbtest.PodTarget(ctx, k8s, db, pod, p+"."+resources.HeadlessServiceName(db)+"."+ns+".svc"); err == nil {
-					v, err = sqlOnce(target, sql)
-				}
+				v, err = sqlOnce(target, sql)
 			}
 			if err != nil {
 				v = "error: " + err.Error()
