@@ -16,10 +16,14 @@ const outputTailSize = 32 << 10
 
 // outputTail is the end of what one run of the server wrote to its stdout
 // and stderr, each of which goes on unchanged to the agent's own (the
-// container's log).
+// container's log). Each stream has its own tail: the server's log lines
+// (stderr) are not pushed out of the tail by a burst on stdout copied
+// after them (CI saw a FATAL on stderr lost behind 64 KB of stdout still
+// in its pipe).
 type outputTail struct {
-	mu  sync.Mutex
-	buf []byte
+	mu sync.Mutex
+	// bufs are the ends of stdout and stderr.
+	bufs [2][]byte
 	// writers are the agent's copies of the pipes' write ends.
 	writers []*os.File
 	// done is closed once every process that held the pipes closed them.
@@ -33,7 +37,7 @@ type outputTail struct {
 func teeOutput(cmd *exec.Cmd, stdout, stderr io.Writer) (*outputTail, error) {
 	t := &outputTail{done: make(chan struct{})}
 	var copies sync.WaitGroup
-	for _, dst := range []io.Writer{stdout, stderr} {
+	for i, dst := range []io.Writer{stdout, stderr} {
 		r, w, err := os.Pipe()
 		if err != nil {
 			t.closeWriters()
@@ -42,7 +46,7 @@ func teeOutput(cmd *exec.Cmd, stdout, stderr io.Writer) (*outputTail, error) {
 		t.writers = append(t.writers, w)
 		copies.Go(func() {
 			defer r.Close()
-			_, _ = io.Copy(io.MultiWriter(t, dst), r)
+			_, _ = io.Copy(io.MultiWriter(streamTail{t, i}, dst), r)
 		})
 	}
 	go func() { copies.Wait(); close(t.done) }()
@@ -57,19 +61,27 @@ func (t *outputTail) closeWriters() {
 	}
 }
 
+// streamTail is the writer of one stream's tail (0 stdout, 1 stderr).
+type streamTail struct {
+	t      *outputTail
+	stream int
+}
+
 // Write keeps the last outputTailSize bytes (at least) of what was written.
-func (t *outputTail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > 2*outputTailSize {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-outputTailSize:]...)
+func (s streamTail) Write(p []byte) (int, error) {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	buf := append(s.t.bufs[s.stream], p...)
+	if len(buf) > 2*outputTailSize {
+		buf = append(buf[:0], buf[len(buf)-outputTailSize:]...)
 	}
+	s.t.bufs[s.stream] = buf
 	return len(p), nil
 }
 
-// lines is what the tail holds, once every process closed the pipes or
-// wait passed.
+// lines is what the tail holds, stdout's then stderr's (where the
+// server's log lines go), once every process closed the pipes or wait
+// passed.
 func (t *outputTail) lines(wait time.Duration) string {
 	select {
 	case <-t.done:
@@ -77,7 +89,11 @@ func (t *outputTail) lines(wait time.Duration) string {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return string(t.buf)
+	out := string(t.bufs[0])
+	if out != "" && !strings.HasSuffix(out, "\n") {
+		out += "\n"
+	}
+	return out + string(t.bufs[1])
 }
 
 // exitLine is the line of a server's output that says why it exited, from

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"io"
 	"os/exec"
 	"strings"
 	"testing"
@@ -62,6 +63,21 @@ func TestOutputTail(t *testing.T) {
 	assert.Equal(t, 10000, strings.Count(stdout.String(), "\n"), "every line of stdout on the agent's")
 	assert.True(t, strings.HasPrefix(stdout.String(), "LOG:  line 0\nLOG:  line 1\n"))
 	assert.Equal(t, "FATAL:  the end\n", stderr.String())
+}
+
+// TestOutputTailKeepsStderr: the server's log lines (stderr) stay in the
+// tail whatever comes on stdout after them (CI saw a FATAL on stderr
+// pushed out of a shared tail by stdout still in its pipe).
+func TestOutputTailKeepsStderr(t *testing.T) {
+	cmd := exec.Command("sh", "-c", `echo "FATAL:  the end" >&2; i=0; while [ $i -lt 10000 ]; do echo "LOG:  line $i"; i=$((i+1)); done`)
+	out, err := teeOutput(cmd, io.Discard, io.Discard)
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	out.closeWriters()
+	require.NoError(t, cmd.Wait())
+	lines := out.lines(10 * time.Second)
+	assert.Equal(t, "FATAL: the end", exitLine(lines))
+	assert.True(t, strings.HasSuffix(lines, "LOG:  line 9999\nFATAL:  the end\n"), "stdout's tail, then stderr's")
 }
 
 // TestFailedBootstrapBacksOff: a bootstrap that failed (a restore with no

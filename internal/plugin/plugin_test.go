@@ -88,6 +88,21 @@ func TestStatusGolden(t *testing.T) {
 	assert.NotContains(t, out.String(), "Backups")
 }
 
+// TestStatusAbortedFailover: a failover abandoned because the lost
+// primary came back holding the lease reads as abandoned, not as one still
+// running or one that discarded something.
+func TestStatusAbortedFailover(t *testing.T) {
+	db := replicated()
+	db.Status.Replication.CurrentPrimary, db.Status.Replication.TargetPrimary = "orders-0", "orders-0"
+	f := db.Status.Replication.LastFailover
+	f.FinishedAt, f.DiscardedTransactions = nil, nil
+	f.AbortedAt = &metav1.Time{Time: f.StartedAt.Add(1200 * time.Millisecond)}
+	var out bytes.Buffer
+	require.NoError(t, plugin.Status(&out, db, now))
+	assert.Contains(t, out.String(), "abandoned after 1.2s: orders-0 stayed the primary")
+	assert.NotContains(t, out.String(), "took")
+}
+
 func env(t *testing.T, objs ...client.Object) (plugin.Env, client.Client, *bytes.Buffer) {
 	c := facettest.Client(t, objs...)
 	out := &bytes.Buffer{}

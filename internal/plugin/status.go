@@ -142,6 +142,9 @@ func failoverLine(f *dbv1.FailoverStatus) string {
 	if f.FinishedAt != nil {
 		line += fmt.Sprintf(", took %s", f.FinishedAt.Sub(f.StartedAt.Time).Round(100*time.Millisecond))
 	}
+	if f.AbortedAt != nil {
+		line += fmt.Sprintf(", abandoned after %s: %s stayed the primary", f.AbortedAt.Sub(f.StartedAt.Time).Round(100*time.Millisecond), f.From)
+	}
 	if f.LostBytes > 0 {
 		line += fmt.Sprintf(", %s of WAL not replicated", byteSize(f.LostBytes))
 	}

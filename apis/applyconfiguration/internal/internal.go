@@ -474,6 +474,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.FailoverStatus
   map:
     fields:
+    - name: abortedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
     - name: discardedTransactions
       type:
         scalar: numeric

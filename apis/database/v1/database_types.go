@@ -973,6 +973,11 @@ type FailoverStatus struct {
 	StartedAt metav1.Time `json:"startedAt"`
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// AbortedAt is when the failover was abandoned before its target was
+	// promoted: the lost primary came back holding the primary lease and
+	// stayed the primary, so nothing was discarded (Reason says why).
+	// +optional
+	AbortedAt *metav1.Time `json:"abortedAt,omitempty"`
 
 	// FromLSN is the lost primary's last WAL position dbkeeper saw;
 	// PromotedLSN what the promoted standby had received.

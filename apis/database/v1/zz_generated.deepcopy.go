@@ -546,6 +546,10 @@ func (in *FailoverStatus) DeepCopyInto(out *FailoverStatus) {
 		in, out := &in.FinishedAt, &out.FinishedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.AbortedAt != nil {
+		in, out := &in.AbortedAt, &out.AbortedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.DiscardedTransactions != nil {
 		in, out := &in.DiscardedTransactions, &out.DiscardedTransactions
 		*out = new(int64)

@@ -64,6 +64,7 @@ func abortForOldPrimary(p *Plan, f *failover) bool {
 	p.Action = Action{Kind: ActAbortFailover, Pod: p.TargetPrimary, From: p.CurrentPrimary,
 		Why: fmt.Sprintf("%s came back as a healthy primary holding the lease before %s was promoted", p.CurrentPrimary, p.TargetPrimary)}
 	p.LastFailover.Reason += "; aborted: " + p.Action.Why
+	p.LastFailover.AbortedAt = &metav1.Time{Time: f.in.Now}
 	p.Condition = conditions.False(dbv1.ConditionReplicationReady, dbv1.ReasonInstanceUnhealthy, fmt.Sprintf(
 		"the failover from %s to %s was aborted: %s; %s stays the primary", p.CurrentPrimary, p.TargetPrimary, p.Action.Why, p.CurrentPrimary))
 	p.TargetPrimary, p.PrimaryLostSince = p.CurrentPrimary, nil

@@ -338,6 +338,8 @@ func TestDecideRunningFailover(t *testing.T) {
 				assert.Equal(t, "orders-0", p.CurrentPrimary)
 				assert.Contains(t, p.Condition.Message, "aborted")
 				assert.Contains(t, p.LastFailover.Reason, "aborted")
+				assert.NotNil(t, p.LastFailover.AbortedAt, "status says the failover was abandoned")
+				assert.Nil(t, p.LastFailover.FinishedAt)
 				assert.Nil(t, p.PrimaryLostSince)
 			},
 		},

@@ -27,6 +27,10 @@ type FailoverStatusApplyConfiguration struct {
 	// accepted writes.
 	StartedAt  *metav1.Time `json:"startedAt,omitempty"`
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// AbortedAt is when the failover was abandoned before its target was
+	// promoted: the lost primary came back holding the primary lease and
+	// stayed the primary, so nothing was discarded (Reason says why).
+	AbortedAt *metav1.Time `json:"abortedAt,omitempty"`
 	// FromLSN is the lost primary's last WAL position dbkeeper saw;
 	// PromotedLSN what the promoted standby had received.
 	FromLSN     *string `json:"fromLSN,omitempty"`
@@ -86,6 +90,14 @@ func (b *FailoverStatusApplyConfiguration) WithStartedAt(value metav1.Time) *Fai
 // If called multiple times, the FinishedAt field is set to the value of the last call.
 func (b *FailoverStatusApplyConfiguration) WithFinishedAt(value metav1.Time) *FailoverStatusApplyConfiguration {
 	b.FinishedAt = &value
+	return b
+}
+
+// WithAbortedAt sets the AbortedAt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AbortedAt field is set to the value of the last call.
+func (b *FailoverStatusApplyConfiguration) WithAbortedAt(value metav1.Time) *FailoverStatusApplyConfiguration {
+	b.AbortedAt = &value
 	return b
 }
 
