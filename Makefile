@@ -79,10 +79,11 @@ test: host-deps tools ## Run every test: unit, integration on a real kube-apiser
 	go vet -race -tags 'failover nodes' ./test/realnode
 	go vet -race -tags 'failover peer' ./test/realnode
 	go vet -race -tags 'failover peer nodes' ./test/realnode
-	@# the longest packages first (go test starts them in the order given, two at a time on two cores): the real-node
-	@# suite, then the agent, integration and e2e; test/framework/realnode later, so that it does not wait for the
-	@# real node's lock while holding one of the two slots
-	go test -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./test/realnode ./internal/agent ./test/integration ./test/e2e ./...
+	@# the longest packages first (go test starts them in the order given, three at a time: the suites wait on servers
+	@# and timeouts far more than they compute, CI used 0.75 of the two cores at -p 2): the real-node suite, the agent
+	@# and integration, then e2e; test/framework/realnode later, so that it does not wait for the real node's lock
+	@# while holding a slot
+	go test -p 3 -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./test/realnode ./internal/agent ./test/integration ./test/e2e ./...
 	@# the failover fault injection after the rest, on three real nodes: its timings are measured on a machine the other
 	@# suites do not load; the node faults run first, alone (a node powered off would take the other tests' pods with it)
 	go test -tags 'failover nodes' -race -count=1 -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) -run '^(TestFailover|TestAPIServerOutage|TestNode)' ./test/realnode
