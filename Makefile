@@ -100,7 +100,7 @@ test-nodes: tools ## The node faults on three real nodes (root): a drain of the 
 		go test -tags 'failover nodes' -race -count=1 -v -timeout $(TEST_TIMEOUT) -run '^TestNode' ./test/realnode
 
 .PHONY: bench-failover
-bench-failover: tools ## Failover side by side with CloudNativePG v1.30.0 on the real node (root; builds its operator once, ~2 min): each fault of the primary RUNS times (default 5) on each side; TABLE=file writes the markdown table (FAULTS=frozen,agent-sigkill runs some, SIDE=CloudNativePG or dbkeeper one side); NODES=3 compares the node faults (node-drained, node-powered-off, node-isolated) on three real nodes. Not part of make test.
+bench-failover: tools ## Failover side by side with CloudNativePG v1.30.0 on the real node (root; builds its operator once, ~2 min): each fault of the primary RUNS times (default 5) on each side; TABLE=file writes the markdown table (FAULTS=frozen,agent-sigkill runs some, SIDE=CloudNativePG or dbkeeper one side); NODES=3 compares the node faults (node-drained, node-powered-off, node-isolated, operator-node-powered-off: the leading operator replica's node with the primary's, two replicas on each side) on three real nodes. Not part of make test.
 	DBKEEPER_REQUIRE_REAL_NODE=1 DBKEEPER_PEER_RUNS=$(RUNS) DBKEEPER_PEER_FAULTS=$(FAULTS) DBKEEPER_PEER_SIDES=$(SIDE) DBKEEPER_PEER_TABLE=$(if $(TABLE),$(abspath $(TABLE))) \
 		go test -tags 'failover peer$(if $(filter 3,$(NODES)), nodes)' -count=1 -v -timeout 90m -run '^TestFailoverPeer' ./test/realnode
 

@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
@@ -78,7 +79,14 @@ var peerFaults = []string{"pod-deleted", "pod-deleted-grace-0", "postmaster-sigk
 // tag nodes), by their names in extraFaultKinds (node-drained, a planned
 // change, is TestNodeFaults' own): the primary's node drained, powered
 // off, and cut off from the other nodes and the API server.
-var peerNodeFaults = []string{peerDrainFault, "node-powered-off", "node-isolated"}
+var peerNodeFaults = []string{peerDrainFault, "node-powered-off", "node-isolated", peerOperatorNodeFault}
+
+// peerOperatorNodeFault is the node of the leading operator replica and
+// of the primary powered off together: each side's operator runs two
+// replicas with leader election (a Lease of 15 s on both), dbkeeper's
+// installed with its chart (TestNodeOfTheOperator's run), and the
+// primary is switched over onto the leader's node first.
+const peerOperatorNodeFault = "operator-node-powered-off"
 
 // peerDrainFault is `kubectl drain` of the primary's node: its measure is
 // the longest write gap from the drain's start until the Database is
@@ -136,16 +144,22 @@ func TestFailoverPeerCloudNativePG(t *testing.T) {
 	gaps := cnpg.NewResults([]string{peerDBKeeper, peerCNPG}, names)
 	side := os.Getenv(peerSidesEnv)
 	require.Contains(t, []string{"", peerDBKeeper, peerCNPG}, side, "%s names a side: %s or %s", peerSidesEnv, peerDBKeeper, peerCNPG)
+	// the operator's node is a fault of its own set-up on dbkeeper's side
+	// (the chart's two manager replicas, not the test process's operator)
+	ordinary := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == peerOperatorNodeFault })
 	var dbNamespace string
 	t.Run(peerDBKeeper, func(t *testing.T) {
 		if side == peerCNPG {
 			t.Skipf("%s=%s: CloudNativePG's side only", peerSidesEnv, side)
 		}
+		if len(ordinary) == 0 {
+			t.Skip("no fault of the test process's operator to run")
+		}
 		h := startHA(t, "peer", true)
 		dbNamespace = h.db.Namespace
 		outer := h.t
 		defer func() { h.t = outer }()
-		peerRunAll(t, res, peerDBKeeper, names, runs, func(t *testing.T, fault string, i int) {
+		peerRunAll(t, res, peerDBKeeper, ordinary, runs, func(t *testing.T, fault string, i int) {
 			// each run in a subtest of its own (ha.run asserts through
 			// h.t): a failed run ends, the next one starts from
 			// converged
@@ -169,6 +183,15 @@ func TestFailoverPeerCloudNativePG(t *testing.T) {
 	if dbNamespace != "" {
 		peerWaitNamespaceGone(t, dbNamespace)
 	}
+	if len(ordinary) < len(names) {
+		t.Run(peerDBKeeper+"-"+peerOperatorNodeFault, func(t *testing.T) {
+			if side == peerCNPG {
+				t.Skipf("%s=%s: CloudNativePG's side only", peerSidesEnv, side)
+			}
+			dbNamespace = peerOperatorNodeRuns(t, res, gaps, runs)
+		})
+		peerWaitNamespaceGone(t, dbNamespace)
+	}
 	t.Run(peerCNPG, func(t *testing.T) {
 		if side == peerDBKeeper {
 			t.Skipf("%s=%s: dbkeeper's side only", peerSidesEnv, side)
@@ -186,6 +209,34 @@ func TestFailoverPeerCloudNativePG(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, []byte(table), 0o644), "writing the table")
 		t.Logf("the table is in %s", path)
 	}
+}
+
+// peerOperatorNodeRuns is dbkeeper's side of peerOperatorNodeFault:
+// the chart's two manager replicas on distinct nodes watching a
+// namespace of their own, the failover suite's Database there, and runs
+// of TestNodeOfTheOperator's fault; it returns the Database's namespace.
+func peerOperatorNodeRuns(t *testing.T, res, gaps *cnpg.Results, runs int) string {
+	system, apps := newNamespace(t), newNamespace(t)
+	helmInstall(t, system, apps)
+	managers := &corev1.PodList{}
+	require.NoError(t, k8s.List(context.Background(), managers, client.InNamespace(system), client.MatchingLabels{"app.kubernetes.io/name": "dbkeeper"}))
+	require.Len(t, managers.Items, 2, "the chart's two manager replicas")
+	require.NotEqual(t, managers.Items[0].Spec.NodeName, managers.Items[1].Spec.NodeName, "the manager replicas share a node")
+	h := startHAIn(t, apps, "peeropnode", true, nil)
+	outer := h.t
+	defer func() { h.t = outer }()
+	peerRunAll(t, res, peerDBKeeper, []string{peerOperatorNodeFault}, runs, func(t *testing.T, fault string, i int) {
+		h.t = t
+		before := len(h.measured[fault])
+		h.operatorNodePoweredOff(system, i)
+		if len(h.measured[fault]) > before {
+			d := h.measured[fault][len(h.measured[fault])-1]
+			res.Add(peerDBKeeper, fault, d)
+			gaps.Add(peerDBKeeper, fault, h.w.LongestGap(h.faultAt))
+			t.Logf("MEASURED peer %s %s run %d: loss→write %s", peerDBKeeper, fault, i, d.Round(time.Millisecond))
+		}
+	})
+	return apps
 }
 
 // peerRuns is DBKEEPER_PEER_RUNS, 5 when unset.
@@ -386,6 +437,9 @@ func (p *peerCluster) run(res, gaps *cnpg.Results, fault string, i int) {
 	t := p.t
 	t.Helper()
 	ctx := context.Background()
+	if fault == peerOperatorNodeFault {
+		p.primaryOntoOperatorLeader()
+	}
 	old := p.converged()
 	oldPod := p.pod(old)
 	// a second writer straight to the old primary's pod, past the
@@ -408,7 +462,7 @@ func (p *peerCluster) run(res, gaps *cnpg.Results, fault string, i int) {
 	var heal, healLater func() error
 	var healAfter time.Duration
 	switch fault {
-	case "node-powered-off":
+	case "node-powered-off", peerOperatorNodeFault:
 		on, err := p.inj.Nodes(theNode).PowerOff(oldPod.Spec.NodeName)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = on() })
@@ -494,6 +548,13 @@ func (p *peerCluster) run(res, gaps *cnpg.Results, fault string, i int) {
 	}
 	fence.Stop()
 	primary := p.converged()
+	if fault == peerOperatorNodeFault {
+		leader, err := cnpg.OperatorLeader(ctx, k8s)
+		require.NoError(t, err)
+		if assert.NotNil(t, leader, "an operator replica leads") {
+			t.Logf("fault %s run %d: the operator replica %s on %s leads", fault, i, leader.Name, leader.Spec.NodeName)
+		}
+	}
 	if primary == old {
 		t.Logf("fault %s run %d: %s kept its role (no failover)", fault, i, old)
 	} else {
@@ -565,6 +626,10 @@ func (p *peerCluster) keepOperatorOff(node string) {
 	d := &appsv1.Deployment{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: cnpg.OperatorNamespace, Name: cnpg.OperatorDeployment}, d))
 	patch := client.MergeFrom(d.DeepCopy())
+	// one replica (peerOperatorNodeFault's runs leave two, on distinct
+	// nodes, which one node cannot hold)
+	d.Spec.Replicas = ptr.To[int32](1)
+	d.Spec.Template.Spec.Affinity = nil
 	d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: other}
 	require.NoError(t, k8s.Patch(ctx, d, patch))
 	require.Eventually(t, func() bool {
@@ -577,4 +642,43 @@ func (p *peerCluster) keepOperatorOff(node string) {
 		return len(pods.Items) > 0
 	}, timeout, 250*time.Millisecond, "CloudNativePG's operator moved from %s to %s", node, other)
 	t.Logf("CloudNativePG's operator moved from %s to %s before the fault of its node", node, other)
+}
+
+// primaryOntoOperatorLeader readies peerOperatorNodeFault on
+// CloudNativePG's side: its operator at two replicas on distinct nodes,
+// and the Cluster's primary on the node of the replica that leads (a
+// switchover, as kubectl cnpg promote asks for one, when it is not).
+func (p *peerCluster) primaryOntoOperatorLeader() {
+	t := p.t
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, cnpg.SetOperatorReplicas(ctx, k8s, 2, timeout))
+	var leader *corev1.Pod
+	require.Eventually(t, func() bool {
+		l, err := cnpg.OperatorLeader(ctx, k8s)
+		require.NoError(t, err)
+		leader = l
+		return l != nil && podReady(l)
+	}, timeout, 250*time.Millisecond, "a Ready CloudNativePG operator replica holds the Lease %s", cnpg.LeaderElectionLease)
+	node := leader.Spec.NodeName
+	primary := p.converged()
+	if p.pod(primary).Spec.NodeName != node {
+		pods := &corev1.PodList{}
+		require.NoError(t, k8s.List(ctx, pods, client.InNamespace(p.cl.Namespace), client.MatchingLabels{"cnpg.io/cluster": p.cl.Name, "cnpg.io/podRole": "instance"}))
+		var target string
+		for _, pod := range pods.Items {
+			if pod.Spec.NodeName == node {
+				target = pod.Name
+			}
+		}
+		require.NotEmpty(t, target, "no instance of the Cluster on the operator leader's node %s", node)
+		require.NoError(t, p.cl.Switchover(ctx, target))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			s, err := p.cl.Status(ctx)
+			if assert.NoError(c, err) {
+				assert.Equal(c, target, s.CurrentPrimary)
+			}
+		}, peerConvergeTimeout, 250*time.Millisecond, "CloudNativePG switched over to %s", target)
+	}
+	t.Logf("the leading operator replica %s and the primary %s on %s", leader.Name, p.converged(), node)
 }
