@@ -5,10 +5,13 @@ package realnode
 import (
 	"context"
 	"fmt"
+	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -113,6 +116,11 @@ func (h *ha) operatorNodePoweredOff(system string, i int) {
 			assert.Equal(c, target, dbtest.Get(c, k8s, h.db).Status.Replication.CurrentPrimary)
 		}, timeout, 250*time.Millisecond, "switched over to %s", target)
 	}
+	waitReplicasSettled(t, "the manager", func() ([]corev1.Pod, error) {
+		pods := &corev1.PodList{}
+		err := k8s.List(context.Background(), pods, client.InNamespace(system), client.MatchingLabels{"app.kubernetes.io/name": "dbkeeper"})
+		return pods.Items, err
+	})
 	t.Logf("run %d: the leading manager %s and the primary %s on %s", i, leader, h.converged(), node)
 	h.run(faultKind{"operator-node-powered-off", func(h *ha, primary string, at time.Time) injected {
 		on, err := h.nodeFaults().PowerOff(node)
@@ -130,3 +138,36 @@ func (h *ha) operatorNodePoweredOff(system string, i int) {
 // operatorNodeGoal is issue 31's bound on a failover when the leading
 // manager's node is lost with the primary's.
 const operatorNodeGoal = 30 * time.Second
+
+// operatorLeaseDuration is the leader-election lease duration of both
+// operators compared (dbkeeper's chart's leaderElection.leaseDuration,
+// CloudNativePG's --leader-lease-duration): a replica that (re)started
+// cannot take the lease before it has watched it unrenewed that long.
+const operatorLeaseDuration = 15 * time.Second
+
+// waitReplicasSettled waits until every replica of an operator (list
+// lists their pods) is Ready and its container has run for more than
+// operatorLeaseDuration. A run that powers off the leader's node right
+// after the previous run brought a node back would otherwise find the
+// follower just restarted (the replica on the node that came back loses
+// the election and exits): a candidate counts a lease's duration from its
+// own first sight of it, so that follower waits a whole lease duration
+// from its start (a run measured 40.9 s, 15 s of them that wait).
+func waitReplicasSettled(t *testing.T, what string, list func() ([]corev1.Pod, error)) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pods, err := list()
+		if !assert.NoError(c, err) || !assert.NotEmpty(c, pods, "%s's pods", what) {
+			return
+		}
+		for _, pod := range pods {
+			assert.True(c, pod.DeletionTimestamp == nil && podReady(&pod), "%s replica %s Ready", what, pod.Name)
+			for _, cs := range pod.Status.ContainerStatuses {
+				if assert.NotNil(c, cs.State.Running, "%s replica %s: container %s running", what, pod.Name, cs.Name) {
+					assert.Greater(c, time.Since(cs.State.Running.StartedAt.Time), operatorLeaseDuration+2*time.Second,
+						"%s replica %s: container %s started long enough ago to take the lease", what, pod.Name, cs.Name)
+				}
+			}
+		}
+	}, timeout, 500*time.Millisecond, "%s's replicas settled", what)
+}

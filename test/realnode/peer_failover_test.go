@@ -653,6 +653,7 @@ func (p *peerCluster) primaryOntoOperatorLeader() {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, cnpg.SetOperatorReplicas(ctx, k8s, 2, timeout))
+	waitReplicasSettled(t, "CloudNativePG's operator", func() ([]corev1.Pod, error) { return cnpg.OperatorPods(ctx, k8s) })
 	var leader *corev1.Pod
 	require.Eventually(t, func() bool {
 		l, err := cnpg.OperatorLeader(ctx, k8s)
