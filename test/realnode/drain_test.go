@@ -116,7 +116,7 @@ func (h *ha) operatorNodePoweredOff(system string, i int) {
 			assert.Equal(c, target, dbtest.Get(c, k8s, h.db).Status.Replication.CurrentPrimary)
 		}, timeout, 250*time.Millisecond, "switched over to %s", target)
 	}
-	waitReplicasSettled(t, "the manager", func() ([]corev1.Pod, error) {
+	waitReplicasSettled(t, "the manager", h.healedAt, func() ([]corev1.Pod, error) {
 		pods := &corev1.PodList{}
 		err := k8s.List(context.Background(), pods, client.InNamespace(system), client.MatchingLabels{"app.kubernetes.io/name": "dbkeeper"})
 		return pods.Items, err
@@ -126,7 +126,7 @@ func (h *ha) operatorNodePoweredOff(system string, i int) {
 		on, err := h.nodeFaults().PowerOff(node)
 		require.NoError(h.t, err)
 		h.t.Cleanup(func() { _ = on() })
-		return injected{heal: func() { require.NoError(h.t, on()) }, failover: true, fenceBy: func() time.Time { return at }}
+		return injected{heal: func() { require.NoError(h.t, on()); h.healedAt = time.Now() }, failover: true, fenceBy: func() time.Time { return at }}
 	}}, i)
 	assert.NotEqual(t, leader, leaderOf(t, system), "the other manager replica leads")
 	if m := h.measured["operator-node-powered-off"]; len(m) > 0 && m[len(m)-1] > operatorNodeGoal {
@@ -139,22 +139,33 @@ func (h *ha) operatorNodePoweredOff(system string, i int) {
 // manager's node is lost with the primary's.
 const operatorNodeGoal = 30 * time.Second
 
-// operatorLeaseDuration is the leader-election lease duration of both
-// operators compared (dbkeeper's chart's leaderElection.leaseDuration,
-// CloudNativePG's --leader-lease-duration): a replica that (re)started
-// cannot take the lease before it has watched it unrenewed that long.
-const operatorLeaseDuration = 15 * time.Second
+// operatorLeaseDuration and operatorRenewDeadline are the leader
+// election's lease duration and renew deadline of both operators compared
+// (dbkeeper's chart's leaderElection, CloudNativePG's
+// --leader-lease-duration and --leader-renew-deadline): a replica that
+// (re)started cannot take the lease before it has watched it unrenewed
+// for the lease duration, and a leader thawed with its node goes on
+// believing it leads until its renew deadline passes (then it exits and
+// restarts).
+const (
+	operatorLeaseDuration = 15 * time.Second
+	operatorRenewDeadline = 10 * time.Second
+)
 
-// waitReplicasSettled waits until every replica of an operator (list
-// lists their pods) is Ready and its container has run for more than
-// operatorLeaseDuration. A run that powers off the leader's node right
-// after the previous run brought a node back would otherwise find the
-// follower just restarted (the replica on the node that came back loses
-// the election and exits): a candidate counts a lease's duration from its
-// own first sight of it, so that follower waits a whole lease duration
-// from its start (a run measured 40.9 s, 15 s of them that wait).
-func waitReplicasSettled(t *testing.T, what string, list func() ([]corev1.Pod, error)) {
+// waitReplicasSettled waits until the renew deadline has passed since
+// the last node that took a replica came back (healed; zero: none did),
+// and then until every replica of an operator (list lists their pods) is
+// Ready and its container has run for more than operatorLeaseDuration. A
+// run that powers off the leader's node right after the previous run
+// brought a node back would otherwise find the follower about to exit or
+// just restarted (the thawed replica believes it leads until its renew
+// deadline, then exits): a candidate counts a lease's duration from its
+// own first sight of it, so that follower takes the lease a whole lease
+// duration after its start (runs measured 31.7 to 40.9 s, 10 to 20 s of
+// them that wait).
+func waitReplicasSettled(t *testing.T, what string, healed time.Time, list func() ([]corev1.Pod, error)) {
 	t.Helper()
+	time.Sleep(time.Until(healed.Add(operatorRenewDeadline + 2*time.Second)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		pods, err := list()
 		if !assert.NoError(c, err) || !assert.NotEmpty(c, pods, "%s's pods", what) {

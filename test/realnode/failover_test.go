@@ -106,6 +106,9 @@ type ha struct {
 	runs int
 	// faultAt is when the last fault was injected.
 	faultAt time.Time
+	// healedAt is when the last node fault that took an operator replica
+	// with it healed (operatorNodePoweredOff).
+	healedAt time.Time
 	// lost are the acknowledged ids already found missing (and counted)
 	// after an earlier asynchronous failover.
 	lost map[int64]bool

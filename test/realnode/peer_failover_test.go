@@ -369,6 +369,8 @@ type peerCluster struct {
 	inj *faults.Injector
 	// lost are the acknowledged ids already found missing (and counted).
 	lost map[string]bool
+	// healedAt is when the last node fault healed.
+	healedAt time.Time
 }
 
 // startPeerCNPG creates the Cluster, waits until it is healthy with its
@@ -541,6 +543,7 @@ func (p *peerCluster) run(res, gaps *cnpg.Results, fault string, i int) {
 
 	if healLater != nil {
 		require.NoError(t, healLater())
+		p.healedAt = time.Now()
 	}
 	// what the old primary took after the fault, straight to its pod
 	if last, ok := fence.LastAck(); ok && last.After(at) {
@@ -653,7 +656,7 @@ func (p *peerCluster) primaryOntoOperatorLeader() {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, cnpg.SetOperatorReplicas(ctx, k8s, 2, timeout))
-	waitReplicasSettled(t, "CloudNativePG's operator", func() ([]corev1.Pod, error) { return cnpg.OperatorPods(ctx, k8s) })
+	waitReplicasSettled(t, "CloudNativePG's operator", p.healedAt, func() ([]corev1.Pod, error) { return cnpg.OperatorPods(ctx, k8s) })
 	var leader *corev1.Pod
 	require.Eventually(t, func() bool {
 		l, err := cnpg.OperatorLeader(ctx, k8s)
