@@ -66,6 +66,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.NetworkPolicySpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ObjectStoreSpec"):
 		return &databasev1.ObjectStoreSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("PasswordSecretRef"):
+		return &databasev1.PasswordSecretRefApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("PostgreSQLSpec"):
 		return &databasev1.PostgreSQLSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("RecoveryStatus"):
@@ -74,6 +76,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.RecoveryTargetApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ReplicationStatus"):
 		return &databasev1.ReplicationStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("RoleSpec"):
+		return &databasev1.RoleSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("RolesStatus"):
+		return &databasev1.RolesStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ServerDatabaseSpec"):
+		return &databasev1.ServerDatabaseSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ServiceSpec"):
 		return &databasev1.ServiceSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("StorageSpec"):

@@ -53,6 +53,9 @@ func bindFlags(fs *flag.FlagSet) *flags {
 			"False for clusters without a NetworkPolicy engine.")
 	fs.StringVar(&f.options.Manager.Namespace, "manager-namespace", os.Getenv("POD_NAMESPACE"),
 		"The manager's namespace, which the Databases' NetworkPolicies admit (with --manager-pod-labels); defaults to $POD_NAMESPACE.")
+	fs.BoolVar(&f.options.AllowPrivilegedRoles, "allow-privileged-roles", false,
+		"Let the roles of a Database's spec.roles be SUPERUSER, REPLICATION or BYPASSRLS; without it the roles controller keeps them without "+
+			"those attributes and RolesReady says RoleRefused, so that writing a Database is not enough to get a superuser.")
 	f.managerLabels = fs.String("manager-pod-labels", "app.kubernetes.io/name=dbkeeper,app.kubernetes.io/component=manager",
 		"Comma-separated key=value labels of the manager's pods, which the Databases' NetworkPolicies admit.")
 	fs.IntVar(&f.options.MaxConcurrentReconciles, "max-concurrent-reconciles", 2, "Databases each controller reconciles at once.")
@@ -63,6 +66,10 @@ func bindFlags(fs *flag.FlagSet) *flags {
 	fs.StringVar(&f.options.MetricsCertDir, "metrics-cert-dir", "",
 		"Directory with tls.crt and tls.key serving the secure /metrics (a mounted cert-manager Secret), reloaded when they change; "+
 			"empty means a self-signed certificate made at start-up. Needs --metrics-secure.")
+	fs.DurationVar(&f.options.InstanceMetricsInterval, "instance-metrics-interval", 15*time.Second,
+		"How often the manager scrapes the PostgreSQL metrics of every instance from its agent (behind the agents' token, 4 at a time) "+
+			"and serves the last values on its own /metrics as dbkeeper_postgres_*, labelled namespace, database and pod, "+
+			"with dbkeeper_instance_scrape_up; only the leader scrapes. 0 turns it off, and so does --metrics-bind-address=0.")
 	fs.StringVar(&f.options.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 disables them.")
 	fs.BoolVar(&f.options.LeaderElection, "leader-elect", false, "Elect a leader, so that only one replica of the manager is active.")
 	fs.StringVar(&f.options.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election lease; empty means the manager's own.")

@@ -28,7 +28,9 @@ import (
 func main() {
 	if ok, err := subcommand(os.Args[1:]); ok {
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "error:", err)
+			if !errors.As(err, new(loggedError)) {
+				fmt.Fprintln(os.Stderr, "error:", err)
+			}
 			os.Exit(1)
 		}
 		return
@@ -67,6 +69,9 @@ func run(args []string) error {
 	}
 	if o.TLSCertDuration < time.Minute {
 		return fmt.Errorf("invalid --tls-cert-duration %s: must be at least 1m", o.TLSCertDuration)
+	}
+	if o.InstanceMetricsInterval < 0 || o.InstanceMetricsInterval > 0 && o.InstanceMetricsInterval < time.Second {
+		return fmt.Errorf("invalid --instance-metrics-interval %s: must be 0 (off) or at least 1s", o.InstanceMetricsInterval)
 	}
 	if err := checkMetricsCertDir(o.MetricsSecure, o.MetricsCertDir); err != nil {
 		return err

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const validNames = "statefulset, service, secret, backup, tls, replication, configuration, cleanup, readiness"
+const validNames = "statefulset, service, secret, backup, tls, replication, configuration, roles, cleanup, readiness"
 
 // An unknown controller name stops the manager before it connects anywhere,
 // with the list of the valid names.
@@ -96,7 +96,9 @@ func TestEngineImageFlags(t *testing.T) {
 // --metrics-cert-dir is refused where controller-runtime would ignore it
 // (without --metrics-secure) or quietly fall back to a self-signed
 // certificate (tls.crt or tls.key missing); a complete one, and
-// --metrics-secure alone, get as far as the kubeconfig.
+// --metrics-secure alone, get as far as the kubeconfig. So do an
+// --instance-metrics-interval of 0 (off) or of a second or more; a
+// shorter or negative one is refused.
 func TestMetricsFlags(t *testing.T) {
 	t.Setenv("KUBECONFIG", "")
 	certs := t.TempDir()
@@ -116,6 +118,10 @@ func TestMetricsFlags(t *testing.T) {
 		{name: "certificate without secure", args: []string{"--metrics-cert-dir=" + certs}, err: "--metrics-cert-dir needs --metrics-secure"},
 		{name: "no key", args: []string{"--metrics-secure", "--metrics-cert-dir=" + onlyCert}, err: "invalid --metrics-cert-dir"},
 		{name: "no directory", args: []string{"--metrics-secure", "--metrics-cert-dir=/nonexistent"}, err: `invalid --metrics-cert-dir "/nonexistent"`},
+		{name: "instance metrics off", args: []string{"--instance-metrics-interval=0"}, err: "loading kubeconfig"},
+		{name: "instance metrics every 30s", args: []string{"--instance-metrics-interval=30s"}, err: "loading kubeconfig"},
+		{name: "instance metrics too often", args: []string{"--instance-metrics-interval=500ms"}, err: "invalid --instance-metrics-interval 500ms: must be 0 (off) or at least 1s"},
+		{name: "instance metrics negative", args: []string{"--instance-metrics-interval=-1s"}, err: "invalid --instance-metrics-interval -1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
@@ -67,6 +68,43 @@ func runAgent(args []string) error {
 		}
 		return err
 	}
-	log := logging.Capped(zapr.NewLogger(zap.NewRaw(zap.UseFlagOptions(&zapOpts))))
-	return agent.Main(cfg, log)
+	if err := agent.Main(cfg, agentLogger(&zapOpts)); err != nil {
+		writeTerminationMessage(terminationMessagePath, err)
+		return loggedError{err}
+	}
+	return nil
+}
+
+// agentLogger is the agent's logger: JSON lines of zap's production
+// encoder on stderr (unless --zap-devel or --zap-encoder say otherwise),
+// as the server's own lines are on stdout; agent.Main names the instance
+// in each.
+func agentLogger(o *zap.Options) logr.Logger {
+	return logging.Capped(zapr.NewLogger(zap.NewRaw(zap.UseFlagOptions(o))))
+}
+
+// loggedError is an error its subcommand has logged already: main exits
+// without printing it again (the agent's log stays JSON to its last
+// line).
+type loggedError struct{ error }
+
+// Unwrap returns the error logged.
+func (e loggedError) Unwrap() error { return e.error }
+
+// terminationMessagePath is the kubelet's default terminationMessagePath,
+// whose content becomes the container's termination message (the
+// statefulset controller quotes it in the Database's condition when the
+// instance crash-loops).
+const terminationMessagePath = "/dev/termination-log"
+
+// writeTerminationMessage writes why the agent exits to path, when path
+// exists (the kubelet mounts it in a container; outside one it is not
+// made).
+func writeTerminationMessage(path string, err error) {
+	f, openErr := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if openErr != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(err.Error())
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -67,6 +68,11 @@ type Agent struct {
 	// recoveryRetryDelay(bootstrapFailures) after it (bootstrapBackoff).
 	bootstrapFailures int
 	bootstrapFailedAt time.Time
+	// major is the server's major version once read (serverMajor).
+	major atomic.Int32
+	// lastOutput (under mu) is the output of the server last started,
+	// whose last lines the agent writes before it exits.
+	lastOutput *outputTail
 }
 
 // newAgent returns an agent for cfg.

@@ -257,7 +257,7 @@ func TestRecoveryPastTheArchiveWaitsAndRetries(t *testing.T) {
 	assert.LessOrEqual(t, restarts, 2, "the server was started again more often than the back-off allows")
 	log, err := os.ReadFile(b.logPath)
 	require.NoError(t, err)
-	assert.Contains(t, string(log), "FATAL:  recovery ended before configured recovery target was reached", "the server's output reaches the container's log")
+	assert.Contains(t, serverLogText(string(log)), "FATAL:  recovery ended before configured recovery target was reached", "the server's output reaches the container's log")
 
 	// a SIGTERM meanwhile stops it cleanly.
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))

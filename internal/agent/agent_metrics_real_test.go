@@ -194,7 +194,7 @@ func TestMetricsOfAPrimaryAndItsStandby(t *testing.T) {
 			_, ok := s.find("connections", "state", state)
 			assert.True(t, ok, "%s: no series of the connections %s", in.inst.name, state)
 		}
-		_, ok := s.find("database_size_bytes", "database", "template1")
+		_, ok := s.find("database_size_bytes", "datname", "template1")
 		assert.False(t, ok, "%s: a template's series", in.inst.name)
 	}
 	s := ma.scrape()
@@ -225,7 +225,7 @@ func TestMetricsOfAPrimaryAndItsStandby(t *testing.T) {
 	app := connectTo(t, a, "app")
 	mustExec(t, app, "CREATE TABLE items (id bigint)")
 	s = ma.scrape()
-	commits, rollbacks := s.value("xact_commits_total", "database", "app"), s.value("xact_rollbacks_total", "database", "app")
+	commits, rollbacks := s.value("xact_commits_total", "datname", "app"), s.value("xact_rollbacks_total", "datname", "app")
 	for i := range 10 {
 		mustExec(t, app, "INSERT INTO items VALUES ($1)", i)
 	}
@@ -239,14 +239,14 @@ func TestMetricsOfAPrimaryAndItsStandby(t *testing.T) {
 	mustExec(t, app, "SELECT pg_stat_force_next_flush()")
 	waitFor(t, func() bool {
 		s := ma.scrape()
-		return s.value("xact_commits_total", "database", "app") >= commits+10 && s.value("xact_rollbacks_total", "database", "app") >= rollbacks+1
+		return s.value("xact_commits_total", "datname", "app") >= commits+10 && s.value("xact_rollbacks_total", "datname", "app") >= rollbacks+1
 	}, 20*time.Second, "ten more commits and one more rollback in app")
 	s = ma.scrape()
-	t.Logf("app: commits %v -> %v, rollbacks %v -> %v", commits, s.value("xact_commits_total", "database", "app"),
-		rollbacks, s.value("xact_rollbacks_total", "database", "app"))
-	assert.Positive(t, s.value("database_size_bytes", "database", "app"))
-	assert.Positive(t, s.value("database_size_bytes", "database", "postgres"))
-	xidAge := s.value("database_xid_age", "database", "postgres")
+	t.Logf("app: commits %v -> %v, rollbacks %v -> %v", commits, s.value("xact_commits_total", "datname", "app"),
+		rollbacks, s.value("xact_rollbacks_total", "datname", "app"))
+	assert.Positive(t, s.value("database_size_bytes", "datname", "app"))
+	assert.Positive(t, s.value("database_size_bytes", "datname", "postgres"))
+	xidAge := s.value("database_xid_age", "datname", "postgres")
 	assert.Positive(t, xidAge)
 	assert.LessOrEqual(t, xidAge, float64(count(t, pa, "SELECT age(datfrozenxid) FROM pg_database WHERE datname = 'postgres'")))
 

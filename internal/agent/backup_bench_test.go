@@ -738,7 +738,8 @@ func readRecoveryLog(t *testing.T, path string) recoveryLog {
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var l recoveryLog
-	for _, line := range strings.Split(string(data), "\n") {
+	// the agent's log holds the server's records as JSON lines
+	for _, line := range strings.Split(serverLogText(string(data)), "\n") {
 		var at *time.Time
 		switch {
 		case strings.Contains(line, "LOG:  redo starts at "):

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -148,6 +149,22 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 		c.Repository = &repo
 	}
 	return c, nil
+}
+
+// Database is the name of the Database the instance belongs to: its pod's
+// name without the ordinal the StatefulSet <database> gives it
+// (<database>-<ordinal>); empty without a pod name.
+func (c Config) Database() string {
+	return podOrdinal.ReplaceAllString(c.Pod, "")
+}
+
+// podOrdinal is the ordinal that ends a StatefulSet's pod name.
+var podOrdinal = regexp.MustCompile(`-[0-9]+$`)
+
+// LogValues are the key/value pairs that name the instance in every line
+// of its logs, the agent's and the server's: namespace, database and pod.
+func (c Config) LogValues() []any {
+	return []any{"namespace", c.Namespace, "database", c.Database(), "pod", c.Pod}
 }
 
 // apiTLSDir is where the endpoint's certificate, key and CA are: TLSDir

@@ -12,6 +12,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
@@ -31,6 +34,7 @@ func (a *Agent) listen() (*http.Server, error) {
 	mux.Handle("POST "+agentapi.ParametersPath, a.authenticated(a.handleParameters))
 	mux.Handle("POST "+agentapi.RestartPath, a.authenticated(a.handleRestart))
 	mux.Handle("POST "+agentapi.BackupPath, a.authenticated(a.notDuringExpiry(a.handleBackup)))
+	mux.Handle("GET "+agentapi.MetricsPath, a.authenticated(a.metricsHandler().ServeHTTP))
 	// every request's whole life is bounded: a client that sends slowly
 	// or never reads holds no goroutine for ever (the longest handler,
 	// a demote, promote or restart, runs within requestContext's 3
@@ -62,6 +66,20 @@ func (a *Agent) serve(hs *http.Server) error {
 		return nil
 	}
 	return err
+}
+
+// metricsMaxInFlight bounds the scrapes of /metrics that run at once,
+// each with its own connection to the server; more are answered 503. The
+// manager scrapes each instance one at a time.
+const metricsMaxInFlight = 2
+
+// metricsHandler serves the local server's metrics (metricsCollector) in
+// Prometheus' exposition formats, from a registry of their own: none of
+// the agent process's runtime metrics.
+func (a *Agent) metricsHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(a.metricsCollector())
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: metricsMaxInFlight})
 }
 
 // authenticated lets through requests bearing the agent token; an agent

@@ -29,12 +29,18 @@ import (
 // return nil; it returns an error when the server exits on its own (the
 // kubelet then restarts the container), except during a restore's
 // recovery, whose server it starts again itself (recoveryExited).
-func Main(cfg Config, log logr.Logger) error {
+func Main(cfg Config, log logr.Logger) (err error) {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
+	// every line names the instance, as the server's JSON lines do
+	log = log.WithName("agent").WithValues(cfg.LogValues()...)
+	defer func() {
+		if err != nil {
+			log.Error(err, "The agent exits")
+		}
+	}()
 	a := newAgent(ctx, cfg, log)
 	a.loadRefusedStarts()
-	var err error
 	if a.keeper, err = newLeaseKeeper(cfg, log); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -68,7 +74,7 @@ func Main(cfg Config, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("Starting the agent", "pod", cfg.Pod, "listen", hs.Addr, "pgdata", cfg.PGData, "tls", cfg.TLSDir != "", "apiTLS", cfg.apiTLSDir() != "")
+	log.Info("Starting the agent", "listen", hs.Addr, "pgdata", cfg.PGData, "tls", cfg.TLSDir != "", "apiTLS", cfg.apiTLSDir() != "")
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- a.serve(hs) }()
 
@@ -96,6 +102,13 @@ func (a *Agent) shutDown(runErr error, hs *http.Server, stopBackupServer context
 	defer stopCancel()
 	if err := a.stopServer(stopCtx); err != nil && runErr == nil {
 		runErr = err
+	}
+	// the server's last lines reach the container's log
+	a.mu.Lock()
+	last := a.lastOutput
+	a.mu.Unlock()
+	if last != nil {
+		last.flushed(outputDrain)
 	}
 	// a clone that was cut short empties the data directory before the
 	// agent exits.

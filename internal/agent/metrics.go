@@ -25,7 +25,9 @@ func metricsDesc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 // The PostgreSQL metrics of one instance. The pod, namespace and Database
-// are the scrape target's labels, not the collector's.
+// are the scrape target's labels, not the collector's: the manager adds
+// them (namespace, database, pod) when it serves the series again, so a
+// PostgreSQL database is labelled datname, pg_database's own name for it.
 var (
 	upDesc = metricsDesc("up",
 		"1 when the local PostgreSQL server answered this scrape, else 0 (then only the volume's metrics are reported).")
@@ -38,13 +40,13 @@ var (
 	maxConnectionsDesc = metricsDesc("max_connections",
 		"The server's max_connections setting, in connections.")
 	commitsDesc = metricsDesc("xact_commits_total",
-		"Transactions committed in the database since its statistics were reset (pg_stat_database), in transactions.", "database")
+		"Transactions committed in the database since its statistics were reset (pg_stat_database), in transactions.", "datname")
 	rollbacksDesc = metricsDesc("xact_rollbacks_total",
-		"Transactions rolled back in the database since its statistics were reset (pg_stat_database), in transactions.", "database")
+		"Transactions rolled back in the database since its statistics were reset (pg_stat_database), in transactions.", "datname")
 	databaseSizeDesc = metricsDesc("database_size_bytes",
-		"The database's size on disk (pg_database_size), in bytes.", "database")
+		"The database's size on disk (pg_database_size), in bytes.", "datname")
 	xidAgeDesc = metricsDesc("database_xid_age",
-		"The age of the database's oldest unfrozen transaction ID, age(datfrozenxid), in transactions; PostgreSQL refuses writes near 2^31 (wraparound).", "database")
+		"The age of the database's oldest unfrozen transaction ID, age(datfrozenxid), in transactions; PostgreSQL refuses writes near 2^31 (wraparound).", "datname")
 	oldestXactDesc = metricsDesc("oldest_transaction_age_seconds",
 		"How long the oldest transaction a client backend holds open has been running, in seconds; 0 when none is open.")
 	locksWaitingDesc = metricsDesc("locks_waiting",

@@ -15,27 +15,48 @@ import (
 const outputTailSize = 32 << 10
 
 // outputTail is the end of what one run of the server wrote to its stdout
-// and stderr, each of which goes on unchanged to the agent's own (the
-// container's log). Each stream has its own tail: the server's log lines
+// and stderr, each of which goes on to the agent's own (the container's
+// log), and, from PostgreSQL 15 on, of what its logging collector wrote
+// (collector). Each stream has its own tail: the server's log lines
 // (stderr) are not pushed out of the tail by a burst on stdout copied
 // after them (CI saw a FATAL on stderr lost behind 64 KB of stdout still
 // in its pipe).
 type outputTail struct {
 	mu sync.Mutex
-	// bufs are the ends of stdout and stderr.
-	bufs [2][]byte
+	// bufs are the ends of stdout, stderr and the collector's records (as
+	// text lines).
+	bufs [3][]byte
 	// writers are the agent's copies of the pipes' write ends.
 	writers []*os.File
-	// done is closed once every process that held the pipes closed them.
+	// done is closed once every process that held the pipes closed them
+	// and the collector's readers ended.
 	done chan struct{}
+	// collector reads the logging collector's pipes; nil: none.
+	collector *collector
 }
+
+// The streams of an outputTail.
+const (
+	streamStdout = iota
+	streamStderr
+	streamCollector
+)
 
 // teeOutput gives cmd's stdout and stderr to pipes copied both to stdout
 // and stderr (the agent's own) and to the returned tail. The copies go on
 // as long as any process holds the pipes, without delaying cmd's Wait; the
 // caller closes the agent's ends once cmd started (or will not).
 func teeOutput(cmd *exec.Cmd, stdout, stderr io.Writer) (*outputTail, error) {
-	t := &outputTail{done: make(chan struct{})}
+	return teeServerOutput(cmd, stdout, stderr, nil, nil)
+}
+
+// teeServerOutput is teeOutput for a server that logs JSON lines of env
+// (env set): each line of its stdout and stderr goes on as one, and col
+// (when set) reads its logging collector's pipes into stdout and the
+// tail's collector stream until serverExited. Without env, the bytes go
+// on as they are.
+func teeServerOutput(cmd *exec.Cmd, stdout, stderr io.Writer, env *envelope, col *collector) (*outputTail, error) {
+	t := &outputTail{done: make(chan struct{}), collector: col}
 	var copies sync.WaitGroup
 	for i, dst := range []io.Writer{stdout, stderr} {
 		r, w, err := os.Pipe()
@@ -46,12 +67,42 @@ func teeOutput(cmd *exec.Cmd, stdout, stderr io.Writer) (*outputTail, error) {
 		t.writers = append(t.writers, w)
 		copies.Go(func() {
 			defer r.Close()
-			_, _ = io.Copy(io.MultiWriter(streamTail{t, i}, dst), r)
+			if env == nil {
+				_, _ = io.Copy(io.MultiWriter(streamTail{t, i}, dst), r)
+				return
+			}
+			msg := []string{msgStdout, msgStderr}[i]
+			_ = readLines(r, maxLogLine, func(line []byte) {
+				if len(line) == 0 {
+					return // the entrypoint's blank lines
+				}
+				t.add(i, string(line)+"\n")
+				_, _ = dst.Write(env.text(time.Now(), msg, line))
+			})
 		})
+	}
+	if col != nil && env != nil {
+		col.start(t, *env, stdout, &copies)
 	}
 	go func() { copies.Wait(); close(t.done) }()
 	cmd.Stdout, cmd.Stderr = t.writers[0], t.writers[1]
 	return t, nil
+}
+
+// serverExited has the collector's readers end once the collector closed
+// its pipes: no server opens them again. The caller calls it once the
+// server exited, or will not start.
+func (t *outputTail) serverExited() {
+	if t.collector != nil {
+		t.collector.stop()
+	}
+}
+
+// flushed waits up to wait for the collector's lines to reach stdout.
+func (t *outputTail) flushed(wait time.Duration) {
+	if t.collector != nil {
+		t.collector.flushed(wait)
+	}
 }
 
 // closeWriters closes the agent's ends of the pipes.
@@ -61,7 +112,7 @@ func (t *outputTail) closeWriters() {
 	}
 }
 
-// streamTail is the writer of one stream's tail (0 stdout, 1 stderr).
+// streamTail is the writer of one stream's tail.
 type streamTail struct {
 	t      *outputTail
 	stream int
@@ -69,19 +120,26 @@ type streamTail struct {
 
 // Write keeps the last outputTailSize bytes (at least) of what was written.
 func (s streamTail) Write(p []byte) (int, error) {
-	s.t.mu.Lock()
-	defer s.t.mu.Unlock()
-	buf := append(s.t.bufs[s.stream], p...)
-	if len(buf) > 2*outputTailSize {
-		buf = append(buf[:0], buf[len(buf)-outputTailSize:]...)
-	}
-	s.t.bufs[s.stream] = buf
+	s.t.add(s.stream, string(p))
 	return len(p), nil
 }
 
-// lines is what the tail holds, stdout's then stderr's (where the
-// server's log lines go), once every process closed the pipes or wait
-// passed.
+// add appends text to stream's tail, which keeps its last outputTailSize
+// bytes (at least).
+func (t *outputTail) add(stream int, text string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	buf := append(t.bufs[stream], text...)
+	if len(buf) > 2*outputTailSize {
+		buf = append(buf[:0], buf[len(buf)-outputTailSize:]...)
+	}
+	t.bufs[stream] = buf
+}
+
+// lines is what the tail holds, stdout's, then stderr's (where the
+// server's log lines go before its logging collector starts, and all of
+// them before PostgreSQL 15), then the collector's, once every process
+// closed the pipes and the collector's readers ended, or wait passed.
 func (t *outputTail) lines(wait time.Duration) string {
 	select {
 	case <-t.done:
@@ -89,11 +147,14 @@ func (t *outputTail) lines(wait time.Duration) string {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := string(t.bufs[0])
-	if out != "" && !strings.HasSuffix(out, "\n") {
-		out += "\n"
+	var out strings.Builder
+	for _, b := range t.bufs {
+		out.Write(b)
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			out.WriteByte('\n')
+		}
 	}
-	return out + string(t.bufs[1])
+	return out.String()
 }
 
 // exitLine is the line of a server's output that says why it exited, from

@@ -54,20 +54,36 @@ func (a *Agent) startServer(state agentapi.State) error {
 	a.mu.Lock()
 	running := a.srv != nil
 	a.mu.Unlock()
-	if !running {
-		if err := a.clearStalePidFile(); err != nil {
-			return err
-		}
+	if running {
+		return errors.New("the server already runs")
+	}
+	if err := a.clearStalePidFile(); err != nil {
+		return err
 	}
 	args := a.serverArgs()
+	// PostgreSQL 15 and later log JSON through their logging collector
+	// (serverlog.go); older ones text to stderr.
+	var env *envelope
+	col := a.newServerCollector()
+	if col != nil {
+		args = append(args, collectorArgs(col.dir)...)
+		e := a.logEnvelope()
+		env = &e
+	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "PGPORT="+strconv.Itoa(a.cfg.Port))
-	output, err := teeOutput(cmd, os.Stdout, os.Stderr)
+	output, err := teeServerOutput(cmd, os.Stdout, os.Stderr, env, col)
 	if err != nil {
 		return err
 	}
 	// the server has its own ends of the pipes once it started.
 	defer output.closeWriters()
+	started := false
+	defer func() {
+		if !started {
+			output.serverExited()
+		}
+	}()
 	// its own process group, so that a stop before the entrypoint execs
 	// the server reaches initdb too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -84,8 +100,9 @@ func (a *Agent) startServer(state agentapi.State) error {
 	if err := a.reaper.start(cmd); err != nil {
 		return fmt.Errorf("starting %s: %w", args[0], err)
 	}
-	a.log.Info("Started the server", "pid", cmd.Process.Pid, "standby", isStandby(a.cfg.PGData))
-	a.srv, a.state, a.message = srv, state, ""
+	started = true
+	a.log.Info("Started the server", "pid", cmd.Process.Pid, "standby", isStandby(a.cfg.PGData), "jsonLog", col != nil)
+	a.srv, a.state, a.message, a.lastOutput = srv, state, "", output
 	go a.watchExit(srv)
 	go a.watchReady(srv)
 	return nil
@@ -98,6 +115,8 @@ func (a *Agent) startServer(state agentapi.State) error {
 // (recoveryExited).
 func (a *Agent) watchExit(srv *server) {
 	err := a.reaper.wait(srv.cmd)
+	// before another start makes the log pipes again
+	srv.output.serverExited()
 	a.mu.Lock()
 	a.srv = nil
 	expected, accepted := srv.expected, srv.accepted
@@ -118,7 +137,13 @@ func (a *Agent) watchExit(srv *server) {
 		a.recoveryExited(srv, err)
 		return
 	}
-	a.log.Error(err, "The server exited on its own")
+	// its last PANIC or FATAL says why, in the agent's status and in the
+	// container's termination message (the agent exits with it)
+	line := exitLine(srv.output.lines(outputDrain))
+	a.log.Error(err, "The server exited on its own", "reason", line)
+	if line != "" {
+		err = fmt.Errorf("%w: %s", err, line)
+	}
 	a.fail(fmt.Errorf("the server exited: %w", err))
 }
 

@@ -51,6 +51,11 @@ const (
 	// that takes effect only at a start when no pod template change will
 	// restart the instance (docs/design/parameters.md).
 	RestartPath = "/restart"
+	// MetricsPath serves the instance's PostgreSQL metrics
+	// (dbkeeper_postgres_*) in Prometheus' text format: the manager
+	// scrapes it and serves the series again, labelled with the
+	// instance's namespace, Database and pod (docs/design/metrics.md).
+	MetricsPath = "/metrics"
 )
 
 // BinDir is the emptyDir the init container copies the manager binary

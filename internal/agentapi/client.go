@@ -102,28 +102,39 @@ func (c Client) do(ctx context.Context, method, url string, in, out any) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, url, err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	b, _, err := c.send(req, 1<<20)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%s %s: decoding the answer: %w", method, url, err)
+	}
+	return nil
+}
+
+// send makes req with the bearer token and returns the answer's body, of
+// at most limit bytes (a longer one is cut there), and its header; an
+// answer other than 2xx is an *Error.
+func (c Client) send(req *http.Request, limit int64) ([]byte, http.Header, error) {
+	req.Header.Set("Authorization", "Bearer "+c.Token)
 	hc := c.HTTP
 	if hc == nil {
 		hc = http.DefaultClient
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, url, err)
+		return nil, nil, fmt.Errorf("%s %s: %w", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
-		return fmt.Errorf("%s %s: reading the answer: %w", method, url, err)
+		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", req.Method, req.URL, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return &Error{Code: resp.StatusCode, Message: strings.TrimSpace(string(b))}
+		return nil, nil, &Error{Code: resp.StatusCode, Message: strings.TrimSpace(string(b))}
 	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("%s %s: decoding the answer: %w", method, url, err)
-	}
-	return nil
+	return b, resp.Header, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/readiness"
 	"github.com/dbkeeper/dbkeeper/internal/controller/replication"
+	"github.com/dbkeeper/dbkeeper/internal/controller/roles"
 	"github.com/dbkeeper/dbkeeper/internal/controller/secret"
 	"github.com/dbkeeper/dbkeeper/internal/controller/service"
 	"github.com/dbkeeper/dbkeeper/internal/controller/statefulset"
@@ -38,7 +39,7 @@ type Controller interface {
 // Facets are the controllers whose conditions the Ready summary reads, in
 // the order it reads them.
 func Facets() []Controller {
-	return []Controller{statefulset.New(), service.New(), secret.New(), backup.New(), tls.New(), replication.New(), configuration.New()}
+	return []Controller{statefulset.New(), service.New(), secret.New(), backup.New(), tls.New(), replication.New(), configuration.New(), roles.New()}
 }
 
 // All is every controller of the manager.

@@ -38,6 +38,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
+	"github.com/dbkeeper/dbkeeper/internal/instancemetrics"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/marker"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -68,6 +69,9 @@ type Options struct {
 	// name the manager's pods (--manager-namespace, --manager-pod-labels).
 	NetworkPolicies bool
 	Manager         resources.ManagerPeer
+	// AllowPrivilegedRoles lets the roles of spec.roles be SUPERUSER,
+	// REPLICATION or BYPASSRLS (--allow-privileged-roles).
+	AllowPrivilegedRoles bool
 	// MarkerKey signs the credentials and superuser Secrets dbkeeper
 	// makes (marker); nil means the key of Secret marker.KeySecretName in
 	// Manager.Namespace, made on the first start, or, without a namespace
@@ -117,6 +121,13 @@ type Options struct {
 	// instance.PodAgents, at the pods' IPs. Tests without agents (envtest,
 	// kwok) pass a stand-in.
 	Agents instance.Agents
+	// InstanceMetricsInterval is how often the manager scrapes the
+	// PostgreSQL metrics of every instance from its agent and serves the
+	// last values on its own /metrics (--instance-metrics-interval,
+	// internal/instancemetrics); zero turns it off, and so does a
+	// MetricsBindAddress of "0", or Agents that serve no metrics (a
+	// stand-in without an instancemetrics.Source).
+	InstanceMetricsInterval time.Duration
 	// SkipNameValidation lets several managers with the same controllers run
 	// in one process, as the integration tests do.
 	SkipNameValidation bool
@@ -197,10 +208,49 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines,
 		Instances: instances, Agents: o.Agents, SecretMetadata: secrets, Secrets: secretData,
 		TLSCertDuration: o.TLSCertDuration, SkipTLSServerProbe: o.SkipTLSServerProbe, AgentImage: o.AgentImage,
-		NetworkPolicies: o.NetworkPolicies, Manager: o.Manager, MarkerKey: key}); err != nil {
+		NetworkPolicies: o.NetworkPolicies, Manager: o.Manager, MarkerKey: key, AllowPrivilegedRoles: o.AllowPrivilegedRoles}); err != nil {
+		return nil, err
+	}
+	if err := addInstanceMetrics(mgr, o, secretData); err != nil {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// addInstanceMetrics adds the scraper of the instances' metrics to mgr,
+// unless o turns it off (instanceMetricsSource).
+func addInstanceMetrics(mgr ctrl.Manager, o Options, secrets client.Reader) error {
+	source := instanceMetricsSource(o, secrets)
+	if source == nil {
+		return nil
+	}
+	scraper, err := instancemetrics.New(mgr.GetClient(), source, instancemetrics.Options{
+		Interval: o.InstanceMetricsInterval, Log: mgr.GetLogger().WithName("instance-metrics")})
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(scraper); err != nil {
+		return fmt.Errorf("adding the instance metrics scraper: %w", err)
+	}
+	return nil
+}
+
+// instanceMetricsSource is how the manager reaches the agents' metrics:
+// as the controllers reach the agents (instance.PodAgents reading Secrets
+// with secrets), or through o.Agents when that stand-in serves metrics;
+// nil when o turns the scrapes off (no interval, no /metrics, or a
+// stand-in without metrics).
+func instanceMetricsSource(o Options, secrets client.Reader) instancemetrics.Source {
+	if o.InstanceMetricsInterval <= 0 || o.MetricsBindAddress == "0" {
+		return nil
+	}
+	if o.Agents == nil {
+		return instance.PodAgents{Secrets: secrets}
+	}
+	if s, ok := o.Agents.(instancemetrics.Source); ok {
+		return s
+	}
+	return nil
 }
 
 // markerKey is o.MarkerKey, or the key of the manager's namespace

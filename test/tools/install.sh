@@ -2,10 +2,12 @@
 # Builds the test control plane, the real node's binaries (kubelet,
 # kube-proxy, CoreDNS, crictl), the S3 store (versitygw) and the code
 # generators from the Go module proxy, at the versions pinned by the go.mod
-# files beside this script, into a per-user cache outside the clone. A binary
-# already built at its version is not built again, so only the first run on a
-# machine pays (42 minutes on 2 cores with the images building beside it,
-# before CoreDNS was trimmed).
+# files beside this script, into a per-user cache outside the clone; and
+# Prometheus' rule checker (promtool) from Debian's prometheus package
+# (downloaded and unpacked, not installed: the package would start a
+# Prometheus server). A binary already there at its version is not made
+# again, so only the first run on a machine pays (42 minutes on 2 cores with
+# the images building beside it, before CoreDNS was trimmed).
 #
 #   test/tools/install.sh            build what is missing, print the bin dir
 #   test/tools/install.sh --print    print the bin dir only
@@ -64,8 +66,10 @@ build() {
 				minor=${version#v1.} minor=${minor%%.*}
 				ldflags+=" -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 			fi
-			(cd "$here/$dir" && go build -trimpath -ldflags="$ldflags" -o "$target.tmp" "$pkg")
-			mv "$target.tmp" "$target"
+			# a file of this run's own: another make on the machine may be
+			# building the same tool at once
+			(cd "$here/$dir" && go build -trimpath -ldflags="$ldflags" -o "$target.tmp.$$" "$pkg")
+			mv "$target.tmp.$$" "$target"
 			echo "built $name $version in $((SECONDS - start))s" >&2
 		fi
 		ln -sfn "../$name-$version" "$bin/$name"
@@ -101,4 +105,25 @@ if [[ ! -d $stages ]]; then
 	mv "$stages.tmp" "$stages"
 fi
 ln -sfn "../kwok-stages-$kwok_version" "$bin/kwok-stages"
+
+# promtool from the Debian package of the machine's release (bookworm:
+# Prometheus 2.42), unpacked from the .deb apt downloads (a second, 20 MB;
+# building it from the module proxy took 4 to 19 minutes on 2 cores). Not
+# on a system without apt: the monitoring tests say so.
+if command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null; then
+	prom_version=$(apt-cache policy prometheus 2>/dev/null | awk '/Candidate:/ {print $2}')
+	if [[ -n $prom_version && $prom_version != "(none)" ]]; then
+		promtool=$cache/promtool-${prom_version//[:+~]/_}
+		if [[ ! -x $promtool ]]; then
+			deb=$(mktemp -d)
+			(cd "$deb" && apt-get download -qq "prometheus=$prom_version" 2>/dev/null)
+			dpkg-deb -x "$deb"/prometheus_*.deb "$deb/x"
+			cp "$deb/x/usr/bin/promtool" "$promtool.tmp.$$"
+			mv "$promtool.tmp.$$" "$promtool"
+			rm -rf "$deb"
+			echo "unpacked promtool $prom_version from Debian's prometheus package" >&2
+		fi
+		ln -sfn "../$(basename "$promtool")" "$bin/promtool"
+	fi
+fi
 echo "$bin"

@@ -330,6 +330,14 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: credentials
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.CredentialsSpec
+    - name: databases
+      type:
+        list:
+          elementType:
+            namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.ServerDatabaseSpec
+          elementRelationship: associative
+          keys:
+          - name
     - name: deletionPolicy
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.DeletionPolicy
@@ -369,6 +377,14 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: resources
       type:
         namedType: io.k8s.api.core.v1.ResourceRequirements
+    - name: roles
+      type:
+        list:
+          elementType:
+            namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.RoleSpec
+          elementRelationship: associative
+          keys:
+          - name
     - name: service
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.ServiceSpec
@@ -440,6 +456,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: replication
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.ReplicationStatus
+    - name: roles
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.RolesStatus
     - name: selector
       type:
         scalar: string
@@ -470,6 +489,8 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.DeletionPolicy
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Engine
+  scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.Ensure
   scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.FailoverStatus
   map:
@@ -613,6 +634,16 @@ var schemaYAML = typed.YAMLObject(`types:
       default: Path
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.ParameterValue
   scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.PasswordSecretRef
+  map:
+    fields:
+    - name: key
+      type:
+        scalar: string
+      default: password
+    - name: name
+      type:
+        scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Phase
   scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.PostgreSQLSpec
@@ -683,6 +714,85 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
     - name: targetPrimary
+      type:
+        scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.RoleSpec
+  map:
+    fields:
+    - name: bypassrls
+      type:
+        scalar: boolean
+    - name: connectionLimit
+      type:
+        scalar: numeric
+      default: -1
+    - name: createdb
+      type:
+        scalar: boolean
+    - name: ensure
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.Ensure
+      default: Present
+    - name: inRoles
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: login
+      type:
+        scalar: boolean
+      default: true
+    - name: name
+      type:
+        scalar: string
+    - name: passwordSecret
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.PasswordSecretRef
+    - name: replication
+      type:
+        scalar: boolean
+    - name: superuser
+      type:
+        scalar: boolean
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.RolesStatus
+  map:
+    fields:
+    - name: databases
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: releasedDatabases
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: releasedRoles
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: roles
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.ServerDatabaseSpec
+  map:
+    fields:
+    - name: ensure
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.Ensure
+      default: Present
+    - name: name
+      type:
+        scalar: string
+    - name: owner
       type:
         scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.ServiceSpec

@@ -24,6 +24,9 @@ const (
 	// ConditionConfigurationReady says whether every instance runs with
 	// spec.postgresql.parameters (or will at its next start).
 	ConditionConfigurationReady = "ConfigurationReady"
+	// ConditionRolesReady says whether the roles and databases of
+	// spec.roles and spec.databases are on the primary as declared.
+	ConditionRolesReady = "RolesReady"
 	// ConditionDeleting reports the progress of cleanup; it is present only
 	// while the Database is terminating.
 	ConditionDeleting = "Deleting"
@@ -395,4 +398,42 @@ const (
 	// ReasonInstancesUnreachable: an instance's agent did not answer, so
 	// the parameters could not be applied there yet; retried.
 	ReasonInstancesUnreachable = "InstancesUnreachable"
+)
+
+// Reasons of RolesReady.
+const (
+	// ReasonRolesReconciled: every role and database of spec.roles and
+	// spec.databases is on the primary as declared (or there are none).
+	ReasonRolesReconciled = "Reconciled"
+	// ReasonRoleRefused: a role of spec.roles cannot be kept as declared:
+	// a privileged attribute (superuser, replication, bypassrls) that
+	// this dbkeeper does not allow, the application's own role, or a
+	// statement the server refused. The message names the field; the
+	// rest of the spec is applied.
+	ReasonRoleRefused = "RoleRefused"
+	// ReasonDatabaseRefused: a database of spec.databases cannot be kept
+	// as declared: the application's own database, an owner that is
+	// neither a role of spec.roles nor the application's, or a statement
+	// the server refused. The rest of the spec is applied.
+	ReasonDatabaseRefused = "DatabaseRefused"
+	// ReasonPasswordSecretMissing: the Secret (or its key) a role's
+	// passwordSecret names does not exist or holds no usable password;
+	// the role keeps the password it has.
+	ReasonPasswordSecretMissing = "PasswordSecretMissing"
+	// ReasonPasswordSecretNotOptedIn: the Secret a role's passwordSecret
+	// names does not list this Database in its AnnotationCredentialsFor,
+	// so dbkeeper does not use it; the role keeps the password it has.
+	ReasonPasswordSecretNotOptedIn = "PasswordSecretNotOptedIn"
+	// ReasonDropRefused: a role or database with ensure Absent was not
+	// dropped because that would lose something: a database with
+	// sessions connected, a role that owns objects. The message names
+	// them; dbkeeper tries again.
+	ReasonDropRefused = "DropRefused"
+	// ReasonWaitingForPrimary: the primary cannot be reached yet (not
+	// running, not ready, no superuser Secret yet); retried.
+	ReasonWaitingForPrimary = "WaitingForPrimary"
+	// ReasonWaitingForCredentials: a database of spec.databases is owned
+	// by the application's role, which the secret controller has not
+	// created yet (or whose Secret is not there yet); retried.
+	ReasonWaitingForCredentials = "WaitingForCredentials"
 )

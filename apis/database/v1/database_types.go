@@ -52,6 +52,7 @@ const (
 // +kubebuilder:printcolumn:name="TLS",type=string,JSONPath=`.status.conditions[?(@.type=="TLSReady")].status`
 // +kubebuilder:printcolumn:name="Replication",type=string,JSONPath=`.status.conditions[?(@.type=="ReplicationReady")].status`
 // +kubebuilder:printcolumn:name="Config",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigurationReady")].status`
+// +kubebuilder:printcolumn:name="Roles",type=string,JSONPath=`.status.conditions[?(@.type=="RolesReady")].status`
 // +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.replication.currentPrimary`
 // +kubebuilder:printcolumn:name="Last Backup",type=date,JSONPath=`.status.backup.lastSuccessfulTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -83,6 +84,12 @@ type Database struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.recovery) || !has(self.tls) || self.tls.mode != 'Disabled'",message="spec.bootstrap.recovery needs TLS: the operator hands the source store's credentials to the new instance's agent, which speaks HTTPS only with TLS, and spec.tls.mode is Disabled"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap)",message="spec.bootstrap cannot be added or removed after creation: it only says how the Database was first filled"
 // +kubebuilder:validation:XValidation:rule="has(self.credentials) == has(oldSelf.credentials)",message="spec.credentials cannot be added or removed after creation: the data directory was initialised with the first credentials"
+// +kubebuilder:validation:XValidation:rule="!has(self.roles) || (has(self.credentials) && has(self.credentials.secretName) && size(self.credentials.secretName) > 0) || self.roles.all(r, r.name != 'app')",message="spec.roles: app is the application's role (generated credentials), which dbkeeper keeps from the credentials Secret: give the role another name",fieldPath=".roles"
+// +kubebuilder:validation:XValidation:rule="!has(self.databases) || (has(self.credentials) && has(self.credentials.secretName) && size(self.credentials.secretName) > 0) || self.databases.all(d, d.name != 'app')",message="spec.databases: app is the application's database (generated credentials), which dbkeeper keeps from the credentials Secret: give the database another name",fieldPath=".databases"
+// +kubebuilder:validation:XValidation:rule="!has(self.roles) || self.roles.all(r, !has(r.inRoles) || r.inRoles.all(g, g.startsWith('pg_') || self.roles.exists(o, o.name == g && (!has(o.ensure) || o.ensure == 'Present'))))",message="spec.roles: inRoles names a role that is neither a predefined pg_ role nor a role of spec.roles with ensure Present",fieldPath=".roles"
+// +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.version) || !(self.version in ['14', '15', '16']) || self.roles.all(r, !has(r.inRoles) || !('pg_maintain' in r.inRoles))",message="spec.roles: inRoles names pg_maintain, which PostgreSQL has from version 17 on, and spec.version is older",fieldPath=".roles"
+// +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.version) || self.version != '14' || self.roles.all(r, !has(r.inRoles) || !('pg_checkpoint' in r.inRoles))",message="spec.roles: inRoles names pg_checkpoint, which PostgreSQL has from version 15 on, and spec.version is 14",fieldPath=".roles"
+// +kubebuilder:validation:XValidation:rule="!has(self.databases) || self.databases.all(d, !has(d.owner) || size(d.owner) == 0 || (has(self.roles) && self.roles.exists(r, r.name == d.owner && (!has(r.ensure) || r.ensure == 'Present'))) || (!(has(self.roles) && self.roles.exists(r, r.name == d.owner)) && (d.owner == 'app' || (has(self.credentials) && has(self.credentials.secretName) && size(self.credentials.secretName) > 0))))",message="spec.databases: owner must be a role of spec.roles with ensure Present, or the application's role (the default)",fieldPath=".databases"
 type DatabaseSpec struct {
 	// Engine is the database engine. It cannot change after creation.
 	// +kubebuilder:default=postgres
@@ -265,6 +272,31 @@ type DatabaseSpec struct {
 	// replication). It matters with two or more replicas.
 	// +optional
 	HighAvailability HighAvailabilitySpec `json:"highAvailability,omitempty"`
+
+	// Roles are roles dbkeeper keeps on the server beside the
+	// application's own: logins for other services or people, group
+	// roles, memberships of PostgreSQL's predefined roles
+	// (pg_read_all_data, pg_monitor, ...). dbkeeper creates them, sets
+	// their passwords from Secrets, and puts back what is changed by hand
+	// (attributes, memberships, passwords), on the primary. A role that
+	// leaves the list is left on the server as it is; only ensure: Absent
+	// drops one. RolesReady reports them.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Roles []RoleSpec `json:"roles,omitempty"`
+
+	// Databases are databases inside the server that dbkeeper keeps
+	// beside the application's own: created with their owner, the owner
+	// put back when it changes. A database that leaves the list stays on
+	// the server with its data; only ensure: Absent drops one, and only
+	// while nobody is connected to it. RolesReady reports them.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Databases []ServerDatabaseSpec `json:"databases,omitempty"`
 }
 
 // HighAvailabilitySpec is how a Database with standbys survives the loss
@@ -849,7 +881,7 @@ type DatabaseStatus struct {
 	Phase Phase `json:"phase,omitempty"`
 
 	// Conditions holds one condition per facet (StatefulSetReady,
-	// ServiceReady, CredentialsReady, BackupReady, TLSReady, Deleting) and the derived
+	// ServiceReady, CredentialsReady, BackupReady, TLSReady, RolesReady, Deleting) and the derived
 	// Ready condition.
 	// +optional
 	// +listType=map
@@ -896,6 +928,12 @@ type DatabaseStatus struct {
 	// spec.postgresql.parameters.
 	// +optional
 	Configuration *ConfigurationStatus `json:"configuration,omitempty"`
+
+	// Roles lists the roles and databases of spec.roles and
+	// spec.databases on the server, and those that left the spec and
+	// were left as they are; written by the roles controller.
+	// +optional
+	Roles *RolesStatus `json:"roles,omitempty"`
 
 	// Deletion says what deleting the Database would remove and keep under
 	// the current deletion policy.

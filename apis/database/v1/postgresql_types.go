@@ -49,6 +49,9 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!('log_directory' in self)",message="spec.postgresql.parameters: dbkeeper sets log_directory itself (logging to the container's output)"
 	// +kubebuilder:validation:XValidation:rule="!('log_filename' in self)",message="spec.postgresql.parameters: dbkeeper sets log_filename itself (logging to the container's output)"
 	// +kubebuilder:validation:XValidation:rule="!('logging_collector' in self)",message="spec.postgresql.parameters: dbkeeper sets logging_collector itself (logging to the container's output)"
+	// +kubebuilder:validation:XValidation:rule="!('log_rotation_age' in self)",message="spec.postgresql.parameters: dbkeeper sets log_rotation_age itself (logging to the container's output)"
+	// +kubebuilder:validation:XValidation:rule="!('log_rotation_size' in self)",message="spec.postgresql.parameters: dbkeeper sets log_rotation_size itself (logging to the container's output)"
+	// +kubebuilder:validation:XValidation:rule="!('log_truncate_on_rotation' in self)",message="spec.postgresql.parameters: dbkeeper sets log_truncate_on_rotation itself (logging to the container's output)"
 	// +kubebuilder:validation:XValidation:rule="!('shared_preload_libraries' in self)",message="spec.postgresql.parameters: dbkeeper sets shared_preload_libraries itself (the libraries its features load)"
 	// +kubebuilder:validation:XValidation:rule="!('allow_system_table_mods' in self)",message="spec.postgresql.parameters: dbkeeper sets allow_system_table_mods itself (catalog safety)"
 	// +kubebuilder:validation:XValidation:rule="!self.exists(k, k.startsWith('ssl'))",message="spec.postgresql.parameters: dbkeeper sets the ssl* parameters itself (TLS; spec.tls tunes it)"
@@ -68,7 +71,8 @@ var OwnedParameters = []string{
 	"allow_system_table_mods", "archive_cleanup_command", "archive_command", "archive_library", "archive_mode",
 	"archive_timeout", "cluster_name", "config_file", "data_directory", "external_pid_file", "fsync",
 	"full_page_writes", "hba_file", "hot_standby", "ident_file", "listen_addresses", "log_destination",
-	"log_directory", "log_filename", "logging_collector", "max_slot_wal_keep_size", "port", "primary_conninfo",
+	"log_directory", "log_filename", "log_rotation_age", "log_rotation_size", "log_truncate_on_rotation",
+	"logging_collector", "max_slot_wal_keep_size", "port", "primary_conninfo",
 	"primary_slot_name", "promote_trigger_file", "recovery_end_command", "restore_command",
 	"shared_preload_libraries", "synchronous_standby_names", "wal_level", "wal_log_hints",
 	"wal_retrieve_retry_interval",

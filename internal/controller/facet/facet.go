@@ -83,6 +83,10 @@ type Options struct {
 	// MarkerKey signs the credentials and superuser Secrets the secret
 	// controller makes, and verifies those it finds (marker).
 	MarkerKey marker.Key
+	// AllowPrivilegedRoles lets the roles of spec.roles have SUPERUSER,
+	// REPLICATION and BYPASSRLS (--allow-privileged-roles); without it
+	// the roles controller refuses them.
+	AllowPrivilegedRoles bool
 }
 
 // FieldOwner is the field manager of the named controller.

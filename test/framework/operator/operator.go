@@ -49,6 +49,13 @@ type Options struct {
 	// run no PostgreSQL and no agent) the operator talks to in-memory
 	// servers and agents, Operator.Servers and Operator.Agents.
 	RealInstances bool
+	// Instances, when set, is how the operator connects to the Databases'
+	// servers (the agents stay in memory unless RealInstances): a suite
+	// that runs a local PostgreSQL as every Database's primary.
+	Instances instance.Connector
+	// AllowPrivilegedRoles runs the manager with
+	// --allow-privileged-roles.
+	AllowPrivilegedRoles bool
 	// SkipTLSServerProbe keeps the tls controller from connecting to the
 	// engine pods (--tls-server-probe=false): for fake nodes.
 	SkipTLSServerProbe bool
@@ -134,6 +141,9 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 		fakeAgents = sharedAgents
 		agents = fakeAgents
 	}
+	if o.Instances != nil {
+		instances, servers = o.Instances, nil
+	}
 	mgr, err := manager.New(cfg, manager.Options{
 		Instances:              instances,
 		Agents:                 agents,
@@ -151,6 +161,7 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 		AgentImage:             o.AgentImage,
 		NetworkPolicies:        !o.NoNetworkPolicies,
 		MarkerKey:              markerKey,
+		AllowPrivilegedRoles:   o.AllowPrivilegedRoles,
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -130,6 +130,21 @@ type DatabaseSpecApplyConfiguration struct {
 	// (failover) and whether commits wait for standbys (synchronous
 	// replication). It matters with two or more replicas.
 	HighAvailability *HighAvailabilitySpecApplyConfiguration `json:"highAvailability,omitempty"`
+	// Roles are roles dbkeeper keeps on the server beside the
+	// application's own: logins for other services or people, group
+	// roles, memberships of PostgreSQL's predefined roles
+	// (pg_read_all_data, pg_monitor, ...). dbkeeper creates them, sets
+	// their passwords from Secrets, and puts back what is changed by hand
+	// (attributes, memberships, passwords), on the primary. A role that
+	// leaves the list is left on the server as it is; only ensure: Absent
+	// drops one. RolesReady reports them.
+	Roles []RoleSpecApplyConfiguration `json:"roles,omitempty"`
+	// Databases are databases inside the server that dbkeeper keeps
+	// beside the application's own: created with their owner, the owner
+	// put back when it changes. A database that leaves the list stays on
+	// the server with its data; only ensure: Absent drops one, and only
+	// while nobody is connected to it. RolesReady reports them.
+	Databases []ServerDatabaseSpecApplyConfiguration `json:"databases,omitempty"`
 }
 
 // DatabaseSpecApplyConfiguration constructs a declarative configuration of the DatabaseSpec type for use with
@@ -311,5 +326,31 @@ func (b *DatabaseSpecApplyConfiguration) WithPostgreSQL(value *PostgreSQLSpecApp
 // If called multiple times, the HighAvailability field is set to the value of the last call.
 func (b *DatabaseSpecApplyConfiguration) WithHighAvailability(value *HighAvailabilitySpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
 	b.HighAvailability = value
+	return b
+}
+
+// WithRoles adds the given value to the Roles field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Roles field.
+func (b *DatabaseSpecApplyConfiguration) WithRoles(values ...*RoleSpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithRoles")
+		}
+		b.Roles = append(b.Roles, *values[i])
+	}
+	return b
+}
+
+// WithDatabases adds the given value to the Databases field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Databases field.
+func (b *DatabaseSpecApplyConfiguration) WithDatabases(values ...*ServerDatabaseSpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithDatabases")
+		}
+		b.Databases = append(b.Databases, *values[i])
+	}
 	return b
 }

@@ -25,7 +25,7 @@ type DatabaseStatusApplyConfiguration struct {
 	// Phase summarises the Ready condition for humans.
 	Phase *databasev1.Phase `json:"phase,omitempty"`
 	// Conditions holds one condition per facet (StatefulSetReady,
-	// ServiceReady, CredentialsReady, BackupReady, TLSReady, Deleting) and the derived
+	// ServiceReady, CredentialsReady, BackupReady, TLSReady, RolesReady, Deleting) and the derived
 	// Ready condition.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// Endpoint is the host:port clients connect to.
@@ -51,6 +51,10 @@ type DatabaseStatusApplyConfiguration struct {
 	// Configuration is what the instances did with
 	// spec.postgresql.parameters.
 	Configuration *ConfigurationStatusApplyConfiguration `json:"configuration,omitempty"`
+	// Roles lists the roles and databases of spec.roles and
+	// spec.databases on the server, and those that left the spec and
+	// were left as they are; written by the roles controller.
+	Roles *RolesStatusApplyConfiguration `json:"roles,omitempty"`
 	// Deletion says what deleting the Database would remove and keep under
 	// the current deletion policy.
 	Deletion *DeletionStatusApplyConfiguration `json:"deletion,omitempty"`
@@ -158,6 +162,14 @@ func (b *DatabaseStatusApplyConfiguration) WithBackup(value *BackupStatusApplyCo
 // If called multiple times, the Configuration field is set to the value of the last call.
 func (b *DatabaseStatusApplyConfiguration) WithConfiguration(value *ConfigurationStatusApplyConfiguration) *DatabaseStatusApplyConfiguration {
 	b.Configuration = value
+	return b
+}
+
+// WithRoles sets the Roles field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Roles field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithRoles(value *RolesStatusApplyConfiguration) *DatabaseStatusApplyConfiguration {
+	b.Roles = value
 	return b
 }
 
