@@ -155,14 +155,17 @@ func (c *collector) flushed(wait time.Duration) {
 	}
 }
 
-// fifoReader reads a named pipe again each time its writer closed it,
-// until stop.
+// fifoReader reads a named pipe, whoever writes to it and however often
+// its writers change (the collector restarted), until stop.
 type fifoReader struct {
 	path string
 	mu   sync.Mutex
-	// stopped says the reader ends at the next end of file; opening, that
-	// it waits for a writer to open the pipe.
-	stopped, opening bool
+	// stopped says the reader ends once the pipe has been quiet for
+	// stopIdle (or stopWait after stop); stoppedAt is when.
+	stopped   bool
+	stoppedAt time.Time
+	// f is the pipe while the reader has it open.
+	f *os.File
 	// stopCh is closed by stop.
 	stopCh chan struct{}
 	done   chan struct{}
@@ -177,68 +180,86 @@ func newFIFOReader(path string) *fifoReader {
 // waits before it tries again: a pipe nobody reads would stop the server.
 const fifoRetry = time.Second
 
-// run calls handle with each line written to the pipe, opening it again
-// after each writer closed it (the collector restarted), until stop; it
-// reports an error to failed and tries again after fifoRetry.
+// stopIdle is how long a stopped reader waits for more lines (the
+// collector writes its last ones as the server exits); stopWait bounds
+// the whole wait after stop.
+const (
+	stopIdle = time.Second
+	stopWait = 5 * time.Second
+)
+
+// run calls handle with each line written to the pipe until stop; it
+// reports an error to failed and tries again after fifoRetry. The pipe is
+// open for reading and writing: the reader holds a write end of its own,
+// so the pipe never reads as ended between two writers and never drops
+// what a writer left in it (with a read end only, the lines of a writer
+// that opened the pipe after the reader saw the last one close, and
+// before the reader closed it, went with that close: CI's
+// TestCollectorOutput lost two of three records), and no writer waits for
+// the reader to open it.
 func (r *fifoReader) run(handle func([]byte), failed func(error)) {
 	defer close(r.done)
 	for {
-		r.mu.Lock()
-		if r.stopped {
-			r.mu.Unlock()
-			return
-		}
-		r.opening = true
-		r.mu.Unlock()
-		// waits for a writer
-		f, err := os.OpenFile(r.path, os.O_RDONLY, 0)
-		r.mu.Lock()
-		r.opening = false
-		r.mu.Unlock()
+		f, err := os.OpenFile(r.path, os.O_RDWR, 0)
 		if err == nil {
-			err = readLines(f, maxLogLine, handle)
-			_ = f.Close()
-		}
-		if err != nil {
-			failed(fmt.Errorf("reading the server's log %s: %w", r.path, err))
-			select {
-			case <-r.stopCh:
-				return
-			case <-time.After(fifoRetry):
+			r.mu.Lock()
+			r.f = f
+			stopped := r.stopped
+			r.mu.Unlock()
+			if stopped {
+				r.quietFor(f)
 			}
+			err = readLines(f, maxLogLine, func(line []byte) {
+				handle(line)
+				r.mu.Lock()
+				if r.stopped {
+					r.quietFor(f)
+				}
+				r.mu.Unlock()
+			})
+			r.mu.Lock()
+			r.f = nil
+			stopped = r.stopped
+			r.mu.Unlock()
+			_ = f.Close()
+			if stopped && (err == nil || errors.Is(err, os.ErrDeadlineExceeded)) {
+				return
+			}
+		}
+		if err == nil {
+			err = errors.New("the pipe ended")
+		}
+		failed(fmt.Errorf("reading the server's log %s: %w", r.path, err))
+		select {
+		case <-r.stopCh:
+			return
+		case <-time.After(fifoRetry):
 		}
 	}
 }
 
-// stopWait bounds how long stop wakes a reader that waits for a writer.
-const stopWait = 5 * time.Second
+// quietFor (under r.mu, once stopped) has the read of f end after stopIdle
+// without a line, and at stopWait after stop at the latest.
+func (r *fifoReader) quietFor(f *os.File) {
+	deadline := time.Now().Add(stopIdle)
+	if last := r.stoppedAt.Add(stopWait); last.Before(deadline) {
+		deadline = last
+	}
+	_ = f.SetReadDeadline(deadline)
+}
 
-// stop ends the reader once its writer closed the pipe; a reader that
-// waits for a writer gets one that writes nothing.
+// stop ends the reader once the pipe has been quiet for stopIdle (at
+// stopWait at the latest).
 func (r *fifoReader) stop() {
 	r.mu.Lock()
-	if !r.stopped {
-		r.stopped = true
-		close(r.stopCh)
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
 	}
-	r.mu.Unlock()
-	deadline := time.Now().Add(stopWait)
-	for time.Now().Before(deadline) {
-		r.mu.Lock()
-		opening := r.opening
-		r.mu.Unlock()
-		if !opening {
-			return
-		}
-		// ENXIO until the reader is in its open: then this wakes it.
-		if f, err := os.OpenFile(r.path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			_ = f.Close()
-		}
-		select {
-		case <-r.done:
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
+	r.stopped, r.stoppedAt = true, time.Now()
+	close(r.stopCh)
+	if r.f != nil {
+		r.quietFor(r.f)
 	}
 }
 
