@@ -31,6 +31,22 @@ func DatabaseOf(component string) handler.MapFunc {
 	}
 }
 
+// DatabasesNaming is the Databases of the Secret's namespace whose field
+// index (of the cache c) holds its name, each as a request: those that
+// name a Secret of the user's.
+func DatabasesNaming(ctx context.Context, c client.Reader, index string, secret client.Object) []reconcile.Request {
+	dbs := &dbv1.DatabaseList{}
+	if err := c.List(ctx, dbs, client.InNamespace(secret.GetNamespace()), client.MatchingFields{index: secret.GetName()}); err != nil {
+		log.FromContext(ctx).Error(err, "Listing the Databases that name a Secret", "index", index, "Secret", klog.KObj(secret))
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(dbs.Items))
+	for i := range dbs.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&dbs.Items[i])})
+	}
+	return reqs
+}
+
 // Disown removes every owner reference to the Database of db's name from
 // obj, which must be live (read from the cache or the API server), with an
 // optimistic lock. Earlier versions of dbkeeper gave the generated Secret

@@ -6,12 +6,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -111,15 +109,6 @@ func passwordSecretsOf(obj client.Object) []string {
 // roles name it, read through the field index of the cache c.
 func databasesNaming(c client.Reader) handler.MapFunc {
 	return func(ctx context.Context, obj client.Object) []reconcile.Request {
-		dbs := &dbv1.DatabaseList{}
-		if err := c.List(ctx, dbs, client.InNamespace(obj.GetNamespace()), client.MatchingFields{IndexPasswordSecrets: obj.GetName()}); err != nil {
-			log.FromContext(ctx).Error(err, "Listing the Databases whose roles name a Secret", "Secret", klog.KObj(obj))
-			return nil
-		}
-		reqs := make([]reconcile.Request, 0, len(dbs.Items))
-		for i := range dbs.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&dbs.Items[i])})
-		}
-		return reqs
+		return facet.DatabasesNaming(ctx, c, IndexPasswordSecrets, obj)
 	}
 }

@@ -17,12 +17,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -122,15 +120,7 @@ func secretNameOf(obj client.Object) []string {
 // name.
 func databasesNaming(c client.Reader) handler.MapFunc {
 	return func(ctx context.Context, obj client.Object) []reconcile.Request {
-		dbs := &dbv1.DatabaseList{}
-		if err := c.List(ctx, dbs, client.InNamespace(obj.GetNamespace()), client.MatchingFields{IndexSecretName: obj.GetName()}); err != nil {
-			log.FromContext(ctx).Error(err, "Listing the Databases that name a Secret", "Secret", klog.KObj(obj))
-			return nil
-		}
-		var reqs []reconcile.Request
-		for i := range dbs.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&dbs.Items[i])})
-		}
+		reqs := facet.DatabasesNaming(ctx, c, IndexSecretName, obj)
 		if name, ok := strings.CutSuffix(obj.GetName(), resources.GeneratedSecretSuffix); ok && name != "" {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}})
 		}
