@@ -14,23 +14,12 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
-	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 	"github.com/dbkeeper/dbkeeper/test/framework/postgres"
 )
-
-// localPrimary connects every Database to one local server.
-type localPrimary struct{ srv *postgres.Server }
-
-func (l localPrimary) Connect(ctx context.Context, _ *dbv1.Database, login instance.Login, database string) (instance.Conn, error) {
-	if database == "" {
-		database = "postgres"
-	}
-	return sqlconn.Connect(ctx, sqlconn.Target{Host: "127.0.0.1", Port: int32(l.srv.Port), User: login.User, Password: login.Password, Database: database})
-}
 
 // TestRolesFollowTheirSecrets: the roles controller, in the manager on a
 // real API server, with a local PostgreSQL as the Database's primary,
@@ -64,7 +53,7 @@ func TestRolesFollowTheirSecrets(t *testing.T) {
 		Controllers: "roles",
 		Namespaces:  []string{ns},
 		Logger:      logging.Capped(zapr.NewLogger(newCapturingLogger("operator"))),
-		Instances:   localPrimary{srv},
+		Instances:   srv.Connector(),
 	})
 	login := func(pw string) error {
 		c, err := sqlconn.Connect(ctx, sqlconn.Target{Host: "127.0.0.1", Port: int32(srv.Port), User: "reporting", Password: pw, Database: "analytics"})

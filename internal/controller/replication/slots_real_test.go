@@ -21,25 +21,8 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 	"github.com/dbkeeper/dbkeeper/test/framework/postgres"
 )
-
-// localPrimary is an instance.Connector whose every Database's primary is
-// one local PostgreSQL server.
-type localPrimary struct{ srv *postgres.Server }
-
-func (l localPrimary) Connect(ctx context.Context, _ *dbv1.Database, login instance.Login, database string) (instance.Conn, error) {
-	if database == "" {
-		database = "postgres"
-	}
-	c, err := sqlconn.Connect(ctx, sqlconn.Target{Host: "127.0.0.1", Port: int32(l.srv.Port), User: login.User, Password: login.Password,
-		Database: database, SSLMode: "disable"})
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
 
 // TestLostSlotIsMadeAgain runs the controller's SQL against a local
 // PostgreSQL (max_slot_wal_keep_size = 1MB) as the primary of a converged
@@ -74,7 +57,7 @@ func TestLostSlotIsMadeAgain(t *testing.T) {
 	superuser.Data[engine.UsernameKey], superuser.Data[engine.PasswordKey] = []byte(postgres.Superuser), []byte(srv.Password)
 	require.NoError(t, f.c.Update(ctx, superuser))
 	s := f.syncer()
-	s.instances = localPrimary{srv: srv}
+	s.instances = srv.Connector()
 	f.run(s, 9)
 	require.Equal(t, dbv1.ReasonReplicating, f.condition().Reason, f.condition().Message)
 
@@ -150,7 +133,7 @@ func TestLostSlotIsMadeAgain(t *testing.T) {
 		pid = srv.SQL(t, "postgres", "SELECT coalesce(active_pid::text, '') FROM pg_replication_slots WHERE slot_name = '"+slot+"'")
 		return pid != ""
 	}, 10*time.Second, 10*time.Millisecond, "pg_receivewal holds the slot")
-	conn, err := localPrimary{srv: srv}.Connect(ctx, f.db, instance.Login{User: postgres.Superuser, Password: srv.Password}, "")
+	conn, err := srv.Connector().Connect(ctx, f.db, instance.Login{User: postgres.Superuser, Password: srv.Password}, "")
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 	plan := &Plan{CurrentPrimary: "orders-0", Slots: []string{slot}, Rows: []dbv1.InstanceStatus{{Name: "orders-0"}, {Name: "orders-1"}}}

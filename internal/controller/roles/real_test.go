@@ -23,16 +23,6 @@ import (
 	"github.com/dbkeeper/dbkeeper/test/framework/postgres"
 )
 
-// local is the Connector of a test: every Database's primary is srv.
-type local struct{ srv *postgres.Server }
-
-func (l local) Connect(ctx context.Context, _ *dbv1.Database, login instance.Login, database string) (instance.Conn, error) {
-	if database == "" {
-		database = "postgres"
-	}
-	return sqlconn.Connect(ctx, sqlconn.Target{Host: "127.0.0.1", Port: int32(l.srv.Port), User: login.User, Password: login.Password, Database: database})
-}
-
 // fixture is a Database whose primary is a local server, with its
 // credentials and superuser Secrets and the application's role, as the
 // secret controller leaves them.
@@ -61,7 +51,7 @@ func newFixture(t *testing.T, o postgres.Options) *fixture {
 	c := facettest.Client(t, db, super, creds)
 	srv.SQL(t, "postgres", "CREATE ROLE app LOGIN")
 	srv.SQL(t, "postgres", "CREATE DATABASE app OWNER app")
-	return &fixture{t: t, ctx: ctx, srv: srv, c: c, db: db, s: &syncer{secrets: c, instances: local{srv}}}
+	return &fixture{t: t, ctx: ctx, srv: srv, c: c, db: db, s: &syncer{secrets: c, instances: srv.Connector()}}
 }
 
 // passwordSecret creates or updates the Secret name with the key
