@@ -273,11 +273,40 @@ var faultKinds = []faultKind{
 		require.NoError(h.t, err)
 		h.t.Cleanup(func() { _ = thaw() })
 		// the lagging standby receives again only once the failover is
-		// done: it must not catch up from the thawed old primary first
-		return injected{heal: func() { require.NoError(h.t, thaw()) }, finally: func() { require.NoError(h.t, resume()) },
+		// done: it must not catch up from the thawed old primary first.
+		// Then at once, while the old primary is still frozen: with
+		// synchronous replication Required the new primary's commits wait
+		// for a second instance, and the outage measured is the
+		// failover's, not the old primary's rejoin after the thaw (a
+		// rejoin that never comes fails converged)
+		promoted := resumeOnPromotion(h, primary, resume)
+		return injected{heal: func() { require.NoError(h.t, thaw()) }, finally: func() { <-promoted; require.NoError(h.t, resume()) },
 			healAfter: lost.Sub(at) + freezeFor, failover: true, to: ahead, lostAt: lost,
 			fenceBy: func() time.Time { return lost.Add(freezeFor) }}
 	}},
+}
+
+// resumeOnPromotion calls resume once status.replication.currentPrimary
+// names another instance than primary (or after convergeTimeout); the
+// channel is closed when it did.
+func resumeOnPromotion(h *ha, primary string, resume faults.Undo) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for end := time.Now().Add(convergeTimeout); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			live := &dbv1.Database{}
+			if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(h.db), live); err != nil {
+				continue
+			}
+			if r := live.Status.Replication; r != nil && r.CurrentPrimary != "" && r.CurrentPrimary != primary {
+				break
+			}
+		}
+		if err := resume(); err != nil {
+			h.t.Errorf("resuming the lagging standby's WAL receiver: %v", err)
+		}
+	}()
+	return done
 }
 
 // TestFailoverSynchronous: with synchronous replication (ANY 1,
@@ -399,10 +428,19 @@ func (h *ha) run(kind faultKind, i int) {
 		// itself), then resume: the longest gap since the fault is the
 		// outage
 		var stopped, resumed time.Time
-		require.Eventually(t, func() bool {
+		var seen []string
+		last := ""
+		if !assert.Eventually(t, func() bool {
+			if c := findCondition(dbtest.Get(t, k8s, h.db), dbv1.ConditionReplicationReady); c != nil && c.Message != last {
+				last = c.Message
+				seen = append(seen, time.Since(at).Round(time.Second).String()+" "+c.Reason+": "+c.Message)
+			}
 			stopped, resumed = h.w.Outage(at)
 			return !resumed.IsZero() && resumed.Sub(stopped) >= 500*time.Millisecond && time.Since(resumed) > time.Second
-		}, convergeTimeout, 50*time.Millisecond, "writes through <name> stop after %s, then are accepted again", kind.name)
+		}, convergeTimeout, 50*time.Millisecond, "writes through <name> stop after %s, then are accepted again", kind.name) {
+			require.FailNow(t, "writes not accepted again", "writer: %s\n%s\nReplicationReady said:\n%s",
+				h.w.Describe(), h.describe(), strings.Join(seen, "\n"))
+		}
 		d := resumed.Sub(at)
 		h.measured[kind.name] = append(h.measured[kind.name], d)
 		t.Logf("MEASURED failover %s run %d: loss→write %s (writes unavailable %s, from %s after the fault)", kind.name, i,
@@ -532,6 +570,26 @@ func (h *ha) converged() string {
 	}, convergeTimeout, 250*time.Millisecond)
 	assert.Equal(t, "f", sqlValue(t, h.rw, "SELECT pg_is_in_recovery()"), "<name> reaches the primary")
 	return primary
+}
+
+// describe is status.replication of the Database, an instance a line, for
+// a failure's message.
+func (h *ha) describe() string {
+	live := dbtest.Get(h.t, k8s, h.db)
+	r := live.Status.Replication
+	if r == nil {
+		return "no status.replication"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "currentPrimary %s, targetPrimary %s", r.CurrentPrimary, r.TargetPrimary)
+	if sy := r.Synchronous; sy != nil {
+		fmt.Fprintf(&b, ", synchronous %q (degraded %t)", sy.StandbyNames, sy.Degraded)
+	}
+	for _, in := range r.Instances {
+		fmt.Fprintf(&b, "\n  %s: %s %s ready=%t timeline %d current %s received %s replayed %s receiver %q %s",
+			in.Name, in.Role, in.State, in.Ready, in.Timeline, in.CurrentLSN, in.ReceivedLSN, in.ReplayedLSN, in.WALReceiver, in.Message)
+	}
+	return b.String()
 }
 
 // assertOnlyPrimaryWrites connects to every instance's pod directly: the

@@ -72,7 +72,11 @@ type Writer struct {
 	// warning it sent with the acknowledgement.
 	ackBy  []string
 	failed int
-	next   int64
+	// lastErr is the last failed statement's or connection's error, and
+	// lastErrAt when it came.
+	lastErr   error
+	lastErrAt time.Time
+	next      int64
 	// stoppedAt is when Stop was first called.
 	stoppedAt time.Time
 }
@@ -122,7 +126,7 @@ func (w *Writer) run(ctx context.Context) {
 		if conn == nil {
 			c, err := w.connect(ctx)
 			if err != nil {
-				w.fail()
+				w.fail(err)
 				sleep(ctx, 50*time.Millisecond)
 				continue
 			}
@@ -134,7 +138,7 @@ func (w *Writer) run(ctx context.Context) {
 		w.mu.Unlock()
 		by, err := w.insert(ctx, conn, id)
 		if err != nil {
-			w.fail()
+			w.fail(err)
 			conn.Close(context.Background())
 			conn = nil
 			sleep(ctx, 20*time.Millisecond)
@@ -195,10 +199,27 @@ func (w *Writer) AckedBy(id int64) (string, bool) {
 	return "", false
 }
 
-func (w *Writer) fail() {
+func (w *Writer) fail(err error) {
 	w.mu.Lock()
 	w.failed++
+	w.lastErr, w.lastErrAt = err, time.Now()
 	w.mu.Unlock()
+}
+
+// Describe says, for a failure's message, how many writes were
+// acknowledged and failed, when the last was acknowledged and what the
+// last error was.
+func (w *Writer) Describe() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := fmt.Sprintf("%d acknowledged, %d failed", len(w.acked), w.failed)
+	if n := len(w.ackAt); n > 0 {
+		s += fmt.Sprintf("; last acknowledged %s ago by %s", time.Since(w.ackAt[n-1]).Round(time.Millisecond), w.ackBy[n-1])
+	}
+	if w.lastErr != nil {
+		s += fmt.Sprintf("; last error %s ago: %v", time.Since(w.lastErrAt).Round(time.Millisecond), w.lastErr)
+	}
+	return s
 }
 
 func sleep(ctx context.Context, d time.Duration) {
