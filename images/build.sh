@@ -5,8 +5,9 @@
 # cluster imports into containerd.
 #
 #   pause        a static Go binary (images/pause), the pod sandbox
-#   postgres:15  Debian bookworm's postgresql-15 + images/postgres/docker-entrypoint.sh
-#   postgres:17  Debian trixie's postgresql-17 + the same entrypoint
+#   postgres:15  Debian bookworm's postgresql-15 and pgaudit + images/postgres/docker-entrypoint.sh
+#                (bookworm packages no pgvector for 15)
+#   postgres:17  Debian trixie's postgresql-17, pgaudit and pgvector + the same entrypoint
 #   manager      the dbkeeper manager and versitygw, static, as the Dockerfile describes it
 #
 # Every image is cached by content under ~/.cache/dbkeeper/images: its
@@ -70,10 +71,16 @@ build_pause() {
 # A Debian minbase with Debian's postgresql-N and an entrypoint honouring the
 # official image's interface (POSTGRES_USER, POSTGRES_PASSWORD, POSTGRES_DB,
 # PGDATA, /docker-entrypoint-initdb.d), uid/gid 999 as the official image.
-build_postgres() { # suite major
+build_postgres() { # suite major [extension package...]
 	local suite=$1 major=$2
+	shift 2
 	local ref=localhost/dbkeeper/postgres:$major
+	# contrib (pg_stat_statements, hstore, ...) is in postgresql-N; the
+	# extensions of spec.postgresql.extensions that Debian packages apart
+	# follow as arguments
 	local packages="postgresql-$major,postgresql-client-$major,pgbackrest,libnss-wrapper,xz-utils,zstd"
+	local p
+	for p in "$@"; do packages+=",$p"; done
 	# The postgres user and group must exist with id 999 before
 	# postgresql-common's postinst creates them with a dynamic id; and no
 	# default cluster (the entrypoint runs initdb into PGDATA).
@@ -200,8 +207,8 @@ keys=("$@")
 for k in "${keys[@]}"; do
 	case $k in
 	pause) build_pause ;;
-	postgres:15) build_postgres bookworm 15 ;;
-	postgres:17) build_postgres trixie 17 ;;
+	postgres:15) build_postgres bookworm 15 postgresql-15-pgaudit ;;
+	postgres:17) build_postgres trixie 17 postgresql-17-pgaudit postgresql-17-pgvector ;;
 	manager) build_manager ;;
 	*) log "unknown image $k (pause, postgres:15, postgres:17, manager)"; exit 2 ;;
 	esac

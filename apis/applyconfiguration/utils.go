@@ -54,6 +54,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.DatabaseStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("DeletionStatus"):
 		return &databasev1.DeletionStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ExtensionSpec"):
+		return &databasev1.ExtensionSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("FailoverStatus"):
 		return &databasev1.FailoverStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("HighAvailabilitySpec"):

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const validNames = "statefulset, service, secret, backup, tls, replication, configuration, roles, cleanup, readiness"
+const validNames = "statefulset, service, secret, backup, tls, replication, configuration, roles, extensions, cleanup, readiness"
 
 // An unknown controller name stops the manager before it connects anywhere,
 // with the list of the valid names.

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -145,6 +149,10 @@ func (a *Agent) applyParameters(ctx context.Context, req agentapi.ParametersRequ
 			continue
 		}
 		if why, ok := refusedAtStart[strings.ToLower(name)]; ok {
+			refuse(name, why)
+			continue
+		}
+		if why := missingLibrary(name, value, pkglibdir()); why != "" {
 			refuse(name, why)
 			continue
 		}
@@ -502,4 +510,45 @@ func asciiLower(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// pkglibdir is where the image's PostgreSQL keeps its libraries: lib
+// beside the bin directory of the postgres on PATH (Debian's
+// /usr/lib/postgresql/N/lib, as in the official images); "" when there is
+// no postgres on PATH.
+func pkglibdir() string {
+	bin, err := exec.LookPath("postgres")
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(bin)), "lib")
+}
+
+// missingLibrary says which library of a shared_preload_libraries value
+// (name, value) is not in dir: the server would not start with it (it
+// fails to load it), so the value never reaches postgresql.auto.conf. ""
+// for any other parameter, a library given by path, or when dir cannot be
+// read (the server's own check at its start stands: refusedStarts).
+func missingLibrary(name, value, dir string) string {
+	if !strings.EqualFold(name, "shared_preload_libraries") || dir == "" {
+		return ""
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return ""
+	}
+	libs, ok := splitList(value, false)
+	if !ok {
+		return ""
+	}
+	for _, lib := range libs {
+		if strings.ContainsRune(lib, '/') || strings.HasPrefix(lib, "$libdir") {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, lib+".so")); errors.Is(err, fs.ErrNotExist) {
+			if _, err := os.Stat(filepath.Join(dir, lib)); errors.Is(err, fs.ErrNotExist) {
+				return fmt.Sprintf("library %q is not in this image (no %s.so in %s): the server would not start with it", lib, lib, dir)
+			}
+		}
+	}
+	return ""
 }

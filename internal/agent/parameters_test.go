@@ -224,3 +224,18 @@ func TestPendingRestart(t *testing.T) {
 	assert.Equal(t, []string{"max_connections"}, pendingRestart(raised, true, commandSets, control), "raised in the files above the primary's")
 	assert.Empty(t, pendingRestart(nil, true, commandSets, control))
 }
+
+// TestMissingLibrary: a shared_preload_libraries value naming a library
+// the image does not have is refused before it reaches
+// postgresql.auto.conf (the server would not start); one the image has,
+// a path, or another parameter passes.
+func TestMissingLibrary(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "pg_stat_statements.so"), nil, 0o644))
+	assert.Empty(t, missingLibrary("shared_preload_libraries", "pg_stat_statements", dir))
+	assert.Empty(t, missingLibrary("shared_preload_libraries", "'$libdir/pgaudit', /opt/x.so", dir))
+	assert.Empty(t, missingLibrary("work_mem", "pgaudit", dir))
+	why := missingLibrary("shared_preload_libraries", "pg_stat_statements, pgaudit", dir)
+	assert.Contains(t, why, `library "pgaudit" is not in this image`)
+	assert.Empty(t, missingLibrary("shared_preload_libraries", "pgaudit", filepath.Join(dir, "none")), "no library directory: the server's own check stands")
+}

@@ -48,7 +48,7 @@ func TestParseControllers(t *testing.T) {
 }
 
 func TestRegistryNames(t *testing.T) {
-	assert.Equal(t, []string{"statefulset", "service", "secret", "backup", "tls", "replication", "configuration", "roles", "cleanup", "readiness"}, Names())
+	assert.Equal(t, []string{"statefulset", "service", "secret", "backup", "tls", "replication", "configuration", "roles", "extensions", "cleanup", "readiness"}, Names())
 	seen := map[string]bool{}
 	for _, c := range All() {
 		assert.False(t, seen[c.ConditionType()], "condition %s owned twice", c.ConditionType())

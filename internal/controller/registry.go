@@ -12,6 +12,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/controller/backup"
 	"github.com/dbkeeper/dbkeeper/internal/controller/cleanup"
 	"github.com/dbkeeper/dbkeeper/internal/controller/configuration"
+	"github.com/dbkeeper/dbkeeper/internal/controller/extensions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/readiness"
 	"github.com/dbkeeper/dbkeeper/internal/controller/replication"
@@ -39,7 +40,7 @@ type Controller interface {
 // Facets are the controllers whose conditions the Ready summary reads, in
 // the order it reads them.
 func Facets() []Controller {
-	return []Controller{statefulset.New(), service.New(), secret.New(), backup.New(), tls.New(), replication.New(), configuration.New(), roles.New()}
+	return []Controller{statefulset.New(), service.New(), secret.New(), backup.New(), tls.New(), replication.New(), configuration.New(), roles.New(), extensions.New()}
 }
 
 // All is every controller of the manager.

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -289,3 +290,17 @@ func (Postgres) StoredPassword(role string) (string, error) {
 }
 
 var _ Engine = Postgres{}
+
+// TextArray is names as a SQL text[] constant, each once, sorted.
+func TextArray(names []string) (string, error) {
+	sorted := slices.Compact(slices.Sorted(slices.Values(names)))
+	quoted := make([]string, 0, len(sorted))
+	for _, n := range sorted {
+		lit, err := QuoteLiteral(n)
+		if err != nil {
+			return "", fmt.Errorf("name %q: %w", n, err)
+		}
+		quoted = append(quoted, lit)
+	}
+	return "ARRAY[" + strings.Join(quoted, ", ") + "]::text[]", nil
+}

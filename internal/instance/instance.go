@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -186,4 +187,31 @@ func ReachabilityChanged() predicate.Predicate {
 		},
 		DeleteFunc: func(event.DeleteEvent) bool { return false },
 	}
+}
+
+// Unreachable says whether err is trouble reaching or writing the
+// primary, which a later attempt may not have: sqlconn.Unreachable,
+// ErrNotReady, or a server that turned read-only (demoted by a
+// switchover).
+func Unreachable(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "25006" {
+		return true
+	}
+	return errors.Is(err, ErrNotReady) || sqlconn.Unreachable(err)
+}
+
+// ServerError is the server's message of err with its detail (the
+// sessions of a database, the objects that depend on another) and
+// SQLSTATE, never the statement; err's text when it is not the server's.
+func ServerError(err error) string {
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) {
+		return err.Error()
+	}
+	msg := pg.Message
+	if pg.Detail != "" {
+		msg += " (" + pg.Detail + ")"
+	}
+	return msg + " [SQLSTATE " + pg.Code + "]"
 }

@@ -3,8 +3,10 @@ package instance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -82,4 +84,14 @@ func TestSuperuserLogin(t *testing.T) {
 	login, err := instance.SuperuserLogin(context.Background(), c, db)
 	require.NoError(t, err)
 	assert.Equal(t, instance.Login{User: "postgres", Password: "pw-of-the-superuser", Superuser: true}, login)
+}
+
+// TestUnreachable: what waits for the primary, and what is a refusal.
+func TestUnreachable(t *testing.T) {
+	assert.True(t, instance.Unreachable(fmt.Errorf("x: %w", instance.ErrNotReady)))
+	assert.True(t, instance.Unreachable(context.DeadlineExceeded))
+	assert.True(t, instance.Unreachable(&pgconn.PgError{Code: "25006", Message: "cannot execute CREATE ROLE in a read-only transaction"}), "a demoted primary")
+	assert.True(t, instance.Unreachable(&pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}))
+	assert.False(t, instance.Unreachable(&pgconn.PgError{Code: "2BP01", Message: "role cannot be dropped"}))
+	assert.False(t, instance.Unreachable(errors.New("role \"x\" does not exist")))
 }

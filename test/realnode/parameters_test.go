@@ -23,7 +23,11 @@ import (
 // unchanged); a restart-only one rolls out (standby, one switchover, the
 // former primary) and takes effect on both; a lowered max_connections
 // reaches both instances (the primary restarted in place first, as
-// PostgreSQL requires); with no failover and no acknowledged write lost.
+// PostgreSQL requires); spec.postgresql.extensions preloads
+// pg_stat_statements (one more rollout) and creates it and vector, which
+// the application (no superuser) uses for a similarity query that
+// pg_stat_statements then shows; with no failover and no acknowledged
+// write lost.
 func TestParameters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -136,6 +140,41 @@ func TestParameters(t *testing.T) {
 	assert.True(t, eventSince(t, db, "RestartedInPlace", lowered), "the primary restarted in place (an Event RestartedInPlace)")
 	t.Logf("MEASURED parameters: max_connections lowered on both instances in %s, longest write gap %s", time.Since(lowered).Round(time.Second), w.LongestGap(lowered).Round(time.Millisecond))
 	assert.Less(t, w.LongestGap(lowered), 15*time.Second, "writes paused for a switchover or an in-place restart only")
+
+	t.Log("extensions: vector at once, pg_stat_statements once the restart that preloads its library rolled out")
+	preload := time.Now()
+	dbtest.Patch(t, k8s, db, func(d *dbv1.Database) {
+		d.Spec.PostgreSQL.Extensions = []dbv1.ExtensionSpec{{Name: "vector"}, {Name: "pg_stat_statements"}}
+	})
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		c := findCondition(dbtest.Get(ct, k8s, db), dbv1.ConditionExtensionsReady)
+		if assert.NotNil(ct, c) {
+			assert.Equal(ct, dbv1.ReasonExtensionsReconciled, c.Reason, c.Message)
+			assert.Contains(ct, c.Message, "pg_stat_statements ")
+		}
+	}, 3*timeout, 2*time.Second, "ExtensionsReady once both extensions are created")
+	assert.Equal(t, map[string]string{p0: "pg_stat_statements", p1: "pg_stat_statements"}, show("shared_preload_libraries"))
+	t.Logf("MEASURED extensions: created (with the preload rollout) in %s, longest write gap %s", time.Since(preload).Round(time.Second), w.LongestGap(preload).Round(time.Millisecond))
+	assert.Less(t, w.LongestGap(preload), 15*time.Second, "writes paused for a switchover only")
+	assert.Equal(t, before.LastFailover, waitTopology(t, db, "", 2).Status.Replication.LastFailover, "the preload rollout failed over")
+
+	t.Log("the application, no superuser, uses vector and sees its own statements in pg_stat_statements")
+	for _, sql := range []string{
+		"CREATE TABLE items (id int PRIMARY KEY, embedding vector(3))",
+		"INSERT INTO items VALUES (1, '[1,2,3]'), (2, '[3,1,2]'), (3, '[9,9,9]')",
+	} {
+		_, err := sqlOnce(rw, sql)
+		require.NoError(t, err, sql)
+	}
+	nearest, err := sqlOnce(rw, "SELECT id FROM items ORDER BY embedding <-> '[3,1,1]' LIMIT 1")
+	require.NoError(t, err)
+	assert.Equal(t, "2", nearest, "the nearest neighbour by L2 distance")
+	super, err := sqlOnce(rw, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+	require.NoError(t, err)
+	assert.Equal(t, "f", super, "the application's role is no superuser")
+	seen, err := sqlOnce(rw, "SELECT count(*) FROM pg_stat_statements WHERE query LIKE '%ORDER BY embedding <->%' AND query NOT LIKE '%pg_stat_statements%'")
+	require.NoError(t, err)
+	assert.Equal(t, "1", seen, "pg_stat_statements shows the similarity query")
 	w.Stop()
 	missing, err := w.Missing(ctx, rw)
 	require.NoError(t, err)

@@ -53,3 +53,46 @@ func TestParametersAccepted(t *testing.T) {
 		"pg_stat_statements.max": "10000", "work_mem_typo": "1XB",
 	}}})))
 }
+
+// TestExtensionsAtAdmission: an extension's name, version and ensure are
+// checked, a name appears once; an extension whose library is preloaded
+// (every one of dbv1.PreloadLibraries, so that the CEL rule and the Go
+// map cannot drift apart) leaves the list only once it was Absent, any
+// other leaves it freely.
+func TestExtensionsAtAdmission(t *testing.T) {
+	ctx, ns := setup(t)
+	exts := func(e ...map[string]any) map[string]any {
+		list := make([]any, len(e))
+		for i := range e {
+			list[i] = e[i]
+		}
+		return map[string]any{"postgresql": map[string]any{"extensions": list}}
+	}
+	ext := func(name string, kv ...string) map[string]any {
+		m := map[string]any{"name": name}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	assertInvalid(t, k8s.Create(ctx, rawDatabase(ns, "bad-name", exts(ext("Vector")))), "spec.postgresql.extensions[0].name")
+	assertInvalid(t, k8s.Create(ctx, rawDatabase(ns, "bad-version", exts(ext("vector", "version", "1.0; DROP")))), "spec.postgresql.extensions[0].version")
+	assertInvalid(t, k8s.Create(ctx, rawDatabase(ns, "bad-ensure", exts(ext("vector", "ensure", "Gone")))), "spec.postgresql.extensions[0].ensure")
+	assertInvalid(t, k8s.Create(ctx, rawDatabase(ns, "twice", exts(ext("vector"), ext("vector", "version", "0.8.0")))), "Duplicate value")
+
+	for name := range dbv1.PreloadLibraries {
+		obj := rawDatabase(ns, "preload-"+strings.ReplaceAll(name, "_", "-"), exts(ext(name), ext("hstore")))
+		require.NoError(t, k8s.Create(ctx, obj))
+		// hstore leaves freely; the preloaded one may not
+		obj.Object["spec"] = exts(ext(name))
+		require.NoError(t, k8s.Update(ctx, obj))
+		obj.Object["spec"] = exts(ext("hstore"))
+		assertInvalid(t, k8s.Update(ctx, obj), "spec.postgresql.extensions: an extension whose library is in shared_preload_libraries")
+		obj.Object["spec"] = map[string]any{}
+		assertInvalid(t, k8s.Update(ctx, obj), "leaves the list only after ensure: Absent")
+		obj.Object["spec"] = exts(ext(name, "ensure", "Absent"))
+		require.NoError(t, k8s.Update(ctx, obj))
+		obj.Object["spec"] = map[string]any{}
+		require.NoError(t, k8s.Update(ctx, obj), "once Absent, %s leaves the list", name)
+	}
+}

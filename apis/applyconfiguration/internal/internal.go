@@ -492,6 +492,19 @@ var schemaYAML = typed.YAMLObject(`types:
   scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Ensure
   scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.ExtensionSpec
+  map:
+    fields:
+    - name: ensure
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.Ensure
+      default: Present
+    - name: name
+      type:
+        scalar: string
+    - name: version
+      type:
+        scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.FailoverStatus
   map:
     fields:
@@ -649,6 +662,14 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.PostgreSQLSpec
   map:
     fields:
+    - name: extensions
+      type:
+        list:
+          elementType:
+            namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.ExtensionSpec
+          elementRelationship: associative
+          keys:
+          - name
     - name: parameters
       type:
         map:

@@ -27,6 +27,10 @@ const (
 	// ConditionRolesReady says whether the roles and databases of
 	// spec.roles and spec.databases are on the primary as declared.
 	ConditionRolesReady = "RolesReady"
+	// ConditionExtensionsReady says whether the extensions of
+	// spec.postgresql.extensions are in the application's database as
+	// declared.
+	ConditionExtensionsReady = "ExtensionsReady"
 	// ConditionDeleting reports the progress of cleanup; it is present only
 	// while the Database is terminating.
 	ConditionDeleting = "Deleting"
@@ -436,4 +440,30 @@ const (
 	// by the application's role, which the secret controller has not
 	// created yet (or whose Secret is not there yet); retried.
 	ReasonWaitingForCredentials = "WaitingForCredentials"
+)
+
+// Reasons of ExtensionsReady.
+const (
+	// ReasonExtensionsReconciled: every extension of
+	// spec.postgresql.extensions is in the application's database as
+	// declared (or there are none).
+	ReasonExtensionsReconciled = "Reconciled"
+	// ReasonExtensionUnavailable: an extension of
+	// spec.postgresql.extensions is not in the image
+	// (pg_available_extensions), or not at the version asked for; the
+	// others are kept.
+	ReasonExtensionUnavailable = "ExtensionUnavailable"
+	// ReasonExtensionRefused: PostgreSQL refused to create, update or drop
+	// an extension (the message has its words: a missing dependency, an
+	// object that depends on an extension to drop); retried.
+	ReasonExtensionRefused = "ExtensionRefused"
+	// ReasonWaitingForPreload: an extension needs its library in
+	// shared_preload_libraries, which the running primary has not loaded
+	// yet: the restart that loads it rolls out (ConfigurationReady says
+	// how far), and the extension is created after it.
+	ReasonWaitingForPreload = "WaitingForPreload"
+	// ReasonExtensionsWaitingForPrimary: the primary cannot be reached yet
+	// (not running, not ready, no superuser Secret or credentials Secret
+	// yet); retried.
+	ReasonExtensionsWaitingForPrimary = "WaitingForPrimary"
 )

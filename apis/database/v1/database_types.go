@@ -53,6 +53,7 @@ const (
 // +kubebuilder:printcolumn:name="Replication",type=string,JSONPath=`.status.conditions[?(@.type=="ReplicationReady")].status`
 // +kubebuilder:printcolumn:name="Config",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigurationReady")].status`
 // +kubebuilder:printcolumn:name="Roles",type=string,JSONPath=`.status.conditions[?(@.type=="RolesReady")].status`
+// +kubebuilder:printcolumn:name="Extensions",type=string,JSONPath=`.status.conditions[?(@.type=="ExtensionsReady")].status`
 // +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.replication.currentPrimary`
 // +kubebuilder:printcolumn:name="Last Backup",type=date,JSONPath=`.status.backup.lastSuccessfulTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -90,6 +91,7 @@ type Database struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.version) || !(self.version in ['14', '15', '16']) || self.roles.all(r, !has(r.inRoles) || !('pg_maintain' in r.inRoles))",message="spec.roles: inRoles names pg_maintain, which PostgreSQL has from version 17 on, and spec.version is older",fieldPath=".roles"
 // +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.version) || self.version != '14' || self.roles.all(r, !has(r.inRoles) || !('pg_checkpoint' in r.inRoles))",message="spec.roles: inRoles names pg_checkpoint, which PostgreSQL has from version 15 on, and spec.version is 14",fieldPath=".roles"
 // +kubebuilder:validation:XValidation:rule="!has(self.databases) || self.databases.all(d, !has(d.owner) || size(d.owner) == 0 || (has(self.roles) && self.roles.exists(r, r.name == d.owner && (!has(r.ensure) || r.ensure == 'Present'))) || (!(has(self.roles) && self.roles.exists(r, r.name == d.owner)) && (d.owner == 'app' || (has(self.credentials) && has(self.credentials.secretName) && size(self.credentials.secretName) > 0))))",message="spec.databases: owner must be a role of spec.roles with ensure Present, or the application's role (the default)",fieldPath=".databases"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.postgresql) || !has(oldSelf.postgresql.extensions) || oldSelf.postgresql.extensions.all(e, !(e.name in ['pg_stat_statements', 'pgaudit']) || (has(e.ensure) && e.ensure == 'Absent') || (has(self.postgresql) && has(self.postgresql.extensions) && self.postgresql.extensions.exists(n, n.name == e.name)))",message="spec.postgresql.extensions: an extension whose library is in shared_preload_libraries (pg_stat_statements, pgaudit) leaves the list only after ensure: Absent dropped it (without its library it fails every use)"
 type DatabaseSpec struct {
 	// Engine is the database engine. It cannot change after creation.
 	// +kubebuilder:default=postgres
@@ -881,8 +883,9 @@ type DatabaseStatus struct {
 	Phase Phase `json:"phase,omitempty"`
 
 	// Conditions holds one condition per facet (StatefulSetReady,
-	// ServiceReady, CredentialsReady, BackupReady, TLSReady, RolesReady, Deleting) and the derived
-	// Ready condition.
+	// ServiceReady, CredentialsReady, BackupReady, TLSReady,
+	// ReplicationReady, ConfigurationReady, RolesReady, ExtensionsReady,
+	// Deleting) and the derived Ready condition.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -58,6 +58,64 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!self.exists(k, k.startsWith('recovery_target'))",message="spec.postgresql.parameters: dbkeeper sets the recovery_target* parameters itself (recovery; spec.bootstrap.recovery.target sets them)"
 	// +kubebuilder:validation:XValidation:rule="!self.exists(k, k.startsWith('unix_socket_'))",message="spec.postgresql.parameters: dbkeeper sets the unix_socket_* parameters itself (listening)"
 	Parameters map[string]ParameterValue `json:"parameters,omitempty"`
+
+	// Extensions are the PostgreSQL extensions the extensions controller
+	// creates in the application's database, as the superuser (the
+	// application's role gets no privilege for it), and keeps at their
+	// version; ExtensionsReady reports them. An extension the image does
+	// not carry (pg_available_extensions) is reported by name, never
+	// half-created. Those that need their library in
+	// shared_preload_libraries (pg_stat_statements, pgaudit) put it there:
+	// a restart that rolls out in the usual order (standbys, one
+	// switchover, the former primary), after which the extension is
+	// created. An extension that leaves this list stays on the server as
+	// it is (with whatever depends on it, such as a vector column); only
+	// ensure: Absent drops one, without CASCADE, so a drop that would take
+	// a user's object with it is refused and reported. One whose library is
+	// preloaded leaves the list only once it was Absent: its library stays
+	// loaded while the entry is there, since such an extension fails every
+	// use (pgaudit: every DDL statement) without it.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Extensions []ExtensionSpec `json:"extensions,omitempty"`
+}
+
+// ExtensionSpec is one extension of spec.postgresql.extensions.
+type ExtensionSpec struct {
+	// Name is the extension's name as CREATE EXTENSION takes it (vector,
+	// pg_stat_statements, pgaudit, hstore, ...).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_-]*$`
+	Name string `json:"name"`
+
+	// Version is the extension's version (ALTER EXTENSION ... UPDATE TO it
+	// when another is installed); empty: the image's default version at
+	// creation, and the installed version left alone afterwards.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Ensure is Present (the default: created when missing) or Absent
+	// (dropped without CASCADE: refused, and reported, while an object of
+	// the database depends on it).
+	// +kubebuilder:default=Present
+	// +optional
+	Ensure Ensure `json:"ensure,omitempty"`
+}
+
+// Present says whether the extension is to exist.
+func (e ExtensionSpec) Present() bool { return e.Ensure != EnsureAbsent }
+
+// PreloadLibraries maps the extensions that work only with their library in
+// shared_preload_libraries to that library. The CEL rule of
+// PostgreSQLSpec.Extensions lists the same (a test holds them together).
+var PreloadLibraries = map[string]string{
+	"pg_stat_statements": "pg_stat_statements",
+	"pgaudit":            "pgaudit",
 }
 
 // ParameterValue is a parameter's value as postgresql.conf holds it.

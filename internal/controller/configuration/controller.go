@@ -201,13 +201,36 @@ func statusOf(v verdict) *dbv1ac.DatabaseStatusApplyConfiguration {
 	return dbv1ac.DatabaseStatus().WithConfiguration(c)
 }
 
-// parameters is spec.postgresql.parameters as the agents take them.
+// parameters is spec.postgresql.parameters as the agents take them, with
+// shared_preload_libraries when an extension of spec.postgresql.extensions
+// needs its library there.
 func parameters(db *dbv1.Database) map[string]string {
-	out := make(map[string]string, len(db.Spec.PostgreSQL.Parameters))
+	out := make(map[string]string, len(db.Spec.PostgreSQL.Parameters)+1)
 	for _, k := range slices.Sorted(maps.Keys(db.Spec.PostgreSQL.Parameters)) {
 		out[k] = string(db.Spec.PostgreSQL.Parameters[k])
 	}
+	if libs := preloadLibraries(db); len(libs) > 0 {
+		out[preloadParameter] = strings.Join(libs, ",")
+	}
 	return out
+}
+
+// preloadParameter is the parameter spec.postgresql.extensions sets.
+const preloadParameter = "shared_preload_libraries"
+
+// preloadLibraries are the libraries of spec.postgresql.extensions that
+// must be in shared_preload_libraries, sorted: those of every entry, also
+// an Absent one (the library stays loaded while its extension may still
+// exist; the entry leaves the list once it was dropped).
+func preloadLibraries(db *dbv1.Database) []string {
+	var libs []string
+	for _, e := range db.Spec.PostgreSQL.Extensions {
+		if lib, ok := dbv1.PreloadLibraries[e.Name]; ok && !slices.Contains(libs, lib) {
+			libs = append(libs, lib)
+		}
+	}
+	slices.Sort(libs)
+	return libs
 }
 
 // running says whether a pod's instance runs: Ready, not terminating, with

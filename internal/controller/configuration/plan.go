@@ -71,7 +71,7 @@ func judge(spec map[string]string, want int, answers []answer, previous string) 
 	case len(refused) > 0:
 		var parts []string
 		for _, name := range slices.Sorted(maps.Keys(refused)) {
-			parts = append(parts, fmt.Sprintf("spec.postgresql.parameters.%s: %s", name, oneMessage(refused[name])))
+			parts = append(parts, fmt.Sprintf("%s: %s", fieldOf(name), oneMessage(refused[name])))
 		}
 		v.condition = metav1.Condition{Status: metav1.ConditionFalse, Reason: dbv1.ReasonParameterRefused,
 			Message: "PostgreSQL refused " + strings.Join(parts, "; ") + "; the parameter is left as it was, the others are applied"}
@@ -91,10 +91,23 @@ func judge(spec map[string]string, want int, answers []answer, previous string) 
 		v.condition = metav1.Condition{Status: metav1.ConditionTrue, Reason: dbv1.ReasonParametersApplied,
 			Message: "spec.postgresql.parameters is empty: dbkeeper's settings and PostgreSQL's defaults on " + every}
 	default:
+		n, preload := len(spec), ""
+		if libs, ok := spec[preloadParameter]; ok {
+			n--
+			preload = fmt.Sprintf(", and shared_preload_libraries = %s for spec.postgresql.extensions", libs)
+		}
 		v.condition = metav1.Condition{Status: metav1.ConditionTrue, Reason: dbv1.ReasonParametersApplied,
-			Message: fmt.Sprintf("the %d parameters of spec.postgresql.parameters are applied on %s", len(spec), every)}
+			Message: fmt.Sprintf("the %d parameters of spec.postgresql.parameters%s are applied on %s", n, preload, every)}
 	}
 	return v
+}
+
+// fieldOf is the field of the spec a parameter comes from.
+func fieldOf(name string) string {
+	if name == preloadParameter {
+		return "spec.postgresql.extensions (" + preloadParameter + ")"
+	}
+	return "spec.postgresql.parameters." + name
 }
 
 // oneMessage is the message of a refused parameter: PostgreSQL's, once

@@ -94,3 +94,25 @@ func TestJudge(t *testing.T) {
 		assert.Equal(t, metav1.ConditionTrue, v.condition.Status)
 	})
 }
+
+// TestPreloadFromExtensions: the extensions whose library must be
+// preloaded put it in shared_preload_libraries, sorted and once, an Absent
+// entry too (its extension may still exist); the others add nothing. The
+// condition names the field it comes from, also when refused.
+func TestPreloadFromExtensions(t *testing.T) {
+	db := &dbv1.Database{}
+	db.Spec.PostgreSQL.Parameters = map[string]dbv1.ParameterValue{"work_mem": "64MB"}
+	assert.Equal(t, map[string]string{"work_mem": "64MB"}, parameters(db))
+	db.Spec.PostgreSQL.Extensions = []dbv1.ExtensionSpec{{Name: "vector"}, {Name: "pgaudit", Ensure: dbv1.EnsureAbsent}, {Name: "pg_stat_statements"}}
+	spec := parameters(db)
+	assert.Equal(t, map[string]string{"work_mem": "64MB", "shared_preload_libraries": "pg_stat_statements,pgaudit"}, spec)
+
+	v := judge(spec, 1, []answer{ok("db-0", []string{"shared_preload_libraries"})}, "")
+	assert.Equal(t, "the 1 parameters of spec.postgresql.parameters, and shared_preload_libraries = pg_stat_statements,pgaudit for spec.postgresql.extensions are applied on every instance", v.condition.Message)
+	assert.NotEmpty(t, v.revision, "a restart rolls out for the library")
+
+	refused := answer{pod: "db-0", res: agentapi.ParametersResponse{Refused: map[string]string{"shared_preload_libraries": `library "pgaudit" is not in this image`}}}
+	v = judge(spec, 1, []answer{refused}, "")
+	assert.Equal(t, dbv1.ReasonParameterRefused, v.condition.Reason)
+	assert.Contains(t, v.condition.Message, `spec.postgresql.extensions (shared_preload_libraries): library "pgaudit" is not in this image (db-0)`)
+}

@@ -2,10 +2,8 @@ package roles
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -38,12 +36,12 @@ func (s *syncer) apply(ctx context.Context, db *dbv1.Database, conn instance.Con
 		c, ok := sessions[st.database]
 		if !ok {
 			if c, err = s.instances.Connect(ctx, db, login, st.database); err != nil {
-				if unreachable(err) {
+				if instance.Unreachable(err) {
 					return failed, problems, fmt.Errorf("connecting to database %s: %w", st.database, err)
 				}
 				failed[st.object] = true
 				problems = append(problems, problem{reason: st.refused, message: fmt.Sprintf("%s: cannot connect to database %s, where dbkeeper would have %s: %s",
-					st.entry, st.database, st.note, conditions.Quote(serverError(err), 1024))})
+					st.entry, st.database, st.note, conditions.Quote(instance.ServerError(err), 1024))})
 				continue
 			}
 			sessions[st.database] = c
@@ -57,31 +55,17 @@ func (s *syncer) apply(ctx context.Context, db *dbv1.Database, conn instance.Con
 			_, err = c.Exec(ctx, st.sql)
 		}
 		if err != nil {
-			if unreachable(err) {
+			if instance.Unreachable(err) {
 				return failed, problems, err
 			}
 			failed[st.object] = true
 			logger.Info("The server refused a step of spec.roles and spec.databases", "step", st.note, "error", err.Error())
-			problems = append(problems, problem{reason: st.refused, message: fmt.Sprintf("%s: the server refused the statement that would have %s: %s", st.entry, st.note, conditions.Quote(serverError(err), 1024))})
+			problems = append(problems, problem{reason: st.refused, message: fmt.Sprintf("%s: the server refused the statement that would have %s: %s", st.entry, st.note, conditions.Quote(instance.ServerError(err), 1024))})
 			continue
 		}
 		s.event(db, st.event, "Apply", "%s", capitalized(st.note))
 	}
 	return failed, problems, nil
-}
-
-// serverError is the server's message with its detail (the sessions of a
-// database, the objects of a role), never the statement.
-func serverError(err error) string {
-	var pg *pgconn.PgError
-	if !errors.As(err, &pg) {
-		return err.Error()
-	}
-	msg := pg.Message
-	if pg.Detail != "" {
-		msg += " (" + pg.Detail + ")"
-	}
-	return msg + " [SQLSTATE " + pg.Code + "]"
 }
 
 func capitalized(s string) string {

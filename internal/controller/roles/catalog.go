@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 )
@@ -122,19 +119,6 @@ func observe(ctx context.Context, q Querier, roles, databases []string) (*catalo
 	return c, nil
 }
 
-// textArray is names as a SQL text[] constant.
-func textArray(names []string) (string, error) {
-	quoted := make([]string, 0, len(names))
-	for _, n := range slices.Sorted(maps.Keys(set(names))) {
-		lit, err := engine.QuoteLiteral(n)
-		if err != nil {
-			return "", fmt.Errorf("name %q: %w", n, err)
-		}
-		quoted = append(quoted, lit)
-	}
-	return "ARRAY[" + strings.Join(quoted, ", ") + "]::text[]", nil
-}
-
 func set(names []string) map[string]bool {
 	m := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -155,11 +139,11 @@ const (
 // catalogQuery is the query observe runs: one JSON document (a superuser's:
 // pg_authid holds the verifiers).
 func catalogQuery(roles, databases []string) (string, error) {
-	r, err := textArray(roles)
+	r, err := engine.TextArray(roles)
 	if err != nil {
 		return "", err
 	}
-	d, err := textArray(databases)
+	d, err := engine.TextArray(databases)
 	if err != nil {
 		return "", err
 	}

@@ -2,11 +2,9 @@ package roles
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -114,14 +112,4 @@ func TestPasswordSecretsWatch(t *testing.T) {
 	assert.Equal(t, "orders", reqs[0].Name)
 	assert.Equal(t, "shop", reqs[0].Namespace)
 	assert.Empty(t, databasesNaming(c)(context.Background(), secret(named, "unrelated", nil)))
-}
-
-// TestUnreachable: what waits for the primary, and what is a refusal.
-func TestUnreachable(t *testing.T) {
-	assert.True(t, unreachable(fmt.Errorf("x: %w", instance.ErrNotReady)))
-	assert.True(t, unreachable(context.DeadlineExceeded))
-	assert.True(t, unreachable(&pgconn.PgError{Code: "25006", Message: "cannot execute CREATE ROLE in a read-only transaction"}), "a demoted primary")
-	assert.True(t, unreachable(&pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}))
-	assert.False(t, unreachable(&pgconn.PgError{Code: "2BP01", Message: "role cannot be dropped"}))
-	assert.False(t, unreachable(errors.New("role \"x\" does not exist")))
 }

@@ -2,14 +2,12 @@ package roles
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +21,6 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 )
 
 // syncer keeps the roles and databases of a Database's spec on its
@@ -82,7 +79,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	roleNames, databaseNames := lookedAt(want)
 	seen, err := observe(ctx, conn, roleNames, databaseNames)
 	if err != nil {
-		if unreachable(err) {
+		if instance.Unreachable(err) {
 			return s.waiting(ctx, db, out, err), nil
 		}
 		return out, err
@@ -205,17 +202,6 @@ func (s *syncer) waiting(ctx context.Context, db *dbv1.Database, out facet.Outco
 		"cannot reach the primary to keep spec.roles and spec.databases: %v; retrying", err))
 	out.RequeueAfter = delay
 	return out
-}
-
-// unreachable says whether err is trouble reaching or writing the
-// primary, which a later attempt may not have: sqlconn.Unreachable, or a
-// server that turned read-only (demoted by a switchover).
-func unreachable(err error) bool {
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) && pg.Code == "25006" {
-		return true
-	}
-	return errors.Is(err, instance.ErrNotReady) || sqlconn.Unreachable(err)
 }
 
 // order is which problem names the condition's reason when there are

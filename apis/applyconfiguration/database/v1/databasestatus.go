@@ -25,8 +25,9 @@ type DatabaseStatusApplyConfiguration struct {
 	// Phase summarises the Ready condition for humans.
 	Phase *databasev1.Phase `json:"phase,omitempty"`
 	// Conditions holds one condition per facet (StatefulSetReady,
-	// ServiceReady, CredentialsReady, BackupReady, TLSReady, RolesReady, Deleting) and the derived
-	// Ready condition.
+	// ServiceReady, CredentialsReady, BackupReady, TLSReady,
+	// ReplicationReady, ConfigurationReady, RolesReady, ExtensionsReady,
+	// Deleting) and the derived Ready condition.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// Endpoint is the host:port clients connect to.
 	Endpoint *string `json:"endpoint,omitempty"`

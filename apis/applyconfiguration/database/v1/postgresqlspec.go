@@ -32,6 +32,23 @@ type PostgreSQLSpecApplyConfiguration struct {
 	// safety, logging destinations, shared_preload_libraries) are refused
 	// here with their names.
 	Parameters map[string]databasev1.ParameterValue `json:"parameters,omitempty"`
+	// Extensions are the PostgreSQL extensions the extensions controller
+	// creates in the application's database, as the superuser (the
+	// application's role gets no privilege for it), and keeps at their
+	// version; ExtensionsReady reports them. An extension the image does
+	// not carry (pg_available_extensions) is reported by name, never
+	// half-created. Those that need their library in
+	// shared_preload_libraries (pg_stat_statements, pgaudit) put it there:
+	// a restart that rolls out in the usual order (standbys, one
+	// switchover, the former primary), after which the extension is
+	// created. An extension that leaves this list stays on the server as
+	// it is (with whatever depends on it, such as a vector column); only
+	// ensure: Absent drops one, without CASCADE, so a drop that would take
+	// a user's object with it is refused and reported. One whose library is
+	// preloaded leaves the list only once it was Absent: its library stays
+	// loaded while the entry is there, since such an extension fails every
+	// use (pgaudit: every DDL statement) without it.
+	Extensions []ExtensionSpecApplyConfiguration `json:"extensions,omitempty"`
 }
 
 // PostgreSQLSpecApplyConfiguration constructs a declarative configuration of the PostgreSQLSpec type for use with
@@ -50,6 +67,19 @@ func (b *PostgreSQLSpecApplyConfiguration) WithParameters(entries map[string]dat
 	}
 	for k, v := range entries {
 		b.Parameters[k] = v
+	}
+	return b
+}
+
+// WithExtensions adds the given value to the Extensions field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Extensions field.
+func (b *PostgreSQLSpecApplyConfiguration) WithExtensions(values ...*ExtensionSpecApplyConfiguration) *PostgreSQLSpecApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithExtensions")
+		}
+		b.Extensions = append(b.Extensions, *values[i])
 	}
 	return b
 }
