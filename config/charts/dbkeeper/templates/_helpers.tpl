@@ -46,7 +46,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/* --controllers: "*" when all are on, else "*,-a,-b". The order is the manager's registry order. */}}
 {{- define "dbkeeper.controllers" -}}
 {{- $off := list -}}
-{{- range $name := list "statefulset" "service" "secret" "backup" "tls" "replication" "configuration" "roles" "cleanup" "readiness" -}}
+{{- range $name := list "statefulset" "service" "secret" "backup" "tls" "replication" "configuration" "roles" "extensions" "cleanup" "readiness" -}}
 {{- if not (dig $name "enabled" true $.Values.controllers) -}}
 {{- $off = append $off (printf "-%s" $name) -}}
 {{- end -}}
