@@ -39,13 +39,18 @@ func infoOf(cert *x509.Certificate, ca []byte) certInfo {
 // of the certificate (certInfo). A certificate Secret verified before, whose
 // resourceVersion and its CA Secret's (in the metadata cache) have not
 // changed since, is not read again: a converged Database costs no Secret
-// read, and a restarted manager reads each certificate Secret once.
-func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database) (certInfo, error) {
+// read, and a restarted manager reads each certificate Secret once. ca,
+// when set, is the CA Secret as this reconcile just wrote it (a step of a
+// rotation), which the cache may not have yet.
+func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database, ca *corev1.Secret) (certInfo, error) {
 	now := s.now()
 	name := resources.TLSSecretName(db)
 	caMeta, err := s.metadata(ctx, db, resources.CASecretName(db))
 	if err != nil {
 		return certInfo{}, err
+	}
+	if ca != nil {
+		caMeta = &metav1.PartialObjectMetadata{ObjectMeta: ca.ObjectMeta}
 	}
 	tlsMeta, err := s.metadata(ctx, db, name)
 	if err != nil {

@@ -149,7 +149,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		// the Database's certificate all the same (resources.addAgentTLS):
 		// the manager's requests and the agents' token never travel in
 		// clear. No hba rules, no server to reload, no CA rotation.
-		info, err := s.ensureCertificate(ctx, db)
+		info, err := s.ensureCertificate(ctx, db, nil)
 		if err != nil {
 			return facet.Outcome{}, err
 		}
@@ -173,11 +173,11 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if db.Spec.TLS != nil && db.Spec.TLS.IssuerRef != nil {
 		return s.syncCertManager(ctx, db, eng)
 	}
-	rotation, rotationAfter, err := s.rotateCA(ctx, db)
+	rotation, rotationAfter, stepped, err := s.rotateCA(ctx, db)
 	if err != nil {
 		return facet.Outcome{}, err
 	}
-	info, err := s.ensureCertificate(ctx, db)
+	info, err := s.ensureCertificate(ctx, db, stepped)
 	if err != nil {
 		return facet.Outcome{}, err
 	}

@@ -48,9 +48,12 @@ func caPhase(sec *corev1.Secret) dbv1.CARotationPhase {
 //
 // Each step changes the bundle's hash, so ensureCertificate re-issues the
 // server certificate (from the CA that signs then) with the new ca.crt,
-// and the server reloads it. The Secret is updated with its
-// resourceVersion: two managers cannot both take a step.
-func (s *syncer) rotateCA(ctx context.Context, db *dbv1.Database) (*dbv1ac.CARotationStatusApplyConfiguration, time.Duration, error) {
+// and the server reloads it: in the same reconcile, given the CA Secret
+// as the step left it (stepped; nil when no step was taken), since the
+// cache has not seen it yet and the status this reconcile writes already
+// says the new phase. The Secret is updated with its resourceVersion: two
+// managers cannot both take a step.
+func (s *syncer) rotateCA(ctx context.Context, db *dbv1.Database) (st *dbv1ac.CARotationStatusApplyConfiguration, after time.Duration, stepped *corev1.Secret, err error) {
 	name := resources.CASecretName(db)
 	now := s.now()
 	overlap := db.Spec.CARotationOverlap()
@@ -59,24 +62,25 @@ func (s *syncer) rotateCA(ctx context.Context, db *dbv1.Database) (*dbv1ac.CARot
 	// Database reads no Secret.
 	meta, err := s.metadata(ctx, db, name)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	if meta == nil {
-		return nil, 0, nil // ensureCA makes it, for the token there is now
+		return nil, 0, nil, nil // ensureCA makes it, for the token there is now
 	}
 	if a := meta.Annotations; (token == "" || token == a[resources.AnnotationCARotation]) &&
 		a[resources.AnnotationCARotationPhase] != string(dbv1.CARotationTrusting) && a[resources.AnnotationCARotationPhase] != string(dbv1.CARotationServing) {
-		return rotationStatus(a, overlap, now)
+		st, after, err := rotationStatus(a, overlap, now)
+		return st, after, nil, err
 	}
 	live, err := apply.Live(ctx, s.reader, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{})
 	if err != nil {
-		return nil, 0, fmt.Errorf("getting Secret %s: %w", name, err)
+		return nil, 0, nil, fmt.Errorf("getting Secret %s: %w", name, err)
 	}
 	if live == nil {
-		return nil, 0, nil
+		return nil, 0, nil, nil
 	}
 	if err := facet.OurSecret(db, live); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	phase := caPhase(live)
 	since, _ := time.Parse(time.RFC3339, live.Annotations[resources.AnnotationCARotationSince])
@@ -91,7 +95,7 @@ func (s *syncer) rotateCA(ctx context.Context, db *dbv1.Database) (*dbv1ac.CARot
 	case phase == dbv1.CARotationDone && token != "" && token != live.Annotations[resources.AnnotationCARotation]:
 		ca, err := pki.NewCA(caCommonName(db), now)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, nil, err
 		}
 		updated.Data[resources.CANextCertKey], updated.Data[resources.CANextKeyKey] = ca.Cert, ca.Key
 		updated.Annotations[resources.AnnotationCARotation] = token
@@ -114,14 +118,15 @@ func (s *syncer) rotateCA(ctx context.Context, db *dbv1.Database) (*dbv1ac.CARot
 		updated.Annotations[resources.AnnotationCARotationPhase] = string(caPhase(updated))
 		updated.Annotations[resources.AnnotationCASHA256] = resources.CASHA256(resources.CABundle(updated))
 		if err := s.client.Update(ctx, updated, client.FieldOwner(facet.FieldOwner(Name))); err != nil {
-			return nil, 0, fmt.Errorf("updating Secret %s for the CA rotation: %w", name, err)
+			return nil, 0, nil, fmt.Errorf("updating Secret %s for the CA rotation: %w", name, err)
 		}
 		log.FromContext(ctx).Info("Rotating the CA", "Secret", klog.KObj(updated), "phase", caPhase(updated),
 			"token", updated.Annotations[resources.AnnotationCARotation])
 		s.writer.Eventf(db, nil, corev1.EventTypeNormal, ReasonCARotation, "RotateCA", "%s", step)
-		live = updated
+		live, stepped = updated, updated
 	}
-	return rotationStatus(live.Annotations, overlap, now)
+	st, after, err = rotationStatus(live.Annotations, overlap, now)
+	return st, after, stepped, err
 }
 
 // rotationStatus is status.tls.caRotation from the CA Secret's

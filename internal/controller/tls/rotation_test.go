@@ -1,6 +1,7 @@
 package tls
 
 import (
+	"context"
 	"crypto/x509"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
@@ -108,4 +110,63 @@ func TestCARotation(t *testing.T) {
 	out = g.sync(t, fresh)
 	assert.Equal(t, dbv1.CARotationDone, caPhase(g.secret(t, resources.CASecretName(fresh))))
 	assert.Nil(t, out.Status.TLS.CARotation)
+}
+
+// laggingCache is a metadata cache that has not seen the latest writes of
+// some Secrets yet: it answers with their metadata as frozen.
+type laggingCache struct {
+	client.Reader
+	frozen map[client.ObjectKey]*metav1.PartialObjectMetadata
+}
+
+func (c laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if m, ok := c.frozen[key]; ok {
+		if p, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			m.DeepCopyInto(p)
+			return nil
+		}
+	}
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestCARotationStepReissuesAtOnce: the reconcile that takes a step of a
+// rotation also issues the server certificate with the new ca.crt, though
+// the cache has not seen the CA Secret's update yet: the status it writes
+// names the new phase, so the certificate Secret (what clients trust) must
+// already be in line. Before, a reconcile that read the CA Secret's stale
+// metadata kept the certificate it knew, and status said Done while ca.crt
+// still held the old CA (CI's TestTLSRenewalAndCARotationWithoutFailedQuery).
+func TestCARotationStepReissuesAtOnce(t *testing.T) {
+	db := facettest.Database()
+	overlap := 10 * time.Minute
+	db.Spec.TLS = &dbv1.TLSSpec{CARotationOverlap: &metav1.Duration{Duration: overlap}}
+	f := newFixture(t, db)
+	f.sync(t, db)
+	f.sync(t, db) // the certificate is verified: the next reconciles know it
+	oldCA := f.secret(t, resources.CASecretName(db)).Data[resources.CACertKey]
+	caKey := client.ObjectKey{Namespace: db.Namespace, Name: resources.CASecretName(db)}
+	freeze := func() {
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		require.NoError(t, f.c.Get(context.Background(), caKey, m))
+		f.s.cache = laggingCache{Reader: f.c, frozen: map[client.ObjectKey]*metav1.PartialObjectMetadata{caKey: m}}
+	}
+
+	freeze()
+	db.Annotations = map[string]string{dbv1.AnnotationRotateCA: "t1"}
+	out := f.sync(t, db)
+	assert.Equal(t, dbv1.CARotationTrusting, *out.Status.TLS.CARotation.Phase)
+	newCA := f.secret(t, resources.CASecretName(db)).Data[resources.CANextCertKey]
+	assert.Equal(t, string(oldCA)+string(newCA), string(f.secret(t, resources.TLSSecretName(db)).Data[resources.CACertKey]),
+		"ca.crt holds both once status says Trusting")
+
+	for _, want := range []dbv1.CARotationPhase{dbv1.CARotationServing, dbv1.CARotationDone} {
+		freeze()
+		f.now = f.now.Add(overlap)
+		out = f.sync(t, db)
+		require.Equal(t, want, *out.Status.TLS.CARotation.Phase)
+		assert.Equal(t, string(resources.CABundle(f.secret(t, resources.CASecretName(db)))), string(f.secret(t, resources.TLSSecretName(db)).Data[resources.CACertKey]),
+			"ca.crt is the CA Secret's bundle once status says %s", want)
+	}
+	assert.Equal(t, string(newCA), string(f.secret(t, resources.TLSSecretName(db)).Data[resources.CACertKey]), "ca.crt holds the new CA only")
 }
