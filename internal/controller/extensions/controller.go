@@ -24,16 +24,13 @@ const Name = "extensions"
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // How soon a Database is looked at again: in line (which puts back an
-// extension dropped by hand), while something waits (a restart that
-// preloads a library, a refused statement), and the first and last retry
-// while the primary cannot be reached (doubling in between; a pod turning
-// Ready, as after the restart that preloads a library, brings it back
-// sooner).
+// extension dropped by hand), and while something waits (a restart that
+// preloads a library, a refused statement). A primary that cannot be
+// reached is retried with facet.Backoff; a pod turning Ready, as after the
+// restart that preloads a library, brings it back sooner.
 const (
-	resyncAfter  = 5 * time.Minute
-	retryAfter   = 30 * time.Second
-	pendingFirst = time.Second
-	pendingMax   = time.Minute
+	resyncAfter = 5 * time.Minute
+	retryAfter  = 30 * time.Second
 )
 
 // Controller is the extensions controller.

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,7 +35,7 @@ type syncer struct {
 	writer *facet.Writer
 	// pending maps a Database whose primary could not be reached to the
 	// delay before the next attempt.
-	pending sync.Map
+	pending facet.Backoff
 }
 
 // Sync implements facet.Syncer.
@@ -46,7 +44,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	key := client.ObjectKeyFromObject(db)
 	spec := db.Spec.PostgreSQL.Extensions
 	if len(spec) == 0 {
-		s.pending.Delete(key)
+		s.pending.Reset(key)
 		return facet.Outcome{Condition: conditions.True(t, dbv1.ReasonExtensionsReconciled,
 			"spec.postgresql.extensions is empty: the application's database has what initdb and the application made")}, nil
 	}
@@ -101,7 +99,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 			return s.waiting(ctx, db, err), nil
 		}
 	}
-	s.pending.Delete(key)
+	s.pending.Reset(key)
 	out := facet.Outcome{Condition: verdict(spec, seen, database, problems), RequeueAfter: resyncAfter}
 	if out.Condition.Status != metav1.ConditionTrue {
 		out.RequeueAfter = retryAfter
@@ -194,11 +192,7 @@ const maxMessage = 16000
 // yet; the Database comes back with a growing delay.
 func (s *syncer) waiting(ctx context.Context, db *dbv1.Database, err error) facet.Outcome {
 	key := client.ObjectKeyFromObject(db)
-	delay := pendingFirst
-	if v, ok := s.pending.Load(key); ok {
-		delay = min(2*v.(time.Duration), pendingMax)
-	}
-	s.pending.Store(key, delay)
+	delay := s.pending.Next(key)
 	log.FromContext(ctx).V(1).Info("Waiting for the primary", "error", err.Error(), "retry", delay)
 	return facet.Outcome{RequeueAfter: delay, Condition: conditions.False(dbv1.ConditionExtensionsReady, dbv1.ReasonExtensionsWaitingForPrimary,
 		fmt.Sprintf("cannot reach the primary to keep spec.postgresql.extensions: %v; retrying", err))}

@@ -33,15 +33,12 @@ const IndexPasswordSecrets = "spec.roles.passwordSecret.name"
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // How soon a Database is looked at again: in line (which repairs a role
-// altered by hand), while a drop waits for sessions to end or the
-// application's role to appear, and the first and last retry while the
-// primary cannot be reached (doubling in between; a pod turning Ready
-// brings it back sooner).
+// altered by hand), and while a drop waits for sessions to end or the
+// application's role to appear (a primary that cannot be reached is
+// retried with facet.Backoff; a pod turning Ready brings it back sooner).
 const (
-	resyncAfter  = 5 * time.Minute
-	retryAfter   = 30 * time.Second
-	pendingFirst = time.Second
-	pendingMax   = time.Minute
+	resyncAfter = 5 * time.Minute
+	retryAfter  = 30 * time.Second
 )
 
 // Controller is the roles controller.

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
@@ -76,7 +77,7 @@ func TestSyncWaits(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, dbv1.ReasonWaitingForPrimary, out.Condition.Reason)
 	assert.Contains(t, out.Condition.Message, "orders-superuser")
-	assert.Equal(t, pendingFirst, out.RequeueAfter)
+	assert.Equal(t, facet.BackoffFirst, out.RequeueAfter)
 	assert.Zero(t, primary.calls)
 
 	require.NoError(t, c.Create(ctx, secret(db, resources.SuperuserSecretName(db), map[string]string{engine.UsernameKey: "postgres", engine.PasswordKey: "y"})))
@@ -85,13 +86,13 @@ func TestSyncWaits(t *testing.T) {
 	assert.Equal(t, metav1.ConditionFalse, out.Condition.Status)
 	assert.Equal(t, dbv1.ReasonWaitingForPrimary, out.Condition.Reason)
 	assert.Equal(t, "cannot reach the primary to keep spec.roles and spec.databases: pod orders-0 is not ready; retrying", out.Condition.Message)
-	assert.Equal(t, 2*pendingFirst, out.RequeueAfter)
+	assert.Equal(t, 2*facet.BackoffFirst, out.RequeueAfter)
 	assert.Equal(t, []string{"reader"}, out.Status.Roles.Roles, "status kept")
 	assert.Equal(t, 1, primary.calls)
 	for range 10 {
 		out, _ = s.Sync(ctx, db)
 	}
-	assert.Equal(t, pendingMax, out.RequeueAfter)
+	assert.Equal(t, facet.BackoffMax, out.RequeueAfter)
 }
 
 // TestPasswordSecretsWatch: a Secret's change reaches the Databases of its

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,7 +36,7 @@ type syncer struct {
 	allowPrivileged bool
 	// pending maps a Database whose primary could not be reached to the
 	// delay before the next attempt.
-	pending sync.Map
+	pending facet.Backoff
 }
 
 // Sync implements facet.Syncer.
@@ -47,7 +45,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	key := client.ObjectKeyFromObject(db)
 	prev := previous(db)
 	if len(db.Spec.Roles) == 0 && len(db.Spec.Databases) == 0 && len(prev.Roles)+len(prev.Databases)+len(prev.ReleasedRoles)+len(prev.ReleasedDatabases) == 0 {
-		s.pending.Delete(key)
+		s.pending.Reset(key)
 		return facet.Outcome{Condition: conditions.True(t, dbv1.ReasonRolesReconciled,
 			"spec.roles and spec.databases are empty: the server has the application's role and database only, which CredentialsReady reports")}, nil
 	}
@@ -92,7 +90,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if err != nil {
 		return s.waiting(ctx, db, out, err), nil
 	}
-	s.pending.Delete(key)
+	s.pending.Reset(key)
 	for _, r := range p.released {
 		log.FromContext(ctx).Info("Leaving a role or database that left the spec as it is on the server", "object", r)
 		s.event(db, ReasonReleased, "Release", "%s left the spec: left on the server as it is, no longer kept (status.roles)", r)
@@ -192,11 +190,7 @@ func optedIn(sec *corev1.Secret, name string) bool {
 // yet; the Database comes back with a growing delay.
 func (s *syncer) waiting(ctx context.Context, db *dbv1.Database, out facet.Outcome, err error) facet.Outcome {
 	key := client.ObjectKeyFromObject(db)
-	delay := pendingFirst
-	if v, ok := s.pending.Load(key); ok {
-		delay = min(2*v.(time.Duration), pendingMax)
-	}
-	s.pending.Store(key, delay)
+	delay := s.pending.Next(key)
 	log.FromContext(ctx).V(1).Info("Waiting for the primary", "error", err.Error(), "retry", delay)
 	out.Condition = conditions.False(dbv1.ConditionRolesReady, dbv1.ReasonWaitingForPrimary, fmt.Sprintf(
 		"cannot reach the primary to keep spec.roles and spec.databases: %v; retrying", err))

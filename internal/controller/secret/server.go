@@ -28,14 +28,6 @@ import (
 // by hand on the server.
 const Resync = 10 * time.Minute
 
-// Backoff of a Database whose server cannot be reached yet: the first
-// retry after pendingFirst, doubling up to pendingMax. A pod that turns
-// Ready brings the Database back sooner (the pod watch).
-const (
-	pendingFirst = time.Second
-	pendingMax   = time.Minute
-)
-
 // Reasons of the Events of the server step; they name roles, databases and
 // Secrets, never a password or a verifier.
 const (
@@ -70,7 +62,7 @@ func (s *syncer) serverStep(ctx context.Context, db *dbv1.Database, eng engine.E
 	// A password the server cannot take is refused before anything is
 	// sent; the change of the Secret brings us back.
 	if err := engine.CheckPassword(password); err != nil {
-		s.pending.Delete(key)
+		s.pending.Reset(key)
 		out.Condition = conditions.False(t, dbv1.ReasonRotationFailed, fmt.Sprintf(
 			"Secret %s (resourceVersion %s), key %s: %v; the server keeps the previous password", appName, version, engine.PasswordKey, err))
 		return out, nil
@@ -88,7 +80,7 @@ func (s *syncer) serverStep(ctx context.Context, db *dbv1.Database, eng engine.E
 		return s.pendingOutcome(ctx, db, out, appName, version, err), nil
 	}
 	if failed != nil {
-		s.pending.Delete(key)
+		s.pending.Reset(key)
 		out.Condition = *failed
 		out.RequeueAfter = Resync
 		return out, nil
@@ -101,14 +93,14 @@ func (s *syncer) serverStep(ctx context.Context, db *dbv1.Database, eng engine.E
 		if sqlconn.Unreachable(err) {
 			return s.pendingOutcome(ctx, db, out, appName, version, err), nil
 		}
-		s.pending.Delete(key)
+		s.pending.Reset(key)
 		log.FromContext(ctx).Info("The server refused the credentials", "Secret", klog.KRef(db.Namespace, appName), "role", role, "error", err.Error())
 		out.Condition = conditions.False(t, dbv1.ReasonRotationFailed, fmt.Sprintf(
 			"Secret %s (resourceVersion %s): %v; nothing was changed", appName, version, err))
 		out.RequeueAfter = Resync
 		return out, nil
 	}
-	s.pending.Delete(key)
+	s.pending.Reset(key)
 	s.report(ctx, db, app, role, target.Database, res, demoted)
 	out.Status = credentialsStatus(db, version)
 	out.RequeueAfter = Resync
@@ -226,11 +218,7 @@ func (s *syncer) report(ctx context.Context, db *dbv1.Database, app *corev1.Secr
 // the Database comes back with a growing delay.
 func (s *syncer) pendingOutcome(ctx context.Context, db *dbv1.Database, out facet.Outcome, appName, version string, err error) facet.Outcome {
 	key := client.ObjectKeyFromObject(db)
-	delay := pendingFirst
-	if v, ok := s.pending.Load(key); ok {
-		delay = min(2*v.(time.Duration), pendingMax)
-	}
-	s.pending.Store(key, delay)
+	delay := s.pending.Next(key)
 	log.FromContext(ctx).V(1).Info("Waiting for the server", "Secret", klog.KRef(db.Namespace, appName), "error", err.Error(), "retry", delay)
 	msg := fmt.Sprintf("the server does not have the password of Secret %s (resourceVersion %s) yet: %v", appName, version, err)
 	if appliedVersion(db, appName) == version {

@@ -33,7 +33,7 @@ type syncer struct {
 	instances instance.Connector
 	// pending maps a Database whose server could not be reached to the
 	// delay before the next attempt.
-	pending sync.Map
+	pending facet.Backoff
 	// rotated maps a Database to the last rotation this controller made
 	// (a rotation), so that Rotated stays while nothing changes even when
 	// the cached Database lags the status that said so.
