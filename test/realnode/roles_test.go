@@ -277,3 +277,80 @@ func TestRotationRefusesEmptyPassword(t *testing.T) {
 	copyConn := dbtest.Conn{Namespace: ns, Secret: "shop-login-copy", Host: resources.ClientServiceHost(db)}
 	assert.Equal(t, "shop", queryEventually(t, copyConn, "SELECT current_user"), "the previous password stopped working")
 }
+
+// TestDeclaredRoles (issue 32, item 3): a role of spec.roles logs in with
+// its Secret's password and reads the application's tables through its
+// membership in pg_read_all_data, and its database of spec.databases is
+// made with it as the owner; SUPERUSER given by hand is taken back at the
+// next reconcile (here the one the Secret's change brings; the periodic
+// one comes every 5 minutes), which also sets the Secret's new password
+// (the old one is refused after); ensure: Absent drops the database and
+// the role, which no longer logs in.
+func TestDeclaredRoles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := newNamespace(t)
+	startOperator(t, ns)
+	pw := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reporter-pw",
+		Annotations: map[string]string{dbv1.AnnotationCredentialsFor: "declared"}},
+		StringData: map[string]string{"password": "first-reporter-pw"}}
+	require.NoError(t, k8s.Create(ctx, pw))
+	db := newDatabase(ns, "declared", "17", func(d *dbv1.Database) {
+		d.Spec.Roles = []dbv1.RoleSpec{{Name: "reporter", PasswordSecret: &dbv1.PasswordSecretRef{Name: "reporter-pw"}, InRoles: []string{"pg_read_all_data"}}}
+		d.Spec.Databases = []dbv1.ServerDatabaseSpec{{Name: "reports", Owner: "reporter"}}
+	})
+	create(t, db)
+	waitReady(t, db)
+	cond := waitCondition(t, db, dbv1.ConditionRolesReady, metav1.ConditionTrue, dbv1.ReasonRolesReconciled)
+	t.Logf("RolesReady: %s", cond.Message)
+	fillItems(t, generated(db))
+
+	rw := serviceTarget(t, db, resources.ClientServiceName(db))
+	reporter := rw
+	reporter.User, reporter.Password = "reporter", "first-reporter-pw"
+	assert.Equal(t, "100", sqlValue(t, reporter, "SELECT count(*) FROM items"), "the role reads the application's table (pg_read_all_data)")
+	reports := reporter
+	reports.Database = "reports"
+	assert.Equal(t, "reporter", sqlValue(t, reports, "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()"))
+
+	super := superuserTarget(t, db, rw)
+	super.Database = "postgres"
+	sqlValue(t, super, "ALTER ROLE reporter SUPERUSER")
+	require.Equal(t, "t", sqlValue(t, super, "SELECT rolsuper FROM pg_roles WHERE rolname = 'reporter'"))
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(pw), pw))
+	pw.Data, pw.StringData = nil, map[string]string{"password": "second-reporter-pw"}
+	require.NoError(t, k8s.Update(ctx, pw))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Equal(ct, "f", sqlValueOnce(ct, super, "SELECT rolsuper FROM pg_roles WHERE rolname = 'reporter'"), "SUPERUSER by hand taken back")
+		second := reporter
+		second.Password = "second-reporter-pw"
+		_, err := sqlOnce(second, "SELECT 1")
+		assert.NoError(ct, err, "the Secret's new password")
+	}, timeout, time.Second)
+	_, err := sqlOnce(reporter, "SELECT 1")
+	require.Error(t, err, "the old password still logs in")
+	assert.Contains(t, err.Error(), "password authentication failed")
+
+	dbtest.Patch(t, k8s, db, func(d *dbv1.Database) {
+		d.Spec.Roles[0].Ensure = dbv1.EnsureAbsent
+		// an Absent database names no owner (admission: only a Present
+		// role may own one)
+		d.Spec.Databases[0] = dbv1.ServerDatabaseSpec{Name: "reports", Ensure: dbv1.EnsureAbsent}
+	})
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Equal(ct, "0|0", sqlValueOnce(ct, super, "SELECT (SELECT count(*) FROM pg_roles WHERE rolname = 'reporter') || '|' || (SELECT count(*) FROM pg_database WHERE datname = 'reports')"))
+	}, timeout, time.Second, "the Absent role and database are dropped")
+	second := reporter
+	second.Password = "second-reporter-pw"
+	_, err = sqlOnce(second, "SELECT 1")
+	require.Error(t, err, "a dropped role logs in")
+	assert.Equal(t, "100", sqlValue(t, rw, "SELECT count(*) FROM items"), "the application's rows stay")
+}
+
+// sqlValueOnce is sqlOnce for an EventuallyWithT: an error is the tick's
+// failure.
+func sqlValueOnce(ct *assert.CollectT, target sqlconn.Target, sql string) string {
+	v, err := sqlOnce(target, sql)
+	assert.NoError(ct, err, sql)
+	return v
+}
