@@ -50,8 +50,17 @@ func TestParametersThatStopAStartArePutBack(t *testing.T) {
 	mustExec(t, pa, `ALTER SYSTEM SET synchronous_standby_names = '"db-1"'`)
 	mustExec(t, pa, "SELECT pg_reload_conf()")
 
-	// A library that is not there: written, the start refuses it.
-	bad := map[string]string{"work_mem": "16MB", "shared_preload_libraries": "pg_stat_statements,no_such_library"}
+	// A library that is not in the library directory: refused before it
+	// is written (missingLibrary), the server not restarted.
+	r = c.setParameters(a, map[string]string{"work_mem": "16MB", "shared_preload_libraries": "pg_stat_statements,no_such_library"})
+	assert.Equal(t, []string{"shared_preload_libraries"}, keys(r.Refused))
+	assert.Contains(t, r.Refused["shared_preload_libraries"], `library "no_such_library" is not in this image`)
+	assert.Empty(t, r.PendingRestart)
+	assert.Equal(t, "pg_stat_statements", autoConf(t, a)["shared_preload_libraries"])
+
+	// One given by path, which the agent leaves to the server: written,
+	// the start refuses it.
+	bad := map[string]string{"work_mem": "16MB", "shared_preload_libraries": "pg_stat_statements,$libdir/no_such_library"}
 	r = c.setParameters(a, bad)
 	assert.Empty(t, r.Refused)
 	assert.Equal(t, []string{"shared_preload_libraries"}, r.PendingRestart)
@@ -73,14 +82,14 @@ func TestParametersThatStopAStartArePutBack(t *testing.T) {
 	assert.Equal(t, 2, countLines(string(log), "Started the server"), "started once more by the same agent")
 	b, err = os.ReadFile(filepath.Join(a.dir, "dbkeeper-refused-at-start.auto.conf"))
 	require.NoError(t, err)
-	assert.Contains(t, string(b), "shared_preload_libraries = 'pg_stat_statements, no_such_library'", "the failed file aside")
+	assert.Contains(t, string(b), `shared_preload_libraries = 'pg_stat_statements, "$libdir/no_such_library"'`, "the failed file aside")
 
 	// Asked again: refused with the server's line, not written.
 	written := autoConfTime(t, a)
 	r = c.setParameters(a, bad)
 	assert.Equal(t, []string{"shared_preload_libraries"}, keys(r.Refused))
-	assert.Contains(t, r.Refused["shared_preload_libraries"], "the server did not start with shared_preload_libraries = 'pg_stat_statements, no_such_library': ")
-	assert.Contains(t, r.Refused["shared_preload_libraries"], `FATAL:  could not access file "no_such_library": No such file or directory`)
+	assert.Contains(t, r.Refused["shared_preload_libraries"], `the server did not start with shared_preload_libraries = 'pg_stat_statements, "$libdir/no_such_library"': `)
+	assert.Contains(t, r.Refused["shared_preload_libraries"], `FATAL:  could not access file "$libdir/no_such_library": No such file or directory`)
 	assert.Empty(t, r.PendingRestart)
 	assert.Equal(t, written, autoConfTime(t, a), "postgresql.auto.conf written")
 	assert.Equal(t, kept, autoConf(t, a))
