@@ -158,3 +158,20 @@ func TestPreloadedExtension(t *testing.T) {
 	f.asApp("SELECT 4242 AS dbkeeper_probe")
 	assert.Equal(t, "1", f.asApp("SELECT count(*) FROM pg_stat_statements WHERE query LIKE '%dbkeeper_probe%' AND query NOT LIKE '%pg_stat_statements%'"))
 }
+
+// TestBeforeTheApplicationsDatabase: while the application's database is
+// not there yet (the secret controller makes it once the server runs),
+// ExtensionsReady waits for it, by name, with the growing retry delay, not
+// an error.
+func TestBeforeTheApplicationsDatabase(t *testing.T) {
+	f := newFixture(t, postgres.Options{})
+	f.srv.SQL(t, "postgres", "DROP DATABASE app")
+	f.db.Spec.PostgreSQL.Extensions = []dbv1.ExtensionSpec{{Name: "hstore"}}
+	out := f.sync()
+	assert.Equal(t, dbv1.ReasonExtensionsWaitingForPrimary, out.Condition.Reason)
+	assert.Contains(t, out.Condition.Message, "the application's database app is not there yet")
+	assert.Equal(t, facet.BackoffFirst, out.RequeueAfter)
+	f.srv.SQL(t, "postgres", "CREATE DATABASE app OWNER app")
+	out = f.sync()
+	assert.Equal(t, dbv1.ReasonExtensionsReconciled, out.Condition.Reason, out.Condition.Message)
+}

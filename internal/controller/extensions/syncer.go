@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +61,10 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		if instance.Unreachable(err) {
 			return s.waiting(ctx, db, err), nil
 		}
+		if noDatabase(err) {
+			// the secret controller makes it once the server runs
+			return s.waiting(ctx, db, fmt.Errorf("the application's database %s is not there yet (see CredentialsReady)", database)), nil
+		}
 		return facet.Outcome{}, err
 	}
 	defer func() { _ = conn.Close(ctx) }()
@@ -105,6 +110,12 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		out.RequeueAfter = retryAfter
 	}
 	return out, nil
+}
+
+// noDatabase says whether err is the server's "database does not exist".
+func noDatabase(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "3D000"
 }
 
 // applicationDatabase is the application's database, from the credentials
