@@ -152,7 +152,7 @@ func (a *Agent) applyParameters(ctx context.Context, req agentapi.ParametersRequ
 			refuse(name, why)
 			continue
 		}
-		if why := missingLibrary(name, value, pkglibdir()); why != "" {
+		if why := missingLibrary(name, value, pkglibdir); why != "" {
 			refuse(name, why)
 			continue
 		}
@@ -525,12 +525,17 @@ func pkglibdir() string {
 }
 
 // missingLibrary says which library of a shared_preload_libraries value
-// (name, value) is not in dir: the server would not start with it (it
-// fails to load it), so the value never reaches postgresql.auto.conf. ""
-// for any other parameter, a library given by path, or when dir cannot be
+// (name, value) is not in the library directory (libdir, asked only for
+// that parameter): the server would not start with it (it fails to load
+// it), so the value never reaches postgresql.auto.conf. "" for any other
+// parameter, a library given by path, or when the directory cannot be
 // read (the server's own check at its start stands: refusedStarts).
-func missingLibrary(name, value, dir string) string {
-	if !strings.EqualFold(name, "shared_preload_libraries") || dir == "" {
+func missingLibrary(name, value string, libdir func() string) string {
+	if !strings.EqualFold(name, "shared_preload_libraries") {
+		return ""
+	}
+	dir := libdir()
+	if dir == "" {
 		return ""
 	}
 	if _, err := os.Stat(dir); err != nil {

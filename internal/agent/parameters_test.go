@@ -232,10 +232,11 @@ func TestPendingRestart(t *testing.T) {
 func TestMissingLibrary(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "pg_stat_statements.so"), nil, 0o644))
-	assert.Empty(t, missingLibrary("shared_preload_libraries", "pg_stat_statements", dir))
-	assert.Empty(t, missingLibrary("shared_preload_libraries", "'$libdir/pgaudit', /opt/x.so", dir))
-	assert.Empty(t, missingLibrary("work_mem", "pgaudit", dir))
-	why := missingLibrary("shared_preload_libraries", "pg_stat_statements, pgaudit", dir)
+	in := func(d string) func() string { return func() string { return d } }
+	assert.Empty(t, missingLibrary("shared_preload_libraries", "pg_stat_statements", in(dir)))
+	assert.Empty(t, missingLibrary("shared_preload_libraries", "'$libdir/pgaudit', /opt/x.so", in(dir)))
+	assert.Empty(t, missingLibrary("work_mem", "pgaudit", func() string { panic("the library directory looked up for another parameter") }))
+	why := missingLibrary("shared_preload_libraries", "pg_stat_statements, pgaudit", in(dir))
 	assert.Contains(t, why, `library "pgaudit" is not in this image`)
-	assert.Empty(t, missingLibrary("shared_preload_libraries", "pgaudit", filepath.Join(dir, "none")), "no library directory: the server's own check stands")
+	assert.Empty(t, missingLibrary("shared_preload_libraries", "pgaudit", in(filepath.Join(dir, "none"))), "no library directory: the server's own check stands")
 }

@@ -35,7 +35,6 @@ type catalog struct {
 
 type available struct {
 	Name      string `json:"name"`
-	Default   string `json:"default"`
 	Installed string `json:"installed"`
 }
 
@@ -94,9 +93,6 @@ type problem struct {
 type plan struct {
 	steps    []step
 	problems []problem
-	// kept are the Present extensions already as declared, as "name
-	// version".
-	kept []string
 }
 
 // planFor is the plan that brings the database seen to the extensions of
@@ -128,9 +124,9 @@ func planFor(spec []dbv1.ExtensionSpec, seen catalog) plan {
 				"%s: the image of PostgreSQL %s does not have extension %s (pg_available_extensions)", entry, seen.ServerVersion, e.Name)})
 			continue
 		}
-		if e.Version != "" && !slices.Contains(seen.versions(e.Name), e.Version) {
+		if offered := seen.versions(e.Name); e.Version != "" && !slices.Contains(offered, e.Version) {
 			p.problems = append(p.problems, problem{dbv1.ReasonExtensionUnavailable, fmt.Sprintf(
-				"%s: the image has extension %s at versions %s, not %s", entry, e.Name, strings.Join(seen.versions(e.Name), ", "), e.Version)})
+				"%s: the image has extension %s at versions %s, not %s", entry, e.Name, strings.Join(offered, ", "), e.Version)})
 			continue
 		}
 		if lib, ok := dbv1.PreloadLibraries[e.Name]; ok && !seen.preloaded(lib) {
@@ -150,8 +146,6 @@ func planFor(spec []dbv1.ExtensionSpec, seen catalog) plan {
 		case e.Version != "" && a.Installed != e.Version:
 			p.steps = append(p.steps, step{entry: entry, sql: "ALTER EXTENSION " + id + " UPDATE TO " + version,
 				note: fmt.Sprintf("updated extension %s from %s to %s", e.Name, a.Installed, e.Version), event: ReasonExtensionUpdated})
-		default:
-			p.kept = append(p.kept, e.Name+" "+a.Installed)
 		}
 	}
 	return p

@@ -68,7 +68,8 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		return facet.Outcome{}, err
 	}
 	defer func() { _ = conn.Close(ctx) }()
-	seen, err := observe(ctx, conn, names(spec))
+	named := names(spec)
+	seen, err := observe(ctx, conn, named)
 	if err != nil {
 		if instance.Unreachable(err) {
 			return s.waiting(ctx, db, err), nil
@@ -100,7 +101,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	}
 	if ran {
 		// what is installed now, for the message
-		if seen, err = observe(ctx, conn, names(spec)); err != nil {
+		if seen, err = observe(ctx, conn, named); err != nil {
 			return s.waiting(ctx, db, err), nil
 		}
 	}
@@ -142,7 +143,7 @@ func observe(ctx context.Context, conn instance.Conn, names []string) (catalog, 
 	'recovery', pg_catalog.pg_is_in_recovery(),
 	'preloaded', pg_catalog.current_setting('shared_preload_libraries'),
 	'serverVersion', pg_catalog.current_setting('server_version'),
-	'available', COALESCE((SELECT json_agg(json_build_object('name', name, 'default', COALESCE(default_version, ''), 'installed', COALESCE(installed_version, '')))
+	'available', COALESCE((SELECT json_agg(json_build_object('name', name, 'installed', COALESCE(installed_version, '')))
 		FROM pg_catalog.pg_available_extensions WHERE name = ANY(` + arr + `)), '[]'),
 	'versions', COALESCE((SELECT json_agg(json_build_object('name', name, 'version', version))
 		FROM pg_catalog.pg_available_extension_versions WHERE name = ANY(` + arr + `)), '[]'))::text`
