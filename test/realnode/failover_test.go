@@ -406,21 +406,17 @@ func (h *ha) run(kind faultKind, i int) {
 		t.Logf("MEASURED failover %s run %d: longest write gap %s (the primary serves through it)", kind.name, i, gap.Round(time.Millisecond))
 		assert.Less(t, gap, cmp.Or(f.maxGap, survivedGap), "writes through <name> go on through %s", kind.name)
 	} else if f.failover {
-		var seen []string
-		last := ""
 		// (the messages are joined after the wait: arguments of
 		// require.Eventually are evaluated before it starts)
+		said := replicationReadyHistory{since: at}
 		promoted := assert.Eventually(t, func() bool {
 			live := dbtest.Get(t, k8s, h.db)
-			if c := findCondition(live, dbv1.ConditionReplicationReady); c != nil && c.Message != last {
-				last = c.Message
-				seen = append(seen, time.Since(at).Round(time.Second).String()+" "+c.Reason+": "+c.Message)
-			}
+			said.record(live)
 			r := live.Status.Replication
 			return r.CurrentPrimary != "" && r.CurrentPrimary != old
 		}, convergeTimeout, 100*time.Millisecond, "a standby is promoted after %s of %s", kind.name, old)
 		if !promoted {
-			require.FailNow(t, "no failover", "ReplicationReady said:\n%s", strings.Join(seen, "\n"))
+			require.FailNow(t, "no failover", "ReplicationReady said:\n%s", said)
 		}
 	}
 	if !f.survives {
@@ -428,18 +424,14 @@ func (h *ha) run(kind faultKind, i int) {
 		// itself), then resume: the longest gap since the fault is the
 		// outage
 		var stopped, resumed time.Time
-		var seen []string
-		last := ""
+		said := replicationReadyHistory{since: at}
 		if !assert.Eventually(t, func() bool {
-			if c := findCondition(dbtest.Get(t, k8s, h.db), dbv1.ConditionReplicationReady); c != nil && c.Message != last {
-				last = c.Message
-				seen = append(seen, time.Since(at).Round(time.Second).String()+" "+c.Reason+": "+c.Message)
-			}
+			said.record(dbtest.Get(t, k8s, h.db))
 			stopped, resumed = h.w.Outage(at)
 			return !resumed.IsZero() && resumed.Sub(stopped) >= 500*time.Millisecond && time.Since(resumed) > time.Second
 		}, convergeTimeout, 50*time.Millisecond, "writes through <name> stop after %s, then are accepted again", kind.name) {
 			require.FailNow(t, "writes not accepted again", "writer: %s\n%s\nReplicationReady said:\n%s",
-				h.w.Describe(), h.describe(), strings.Join(seen, "\n"))
+				h.w.Describe(), h.describe(), said)
 		}
 		d := resumed.Sub(at)
 		h.measured[kind.name] = append(h.measured[kind.name], d)
@@ -571,6 +563,24 @@ func (h *ha) converged() string {
 	assert.Equal(t, "f", sqlValue(t, h.rw, "SELECT pg_is_in_recovery()"), "<name> reaches the primary")
 	return primary
 }
+
+// replicationReadyHistory is each new message of ReplicationReady since
+// a fault, with when it came, for a failure's message.
+type replicationReadyHistory struct {
+	since time.Time
+	last  string
+	lines []string
+}
+
+// record adds db's ReplicationReady when its message changed.
+func (r *replicationReadyHistory) record(db *dbv1.Database) {
+	if c := findCondition(db, dbv1.ConditionReplicationReady); c != nil && c.Message != r.last {
+		r.last = c.Message
+		r.lines = append(r.lines, time.Since(r.since).Round(time.Second).String()+" "+c.Reason+": "+c.Message)
+	}
+}
+
+func (r replicationReadyHistory) String() string { return strings.Join(r.lines, "\n") }
 
 // describe is status.replication of the Database, an instance a line, for
 // a failure's message.
