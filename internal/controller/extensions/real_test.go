@@ -8,14 +8,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
-	"github.com/dbkeeper/dbkeeper/internal/engine"
-	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/framework/postgres"
 )
 
@@ -39,13 +36,7 @@ func newFixture(t *testing.T, o postgres.Options) *fixture {
 	t.Cleanup(cancel)
 	srv := postgres.StartWith(t, o)
 	db := facettest.Database()
-	super := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: resources.SuperuserSecretName(db)},
-		Data: map[string][]byte{engine.UsernameKey: []byte(postgres.Superuser), engine.PasswordKey: []byte(srv.Password)}}
-	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: resources.GeneratedSecretName(db)},
-		Data: map[string][]byte{engine.UsernameKey: []byte("app"), engine.PasswordKey: []byte("app-password")}}
-	c := facettest.Client(t, db, super, creds)
-	srv.SQL(t, "postgres", "CREATE ROLE app LOGIN")
-	srv.SQL(t, "postgres", "CREATE DATABASE app OWNER app")
+	c := facettest.Client(t, append(srv.AppPrimary(t, db), db)...)
 	return &fixture{t: t, ctx: ctx, srv: srv, db: db, s: &syncer{secrets: c, instances: srv.Connector()}}
 }
 
