@@ -45,12 +45,13 @@ func infoOf(cert *x509.Certificate, ca []byte) certInfo {
 func (s *syncer) ensureCertificate(ctx context.Context, db *dbv1.Database, ca *corev1.Secret) (certInfo, error) {
 	now := s.now()
 	name := resources.TLSSecretName(db)
-	caMeta, err := s.metadata(ctx, db, resources.CASecretName(db))
-	if err != nil {
-		return certInfo{}, err
-	}
+	var caMeta *metav1.PartialObjectMetadata
 	if ca != nil {
 		caMeta = &metav1.PartialObjectMetadata{ObjectMeta: ca.ObjectMeta}
+	} else if m, err := s.metadata(ctx, db, resources.CASecretName(db)); err != nil {
+		return certInfo{}, err
+	} else {
+		caMeta = m
 	}
 	tlsMeta, err := s.metadata(ctx, db, name)
 	if err != nil {
