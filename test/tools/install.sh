@@ -106,24 +106,29 @@ if [[ ! -d $stages ]]; then
 fi
 ln -sfn "../kwok-stages-$kwok_version" "$bin/kwok-stages"
 
-# promtool from the Debian package of the machine's release (bookworm:
-# Prometheus 2.42), unpacked from the .deb apt downloads (a second, 20 MB;
-# building it from the module proxy took 4 to 19 minutes on 2 cores). Not
-# on a system without apt: the monitoring tests say so.
+# promtool and the Prometheus server from the Debian package of the
+# machine's release (bookworm: Prometheus 2.42), unpacked from the .deb apt
+# downloads (a second, 20 MB; building them from the module proxy took 4 to
+# 19 minutes on 2 cores), not installed (the package would start a server
+# at boot). The server is what the alert tests run on loopback against real
+# agents. Not on a system without apt: the monitoring tests say so.
 if command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null; then
 	prom_version=$(apt-cache policy prometheus 2>/dev/null | awk '/Candidate:/ {print $2}')
 	if [[ -n $prom_version && $prom_version != "(none)" ]]; then
-		promtool=$cache/promtool-${prom_version//[:+~]/_}
-		if [[ ! -x $promtool ]]; then
+		suffix=${prom_version//[:+~]/_}
+		if [[ ! -x $cache/promtool-$suffix || ! -x $cache/prometheus-$suffix ]]; then
 			deb=$(mktemp -d)
 			(cd "$deb" && apt-get download -qq "prometheus=$prom_version" 2>/dev/null)
 			dpkg-deb -x "$deb"/prometheus_*.deb "$deb/x"
-			cp "$deb/x/usr/bin/promtool" "$promtool.tmp.$$"
-			mv "$promtool.tmp.$$" "$promtool"
+			for name in promtool prometheus; do
+				cp "$deb/x/usr/bin/$name" "$cache/$name-$suffix.tmp.$$"
+				mv "$cache/$name-$suffix.tmp.$$" "$cache/$name-$suffix"
+			done
 			rm -rf "$deb"
-			echo "unpacked promtool $prom_version from Debian's prometheus package" >&2
+			echo "unpacked promtool and prometheus $prom_version from Debian's prometheus package" >&2
 		fi
-		ln -sfn "../$(basename "$promtool")" "$bin/promtool"
+		ln -sfn "../promtool-$suffix" "$bin/promtool"
+		ln -sfn "../prometheus-$suffix" "$bin/prometheus"
 	fi
 fi
 echo "$bin"

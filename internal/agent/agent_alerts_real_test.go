@@ -1,0 +1,233 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
+	"github.com/dbkeeper/dbkeeper/test/framework/promtest"
+)
+
+// TestAlertsFireOnRealFaults runs a real Prometheus that scrapes the agents
+// of a primary and its streaming standby (labelled as the manager labels
+// the series it serves again) and evaluates the chart's alert rules, with
+// their thresholds set low and their durations compressed; it causes each
+// fault an alert is about on the real servers and waits for that alert to
+// fire, and for nothing else to, then undoes it and waits for the alert to
+// clear: a transaction held open, connections near max_connections,
+// transaction IDs consumed past the age threshold, archiving failing while
+// WAL is written, the standby's replay paused behind a write, the primary's
+// server hung with the standby cut off from it, and a second primary.
+// (The volume's alerts fire on a real node's sized volume, the backups' on
+// the manager's series: test/realnode.)
+func TestAlertsFireOnRealFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and Prometheus; skipped under -short")
+	}
+	promtest.Require(t)
+	c := newCluster(t)
+	ctx := context.Background()
+	archiveDir := filepath.Join(c.dir, "archive")
+	c.mkdir(archiveDir, 0o755)
+	archiveFails := filepath.Join(c.dir, "archive-fails")
+	c.serverArgs = []string{"-c", "archive_mode=on", "-c", "max_connections=20",
+		"-c", fmt.Sprintf("archive_command=test ! -e %s && cp %%p %s/%%f", archiveFails, archiveDir)}
+	a := c.start("db-0")
+	b := c.start("db-1")
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
+	require.NoError(t, err)
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
+	pa := sql(t, a)
+	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
+	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(b.name))
+	mustExec(t, pa, "CREATE TABLE t (id bigint)")
+	c.proxy.target.Store(int32(a.port))
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
+	require.NoError(t, err)
+	c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
+	})
+
+	// The transaction-ID threshold 1,000 above today's oldest age: the
+	// healthy phase consumes a few.
+	xidThreshold := count(t, pa, "SELECT max(age(datfrozenxid)) FROM pg_database WHERE NOT datistemplate") + 1000
+	rules, err := promtest.Rules(map[string]string{
+		"replicationLagBytes":         strconv.Itoa(1 << 20),
+		"replicationReplayLagSeconds": "2",
+		"connectionsUsedRatio":        "0.5",
+		"xidAgeWarning":               strconv.Itoa(xidThreshold),
+		"xidAgeCritical":              strconv.Itoa(xidThreshold),
+		"oldestTransactionAgeSeconds": "3",
+		"lastArchivedAgeSeconds":      "20",
+	}, 3*time.Second, 20*time.Second)
+	require.NoError(t, err)
+	// A segment archived now: the archive is not stale while the healthy
+	// phase lasts.
+	mustExec(t, pa, "INSERT INTO t VALUES (0)")
+	archived := stringQuery(t, pa, "SELECT pg_walfile_name(pg_switch_wal())")
+	waitFor(t, func() bool {
+		return stringQuery(t, pa, "SELECT COALESCE(last_archived_wal, '') FROM pg_stat_archiver") >= archived
+	}, 20*time.Second, "the switched segment archived")
+	labels := func(pod string) map[string]string {
+		return map[string]string{"namespace": "alerts", "database": "db", "pod": pod}
+	}
+	prom := promtest.Start(t, promtest.Options{Rules: rules, Targets: []promtest.Target{
+		{URL: a.url + agentapi.MetricsPath, Token: c.client.Token, Labels: labels(a.name)},
+		{URL: b.url + agentapi.MetricsPath, Token: c.client.Token, Labels: labels(b.name)},
+	}})
+
+	// firing waits until exactly the alerts of want (alert name -> pod,
+	// or "" for a Database's alert) fire, VolumeFullIn24h aside: the agents'
+	// volume is the host's file system, which the suites beside this one
+	// fill and empty (its alerts are test/realnode's, on a volume of its
+	// own).
+	firing := func(what string, timeout time.Duration, want map[string][]string) {
+		t.Helper()
+		var wanted []string
+		for name, pods := range want {
+			for _, pod := range pods {
+				wanted = append(wanted, name+"/"+pod)
+			}
+		}
+		slices.Sort(wanted)
+		start := time.Now()
+		prom.WaitAlerts(t, timeout, what, func(alerts []promtest.Alert) bool {
+			var got []string
+			for _, al := range alerts {
+				if al.State == "firing" && al.Labels["alertname"] != "DbkeeperVolumeFullIn24h" {
+					got = append(got, al.Labels["alertname"]+"/"+al.Labels["pod"])
+				}
+			}
+			slices.Sort(got)
+			return slices.Equal(slices.Compact(got), wanted)
+		})
+		t.Logf("MEASURED %s: %s", what, time.Since(start).Round(100*time.Millisecond))
+	}
+
+	// Healthy: both scraped, nothing fires for a while (the rules' "for"
+	// is 3 s, evaluated every second).
+	prom.WaitQuery(t, 30*time.Second, `dbkeeper_postgres_up == 1`, func(s []promtest.Sample) bool { return len(s) == 2 })
+	time.Sleep(6 * time.Second)
+	firing("nothing fires on the healthy pair", time.Second, nil)
+
+	// Each fault of the primary's PostgreSQL at once.
+	holder := sql(t, a)
+	held, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	_, err = held.Exec(ctx, "SELECT txid_current()")
+	require.NoError(t, err)
+	var conns []*pgx.Conn
+	for range 10 {
+		conns = append(conns, connectTo(t, a, "postgres"))
+	}
+	consumer := sql(t, a)
+	for range 1500 {
+		mustExec(t, consumer, "SELECT txid_current()")
+	}
+	require.NoError(t, os.WriteFile(archiveFails, nil, 0o644))
+	mustExec(t, pa, "INSERT INTO t VALUES (1)")
+	mustExec(t, pa, "SELECT pg_switch_wal()")
+	pb := sql(t, b)
+	mustExec(t, pb, "SELECT pg_wal_replay_pause()")
+	mustExec(t, pa, "INSERT INTO t SELECT generate_series(1, 100000)")
+	// WAL keeps coming while the faults last (the stale archive's rule
+	// asks for a primary that writes).
+	stopWriting := make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		w, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres", filepath.Join(a.dir, "run"), a.port))
+		if err != nil {
+			wrote <- err
+			return
+		}
+		defer w.Close(ctx)
+		for {
+			select {
+			case <-stopWriting:
+				wrote <- nil
+				return
+			case <-time.After(500 * time.Millisecond):
+				if _, err := w.Exec(ctx, "INSERT INTO t VALUES (2)"); err != nil {
+					wrote <- err
+					return
+				}
+			}
+		}
+	}()
+	firing("the primary's faults fire their alerts", 90*time.Second, map[string][]string{
+		"DbkeeperLongRunningTransaction":          {a.name},
+		"DbkeeperConnectionsNearMax":              {a.name},
+		"DbkeeperTransactionIDAgeHigh":            {a.name},
+		"DbkeeperTransactionIDWraparoundImminent": {a.name},
+		"DbkeeperWALArchiveFailing":               {a.name},
+		"DbkeeperWALArchiveStale":                 {a.name},
+		"DbkeeperReplicationLagHigh":              {a.name},
+		"DbkeeperReplicationReplayLagHigh":        {a.name},
+	})
+
+	// Undone: the transaction committed, the connections closed, every
+	// database frozen, archiving working again, replay resumed.
+	require.NoError(t, held.Commit(ctx))
+	for _, conn := range conns {
+		require.NoError(t, conn.Close(ctx))
+	}
+	for _, db := range []string{"postgres", "template1"} {
+		mustExec(t, connectTo(t, a, db), "VACUUM FREEZE")
+	}
+	require.NoError(t, os.Remove(archiveFails))
+	mustExec(t, pa, "SELECT pg_switch_wal()")
+	mustExec(t, pb, "SELECT pg_wal_replay_resume()")
+	close(stopWriting)
+	require.NoError(t, <-wrote)
+	firing("every alert of the primary's faults clears", 90*time.Second, nil)
+
+	// The primary's server hung and its standby cut off from it: the
+	// primary's instance down, the Database without a primary, the
+	// standby not streaming.
+	pid := postmasterPID(a.pgdata)
+	require.Positive(t, pid)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+		}
+	}
+	t.Cleanup(thaw)
+	c.proxy.pause()
+	firing("a hung primary and a standby cut off fire their alerts", 60*time.Second, map[string][]string{
+		"DbkeeperInstanceDown":        {a.name},
+		"DbkeeperNoPrimary":           {""},
+		"DbkeeperStandbyNotStreaming": {b.name},
+	})
+	thaw()
+	c.proxy.resume()
+	firing("the hung primary's alerts clear", 60*time.Second, nil)
+
+	// The standby promoted by hand while the primary runs (what the
+	// primary's Lease exists to prevent): two primaries. Its agent
+	// stopped, the second primary's series go, and so does the alert.
+	mustExec(t, pb, "SELECT pg_promote()")
+	firing("a second primary fires its alert", 60*time.Second, map[string][]string{
+		"DbkeeperMultiplePrimaries": {""},
+	})
+	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-b.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the second primary's agent did not exit within 60s of SIGTERM")
+	}
+	firing("the second primary's alert clears", 60*time.Second, nil)
+}
