@@ -125,7 +125,12 @@ func dropNamespace(ctx context.Context, namespace string) error {
 // the cluster's engine images; its log is printed when the test fails.
 func startOperator(t *testing.T, namespaces ...string) *operator.Operator {
 	t.Helper()
-	return operator.Start(t, local.Config, operator.Options{
+	return operator.Start(t, local.Config, operatorOptions(t, namespaces...))
+}
+
+// operatorOptions are startOperator's options, for a test that changes some.
+func operatorOptions(t *testing.T, namespaces ...string) operator.Options {
+	return operator.Options{
 		Namespaces: namespaces,
 		Engines:    images,
 		Logger:     operator.FileLogger(t, 40),
@@ -133,7 +138,7 @@ func startOperator(t *testing.T, namespaces ...string) *operator.Operator {
 		// IPs on the host's bridge.
 		RealInstances: true,
 		AgentImage:    local.ManagerImage(),
-	})
+	}
 }
 
 // newDatabase is a Database of version whose scheduled backup never runs

@@ -41,6 +41,11 @@ type Options struct {
 	// MetricsBindAddress serves /metrics (--metrics-bind-address); empty
 	// means none.
 	MetricsBindAddress string
+	// InstanceMetricsInterval is how often the manager scrapes the
+	// instances' agents for the series it serves again
+	// (--instance-metrics-interval); zero, or no MetricsBindAddress, turns
+	// the scrapes off.
+	InstanceMetricsInterval time.Duration
 	// MetricsSecure serves it over HTTPS to authorized callers only
 	// (--metrics-secure), checked with cfg's credentials.
 	MetricsSecure bool
@@ -145,23 +150,24 @@ func Start(t testing.TB, cfg *rest.Config, o Options) *Operator {
 		instances, servers = o.Instances, nil
 	}
 	mgr, err := manager.New(cfg, manager.Options{
-		Instances:              instances,
-		Agents:                 agents,
-		Controllers:            set,
-		WatchNamespaces:        o.Namespaces,
-		MetricsBindAddress:     o.MetricsBindAddress,
-		MetricsSecure:          o.MetricsSecure,
-		HealthProbeBindAddress: "0",
-		NewClient:              writes.NewClient,
-		Logger:                 logger,
-		SkipNameValidation:     true,
-		Engines:                o.Engines,
-		SkipTLSServerProbe:     o.SkipTLSServerProbe,
-		TLSCertDuration:        o.TLSCertDuration,
-		AgentImage:             o.AgentImage,
-		NetworkPolicies:        !o.NoNetworkPolicies,
-		MarkerKey:              markerKey,
-		AllowPrivilegedRoles:   o.AllowPrivilegedRoles,
+		Instances:               instances,
+		Agents:                  agents,
+		Controllers:             set,
+		WatchNamespaces:         o.Namespaces,
+		MetricsBindAddress:      o.MetricsBindAddress,
+		MetricsSecure:           o.MetricsSecure,
+		InstanceMetricsInterval: o.InstanceMetricsInterval,
+		HealthProbeBindAddress:  "0",
+		NewClient:               writes.NewClient,
+		Logger:                  logger,
+		SkipNameValidation:      true,
+		Engines:                 o.Engines,
+		SkipTLSServerProbe:      o.SkipTLSServerProbe,
+		TLSCertDuration:         o.TLSCertDuration,
+		AgentImage:              o.AgentImage,
+		NetworkPolicies:         !o.NoNetworkPolicies,
+		MarkerKey:               markerKey,
+		AllowPrivilegedRoles:    o.AllowPrivilegedRoles,
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

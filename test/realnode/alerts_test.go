@@ -1,0 +1,121 @@
+package realnode
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/framework"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/faults"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
+	"github.com/dbkeeper/dbkeeper/test/framework/promtest"
+)
+
+// TestAlertsOnTheManagersSeries runs a real Prometheus that scrapes the
+// manager's /metrics as the chart's ServiceMonitor does (honor_labels), the
+// manager scraping a replicated Database's agents on the real node, and
+// evaluates the chart's alert rules at their default thresholds, durations
+// compressed: nothing fires on the healthy Database; the primary's data
+// volume filled (a volume of its own) fires the volume's alerts for that
+// pod, and they clear once it is freed; the standby's pod frozen (agent and
+// server) fires the failing scrape's alert, which clears once thawed. The
+// alerts on PostgreSQL's own faults are internal/agent's
+// TestAlertsFireOnRealFaults.
+func TestAlertsOnTheManagersSeries(t *testing.T) {
+	t.Parallel()
+	promtest.Require(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	port, err := framework.FreePort()
+	require.NoError(t, err)
+	o := operatorOptions(t, ns)
+	o.MetricsBindAddress = "127.0.0.1:" + strconv.Itoa(port)
+	o.InstanceMetricsInterval = 2 * time.Second
+	operator.Start(t, local.Config, o)
+	db := newDatabase(ns, "watched", "17", func(d *dbv1.Database) {
+		d.Spec.Replicas = ptr.To[int32](2)
+		d.Spec.Storage.StorageClassName = ptr.To(cluster.SizedStorageClassName)
+		d.Spec.Storage.Size = ptr.To(resourceQuantity("256Mi"))
+	})
+	create(t, db)
+	waitReady(t, db)
+	primary, standby := resources.InstanceName(db, 0), resources.InstanceName(db, 1)
+	waitTopology(t, db, primary, 2)
+
+	rules, err := promtest.Rules(nil, 3*time.Second, 20*time.Second)
+	require.NoError(t, err)
+	prom := promtest.Start(t, promtest.Options{Interval: 2 * time.Second, Rules: rules, Targets: []promtest.Target{
+		{URL: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"},
+	}})
+	// firing waits until exactly the alerts of want (alert name -> pods)
+	// fire for this namespace (the test process' other managers serve the
+	// backups' series of their Databases on the same registry).
+	firing := func(what string, timeout time.Duration, want map[string][]string) {
+		t.Helper()
+		var wanted []string
+		for name, pods := range want {
+			for _, pod := range pods {
+				wanted = append(wanted, name+"/"+pod)
+			}
+		}
+		slices.Sort(wanted)
+		start := time.Now()
+		prom.WaitAlerts(t, timeout, what, func(alerts []promtest.Alert) bool {
+			var got []string
+			for _, al := range alerts {
+				if al.State == "firing" && al.Labels["namespace"] == ns {
+					got = append(got, al.Labels["alertname"]+"/"+al.Labels["pod"])
+				}
+			}
+			slices.Sort(got)
+			return slices.Equal(slices.Compact(got), wanted)
+		})
+		t.Logf("MEASURED %s: %s", what, time.Since(start).Round(100*time.Millisecond))
+	}
+
+	// Healthy: both instances scraped through the manager, with the roles
+	// they have; nothing fires.
+	prom.WaitQuery(t, time.Minute, `dbkeeper_postgres_role{namespace="`+ns+`"} == 1`, func(s []promtest.Sample) bool {
+		roles := map[string]string{}
+		for _, v := range s {
+			roles[v.Labels["pod"]] = v.Labels["role"]
+		}
+		return roles[primary] == "primary" && roles[standby] == "replica" && len(roles) == 2
+	})
+	time.Sleep(6 * time.Second)
+	firing("nothing fires on the healthy Database", time.Second, nil)
+
+	// The primary's data volume full: its volume's three alerts.
+	inj := faults.New(k8s)
+	_, err = sqlWithin(podTarget(t, db, primary), "CHECKPOINT", time.Minute)
+	require.NoError(t, err)
+	unfill, err := inj.FillVolume(ctx, ns, primary)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = unfill() })
+	firing("a full volume fires its alerts", time.Minute, map[string][]string{
+		"DbkeeperVolumeSpaceLow":      {primary},
+		"DbkeeperVolumeSpaceCritical": {primary},
+		"DbkeeperVolumeFullIn24h":     {primary},
+	})
+	require.NoError(t, unfill())
+	firing("the volume's alerts clear once it is freed", time.Minute, nil)
+
+	// The standby frozen, its agent with it (within the liveness probe's
+	// minute): the manager's scrapes of it fail.
+	thaw, err := inj.Freeze(ctx, ns, standby)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = thaw() })
+	firing("a frozen instance fires the failing scrape's alert", time.Minute, map[string][]string{
+		"DbkeeperInstanceScrapeFailing": {standby},
+	})
+	require.NoError(t, thaw())
+	firing("the failing scrape's alert clears once thawed", time.Minute, nil)
+}
