@@ -27,8 +27,9 @@ import (
 // fire, and for nothing else to, then undoes it and waits for the alert to
 // clear: a transaction held open, connections near max_connections,
 // transaction IDs consumed past the age threshold, archiving failing while
-// WAL is written, the standby's replay paused behind a write, the primary's
-// server hung with the standby cut off from it, and a second primary.
+// WAL is written, the standby's replay paused behind a write, two crashes
+// of the primary's server, the primary's server hung with the standby cut
+// off from it, and a second primary.
 // (The volume's alerts fire on a real node's sized volume, the backups' on
 // the manager's series: test/realnode.)
 func TestAlertsFireOnRealFaults(t *testing.T) {
@@ -70,7 +71,7 @@ func TestAlertsFireOnRealFaults(t *testing.T) {
 		"xidAgeCritical":              strconv.Itoa(xidThreshold),
 		"oldestTransactionAgeSeconds": "3",
 		"lastArchivedAgeSeconds":      "20",
-	}, 3*time.Second, 20*time.Second)
+	}, 3*time.Second, 30*time.Second)
 	require.NoError(t, err)
 	// A segment archived now: the archive is not stale while the healthy
 	// phase lasts.
@@ -191,6 +192,26 @@ func TestAlertsFireOnRealFaults(t *testing.T) {
 	close(stopWriting)
 	require.NoError(t, <-wrote)
 	firing("every alert of the primary's faults clears", 90*time.Second, nil)
+
+	// Two backends of the primary killed, one after the other: each time
+	// the postmaster restarts every process and recovers (a crash of the
+	// server, the pod still running).
+	startTime := func() float64 {
+		v := prom.WaitQuery(t, 30*time.Second, `dbkeeper_postgres_start_time_seconds{pod="`+a.name+`"}`,
+			func(s []promtest.Sample) bool { return len(s) == 1 })
+		return v[0].Value
+	}
+	for range 2 {
+		before := startTime()
+		victim := sql(t, a)
+		backend := count(t, victim, "SELECT pg_backend_pid()")
+		require.NoError(t, syscall.Kill(backend, syscall.SIGKILL))
+		waitFor(t, func() bool { return startTime() > before }, 30*time.Second, "the crash restart's start time scraped")
+	}
+	firing("a server restarting fires its alert", 30*time.Second, map[string][]string{
+		"DbkeeperInstanceRestarting": {a.name},
+	})
+	firing("the restarts' alert clears once they are out of its window", 60*time.Second, nil)
 
 	// The primary's server hung and its standby cut off from it: the
 	// primary's instance down, the Database without a primary, the

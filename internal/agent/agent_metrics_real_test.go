@@ -189,6 +189,9 @@ func TestMetricsOfAPrimaryAndItsStandby(t *testing.T) {
 		assert.Positive(t, s.value("volume_free_bytes"), in.inst.name)
 		assert.Positive(t, s.value("volume_used_bytes"), in.inst.name)
 		assert.Positive(t, s.value("wal_position_bytes"), in.inst.name)
+		// the checkpointer starts with the server, just after the postmaster
+		started := float64(count(t, sql(t, in.inst), "SELECT extract(epoch FROM pg_postmaster_start_time())::bigint"))
+		assert.InDelta(t, started, s.value("start_time_seconds"), 5, "%s: the start time", in.inst.name)
 		assert.GreaterOrEqual(t, s.value("checkpoints_total", "kind", "timed"), 0.0, in.inst.name)
 		for _, state := range []string{"active", "idle", "idle in transaction"} {
 			_, ok := s.find("connections", "state", state)

@@ -53,6 +53,8 @@ var (
 		"Locks requested and not granted yet (pg_locks), in locks.")
 	checkpointsDesc = metricsDesc("checkpoints_total",
 		"Checkpoints and restartpoints (a replica's) since the statistics were reset, by kind: timed or requested, in checkpoints.", "kind")
+	startTimeDesc = metricsDesc("start_time_seconds",
+		"When the server last started, or restarted its processes after one of them crashed, in seconds since the epoch: each change is a restart.")
 	walPositionDesc = metricsDesc("wal_position_bytes",
 		"The WAL position in bytes from the start of WAL: pg_current_wal_lsn() on a primary (its rate is the WAL generated), the last position received on a replica.")
 	replicationLagDesc = metricsDesc("replication_lag_bytes",
@@ -80,7 +82,7 @@ var (
 // metricsDescs are every metric of the collector, for Describe.
 var metricsDescs = []*prometheus.Desc{upDesc, roleDesc, scrapeErrorsDesc, connectionsDesc, maxConnectionsDesc,
 	commitsDesc, rollbacksDesc, databaseSizeDesc, xidAgeDesc, oldestXactDesc, locksWaitingDesc, checkpointsDesc,
-	walPositionDesc, replicationLagDesc, replicationReplayLagDesc, standbyLagDesc, standbyLagSecondsDesc,
+	startTimeDesc, walPositionDesc, replicationLagDesc, replicationReplayLagDesc, standbyLagDesc, standbyLagSecondsDesc,
 	standbyStreamingDesc, archivedDesc, archiveFailedDesc, lastArchivedAgeDesc, volumeUsedDesc, volumeFreeDesc}
 
 // connectionStates are pg_stat_activity's states, each reported (0 when
@@ -134,6 +136,7 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	b.gauge(roleDesc, 1, string(srv.role()))
 	b.gauge(maxConnectionsDesc, srv.maxConnections)
 	b.gauge(walPositionDesc, srv.walPosition)
+	b.gauge(startTimeDesc, srv.startTime)
 	failed := 0
 	for _, q := range metricsQueries(srv) {
 		var qb metricsBatch
@@ -179,6 +182,9 @@ type metricsServer struct {
 	recovery       bool
 	maxConnections float64
 	walPosition    float64
+	// startTime is the last start or crash restart, in seconds since the
+	// epoch.
+	startTime float64
 }
 
 // role is the role the server runs as.
@@ -192,7 +198,7 @@ func (s metricsServer) role() agentapi.Role {
 // readMetricsServer runs metricsServerSQL: its answer is the server's up.
 func readMetricsServer(ctx context.Context, conn *pgx.Conn) (metricsServer, error) {
 	var s metricsServer
-	if err := conn.QueryRow(ctx, metricsServerSQL).Scan(&s.version, &s.recovery, &s.maxConnections, &s.walPosition); err != nil {
+	if err := conn.QueryRow(ctx, metricsServerSQL).Scan(&s.version, &s.recovery, &s.maxConnections, &s.walPosition, &s.startTime); err != nil {
 		return s, fmt.Errorf("reading the server's role and version: %w", err)
 	}
 	return s, nil

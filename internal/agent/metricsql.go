@@ -5,15 +5,21 @@ package agent
 // float8, the type of a Prometheus sample; LSN differences are bytes.
 
 // metricsServerSQL reads the server's version, whether it is in recovery,
-// its max_connections and its WAL position: pg_current_wal_lsn() on a
-// primary, on a standby the last position received (the last replayed
-// when it never streamed).
+// its max_connections, its WAL position (pg_current_wal_lsn() on a
+// primary, on a standby the last position received, the last replayed
+// when it never streamed) and when it last started: its checkpointer's
+// start, which a crash of any server process renews (the postmaster then
+// restarts every other process and recovers, keeping its own start time),
+// else the postmaster's.
 const metricsServerSQL = `SELECT current_setting('server_version_num')::int,
 	pg_is_in_recovery(),
 	current_setting('max_connections')::float8,
 	pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery()
 		THEN COALESCE(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())
-		ELSE pg_current_wal_lsn() END, '0/0')::float8`
+		ELSE pg_current_wal_lsn() END, '0/0')::float8,
+	extract(epoch FROM COALESCE(
+		(SELECT max(backend_start) FROM pg_stat_activity WHERE backend_type = 'checkpointer'),
+		pg_postmaster_start_time()))::float8`
 
 // metricsConnectionsSQL counts the client backends by state, less the
 // scrape's own connection.
