@@ -64,6 +64,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.InstanceStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("IssuerReference"):
 		return &databasev1.IssuerReferenceApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("MonitoringSpec"):
+		return &databasev1.MonitoringSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkPolicySpec"):
 		return &databasev1.NetworkPolicySpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ObjectStoreSpec"):

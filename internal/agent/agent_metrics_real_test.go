@@ -365,3 +365,84 @@ func TestMetricsOfAPrimaryAndItsStandby(t *testing.T) {
 	}, 20*time.Second, "the stopped standby's series gone from the primary's")
 	assert.Equal(t, 1.0, ma.scrape().value("up"))
 }
+
+// TestTopStatements reads the top statements of pg_stat_statements through
+// the agent's /metrics, as the manager asks for them
+// (spec.monitoring.topStatements): a statement the application ran 25
+// times is there with its calls, database, user and normalised text; the
+// agent's own scrapes are not (their sessions are untracked); at most the
+// number asked for; none unless asked; a database without the extension
+// is a failed query of the scrape, not a failed scrape; a number out of
+// range is refused, naming the parameter.
+func TestTopStatements(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	c := newCluster(t)
+	ctx := context.Background()
+	c.serverArgs = []string{"-c", "shared_preload_libraries=pg_stat_statements"}
+	a := c.start("db-0")
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
+	require.NoError(t, err)
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
+	mustExec(t, sql(t, a), "CREATE DATABASE app")
+	app := connectTo(t, a, "app")
+	mustExec(t, app, "CREATE EXTENSION pg_stat_statements")
+	mustExec(t, app, "CREATE TABLE items (id bigint)")
+	// 25 calls of 20 ms: more execution time than the set-up's statements
+	for i := range 25 {
+		mustExec(t, app, "SELECT count(*), pg_sleep(0.02)   FROM items\n\tWHERE id > $1", i)
+	}
+	// a few scrapes first: their own statements would be there by now
+	for range 3 {
+		_, err := c.client.Metrics(ctx, a.url, agentapi.MetricsOptions{TopStatements: 5, StatementsDatabase: "app"})
+		require.NoError(t, err)
+	}
+
+	start := time.Now()
+	families, err := c.client.Metrics(ctx, a.url, agentapi.MetricsOptions{TopStatements: 5, StatementsDatabase: "app"})
+	require.NoError(t, err)
+	t.Logf("MEASURED a scrape with the top 5 statements: %s", time.Since(start).Round(time.Millisecond))
+	calls := families["dbkeeper_postgres_statement_calls_total"]
+	require.NotNil(t, calls, "no top statements in the scrape")
+	assert.LessOrEqual(t, len(calls.GetMetric()), 5)
+	for _, name := range []string{"dbkeeper_postgres_statement_exec_seconds_total", "dbkeeper_postgres_statement_rows_total"} {
+		require.NotNil(t, families[name], name)
+		assert.Len(t, families[name].GetMetric(), len(calls.GetMetric()), name)
+	}
+	assert.Zero(t, families["dbkeeper_postgres_scrape_errors"].GetMetric()[0].GetGauge().GetValue())
+	found := false
+	for _, m := range calls.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		t.Logf("top statement: %v calls %v", labels, m.GetCounter().GetValue())
+		for _, own := range []string{"pg_stat_activity", "pg_stat_archiver", "pg_control_system"} {
+			assert.NotContains(t, labels["query"], own, "the agent's own statements are not tracked")
+		}
+		assert.LessOrEqual(t, len([]rune(labels["query"])), 120)
+		if labels["query"] == "SELECT count(*), pg_sleep($2) FROM items WHERE id > $1" {
+			found = true
+			assert.Equal(t, 25.0, m.GetCounter().GetValue())
+			assert.Equal(t, "app", labels["datname"])
+			assert.Equal(t, "postgres", labels["user"])
+			assert.NotEmpty(t, labels["queryid"])
+		}
+	}
+	assert.True(t, found, "the application's statement among the top statements")
+
+	families, err = c.client.Metrics(ctx, a.url, agentapi.MetricsOptions{})
+	require.NoError(t, err)
+	assert.NotContains(t, families, "dbkeeper_postgres_statement_calls_total", "top statements when none were asked for")
+
+	families, err = c.client.Metrics(ctx, a.url, agentapi.MetricsOptions{TopStatements: 5, StatementsDatabase: "postgres"})
+	require.NoError(t, err, "a database without the extension fails the scrape")
+	assert.Equal(t, 1.0, families["dbkeeper_postgres_scrape_errors"].GetMetric()[0].GetGauge().GetValue())
+	assert.Equal(t, 1.0, families["dbkeeper_postgres_up"].GetMetric()[0].GetGauge().GetValue())
+	assert.NotContains(t, families, "dbkeeper_postgres_statement_calls_total")
+
+	_, err = c.client.Metrics(ctx, a.url, agentapi.MetricsOptions{TopStatements: agentapi.MaxTopStatements + 1, StatementsDatabase: "app"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), agentapi.MetricsTopStatementsParam)
+}

@@ -75,11 +75,28 @@ const metricsMaxInFlight = 2
 
 // metricsHandler serves the local server's metrics (metricsCollector) in
 // Prometheus' exposition formats, from a registry of their own: none of
-// the agent process's runtime metrics.
+// the agent's process metrics. The query asks for more
+// (agentapi.ParseMetricsOptions); a bad one is a 400 that names it. At
+// most metricsMaxInFlight scrapes run at once; more are answered 503.
 func (a *Agent) metricsHandler() http.Handler {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(a.metricsCollector())
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: metricsMaxInFlight})
+	slots := make(chan struct{}, metricsMaxInFlight)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o, err := agentapi.ParseMetricsOptions(r.URL.Query())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		default:
+			http.Error(w, "too many scrapes at once", http.StatusServiceUnavailable)
+			return
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(&metricsCollector{a: a, o: o})
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	})
 }
 
 // authenticated lets through requests bearing the agent token; an agent

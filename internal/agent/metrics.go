@@ -75,6 +75,12 @@ var (
 		"How long ago the last WAL segment was archived, in seconds; absent when none was.")
 	volumeUsedDesc = metricsDesc("volume_used_bytes",
 		"The data volume's size less its free bytes (blocks reserved for root count as used: PostgreSQL cannot write them), in bytes.")
+	statementCallsDesc = metricsDesc("statement_calls_total",
+		"Calls of one of the statements of pg_stat_statements that took the most execution time (spec.monitoring.topStatements), since its statistics were reset, in calls.", statementLabels...)
+	statementTimeDesc = metricsDesc("statement_exec_seconds_total",
+		"Execution time of one of the top statements of pg_stat_statements since its statistics were reset, in seconds.", statementLabels...)
+	statementRowsDesc = metricsDesc("statement_rows_total",
+		"Rows retrieved or affected by one of the top statements of pg_stat_statements since its statistics were reset, in rows.", statementLabels...)
 	volumeFreeDesc = metricsDesc("volume_free_bytes",
 		"The bytes PostgreSQL may still write on the data volume, in bytes.")
 )
@@ -83,7 +89,13 @@ var (
 var metricsDescs = []*prometheus.Desc{upDesc, roleDesc, scrapeErrorsDesc, connectionsDesc, maxConnectionsDesc,
 	commitsDesc, rollbacksDesc, databaseSizeDesc, xidAgeDesc, oldestXactDesc, locksWaitingDesc, checkpointsDesc,
 	startTimeDesc, walPositionDesc, replicationLagDesc, replicationReplayLagDesc, standbyLagDesc, standbyLagSecondsDesc,
-	standbyStreamingDesc, archivedDesc, archiveFailedDesc, lastArchivedAgeDesc, volumeUsedDesc, volumeFreeDesc}
+	standbyStreamingDesc, archivedDesc, archiveFailedDesc, lastArchivedAgeDesc, volumeUsedDesc, volumeFreeDesc,
+	statementCallsDesc, statementTimeDesc, statementRowsDesc}
+
+// statementLabels label a top statement: pg_stat_statements' queryid (one
+// per normalised statement, database and user), the database and user it
+// ran in, and its normalised text's first statementTextMax characters.
+var statementLabels = []string{"queryid", "datname", "user", "query"}
 
 // connectionStates are pg_stat_activity's states, each reported (0 when
 // no backend is in it) so that a dashboard or an alert sees the zeros.
@@ -95,6 +107,8 @@ var connectionStates = []string{"active", "idle", "idle in transaction", "idle i
 // (connect), reads it within metricsTimeout and disconnects.
 type metricsCollector struct {
 	a *Agent
+	// o is what the scrape asks for beyond the defaults.
+	o agentapi.MetricsOptions
 }
 
 // metricsCollector returns the collector of a's server.
@@ -148,6 +162,18 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			failed++
 			m.a.log.Error(fmt.Errorf("reading the %s metrics: %w", q.what, err), "Cannot read a PostgreSQL metric")
+		}
+	}
+	if m.o.TopStatements > 0 {
+		var qb metricsBatch
+		err := m.readTopStatements(ctx, &qb)
+		if err == nil {
+			b.samples = append(b.samples, qb.samples...)
+			err = qb.err
+		}
+		if err != nil {
+			failed++
+			m.a.log.Error(fmt.Errorf("reading the top statements: %w", err), "Cannot read a PostgreSQL metric")
 		}
 	}
 	b.gauge(scrapeErrorsDesc, float64(failed))

@@ -56,13 +56,13 @@ func TestMetricsEndpointNeedsTheToken(t *testing.T) {
 	assert.Contains(t, resp.Header.Get("Content-Type"), "text/plain")
 	assert.Contains(t, body, "\ndbkeeper_postgres_up 0\n")
 
-	families, err := agentapi.Client{HTTP: srv.Client(), Token: "tok"}.Metrics(context.Background(), srv.URL)
+	families, err := agentapi.Client{HTTP: srv.Client(), Token: "tok"}.Metrics(context.Background(), srv.URL, agentapi.MetricsOptions{})
 	require.NoError(t, err)
 	require.Contains(t, families, "dbkeeper_postgres_up")
 	assert.Zero(t, families["dbkeeper_postgres_up"].GetMetric()[0].GetGauge().GetValue())
 	assert.Contains(t, families, "dbkeeper_postgres_volume_free_bytes")
 
-	_, err = agentapi.Client{HTTP: srv.Client(), Token: "other"}.Metrics(context.Background(), srv.URL)
+	_, err = agentapi.Client{HTTP: srv.Client(), Token: "other"}.Metrics(context.Background(), srv.URL, agentapi.MetricsOptions{})
 	var refused *agentapi.Error
 	require.True(t, errors.As(err, &refused), "got %v", err)
 	assert.Equal(t, http.StatusUnauthorized, refused.Code)
@@ -73,7 +73,7 @@ func TestMetricsEndpointNeedsTheToken(t *testing.T) {
 	require.NoError(t, err)
 	open := httptest.NewServer(hs.Handler)
 	defer open.Close()
-	_, err = agentapi.Client{HTTP: open.Client(), Token: ""}.Metrics(context.Background(), open.URL)
+	_, err = agentapi.Client{HTTP: open.Client(), Token: ""}.Metrics(context.Background(), open.URL, agentapi.MetricsOptions{})
 	require.True(t, errors.As(err, &refused), "got %v", err)
 	assert.Equal(t, http.StatusUnauthorized, refused.Code)
 }

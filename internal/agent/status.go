@@ -52,15 +52,24 @@ func (a *Agent) status(ctx context.Context) agentapi.Status {
 // queryTimeout bounds one status query (the server is local).
 const queryTimeout = 5 * time.Second
 
-// connect opens a connection to the local server over its unix socket as
-// the superuser (local trust; the password is offered when asked).
+// connect opens a connection to the local server's postgres database over
+// its unix socket as the superuser (local trust; the password is offered
+// when asked), its statements kept out of pg_stat_statements.
 func (a *Agent) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable connect_timeout=3 application_name=dbkeeper-agent",
-		conninfoValue(a.cfg.SocketDir), a.cfg.Port, conninfoValue(a.cfg.User)))
+	return a.connectTo(ctx, "postgres", untracked)
+}
+
+// connectTo is connect to database, with the session's settings params.
+func (a *Agent) connectTo(ctx context.Context, database string, params map[string]string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable connect_timeout=3 application_name=dbkeeper-agent",
+		conninfoValue(a.cfg.SocketDir), a.cfg.Port, conninfoValue(a.cfg.User), conninfoValue(database)))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the server: %w", err)
 	}
 	cfg.Password = a.cfg.Password
+	for k, v := range params {
+		cfg.RuntimeParams[k] = v
+	}
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the server: %w", err)

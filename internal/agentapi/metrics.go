@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"net/url"
+	"strconv"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -21,10 +23,63 @@ const MetricsLimit = 4 << 20
 // agent's promhttp handler answers by default too).
 const metricsAccept = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 
+// MaxTopStatements bounds MetricsOptions.TopStatements (and the Database's
+// spec.monitoring.topStatements): each statement is three series.
+const MaxTopStatements = 100
+
+// The query parameters of GET MetricsPath.
+const (
+	// MetricsTopStatementsParam asks for the N statements of
+	// pg_stat_statements that took the most execution time.
+	MetricsTopStatementsParam = "topStatements"
+	// MetricsStatementsDatabaseParam names the database where the
+	// pg_stat_statements extension is created (its view reports the
+	// statements of every database).
+	MetricsStatementsDatabaseParam = "statementsDatabase"
+)
+
+// MetricsOptions are what a scrape asks for beyond the default metrics.
+type MetricsOptions struct {
+	// TopStatements, above 0, adds the statements of pg_stat_statements
+	// that took the most execution time (at most MaxTopStatements), read in
+	// StatementsDatabase.
+	TopStatements      int
+	StatementsDatabase string
+}
+
+// query is o as GET MetricsPath's query string, "" for the defaults.
+func (o MetricsOptions) query() string {
+	if o.TopStatements <= 0 {
+		return ""
+	}
+	v := url.Values{}
+	v.Set(MetricsTopStatementsParam, strconv.Itoa(o.TopStatements))
+	v.Set(MetricsStatementsDatabaseParam, o.StatementsDatabase)
+	return "?" + v.Encode()
+}
+
+// ParseMetricsOptions reads the options of a GET MetricsPath's query; a
+// value out of range is an error that names the parameter.
+func ParseMetricsOptions(q url.Values) (MetricsOptions, error) {
+	var o MetricsOptions
+	if s := q.Get(MetricsTopStatementsParam); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > MaxTopStatements {
+			return o, fmt.Errorf("%s=%q: want a number from 0 to %d", MetricsTopStatementsParam, s, MaxTopStatements)
+		}
+		o.TopStatements = n
+	}
+	o.StatementsDatabase = q.Get(MetricsStatementsDatabaseParam)
+	if o.TopStatements > 0 && (o.StatementsDatabase == "" || len(o.StatementsDatabase) > 63) {
+		return o, fmt.Errorf("%s=%q: want the name of the database holding pg_stat_statements", MetricsStatementsDatabaseParam, o.StatementsDatabase)
+	}
+	return o, nil
+}
+
 // Metrics returns the metric families the agent serves at MetricsPath,
-// by name: the PostgreSQL metrics of its instance.
-func (c Client) Metrics(ctx context.Context, baseURL string) (map[string]*dto.MetricFamily, error) {
-	url := baseURL + MetricsPath
+// by name: the PostgreSQL metrics of its instance, with what o asks for.
+func (c Client) Metrics(ctx context.Context, baseURL string, o MetricsOptions) (map[string]*dto.MetricFamily, error) {
+	url := baseURL + MetricsPath + o.query()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", url, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -35,7 +36,7 @@ func TestClientMetrics(t *testing.T) {
 
 	answer = text("# HELP dbkeeper_postgres_up Up.\n# TYPE dbkeeper_postgres_up gauge\ndbkeeper_postgres_up 1\n" +
 		"# TYPE dbkeeper_postgres_connections gauge\ndbkeeper_postgres_connections{state=\"idle\"} 3\n")
-	families, err := c.Metrics(context.Background(), srv.URL)
+	families, err := c.Metrics(context.Background(), srv.URL, MetricsOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, 1.0, families["dbkeeper_postgres_up"].GetMetric()[0].GetGauge().GetValue())
 	assert.Equal(t, "Up.", families["dbkeeper_postgres_up"].GetHelp())
@@ -50,12 +51,37 @@ func TestClientMetrics(t *testing.T) {
 		"not the format": text("dbkeeper_postgres_up{ 1\n"),
 	} {
 		answer = a
-		_, err := c.Metrics(context.Background(), srv.URL)
+		_, err := c.Metrics(context.Background(), srv.URL, MetricsOptions{})
 		assert.Error(t, err, name)
 	}
 
-	_, err = Client{HTTP: srv.Client(), Token: "other"}.Metrics(context.Background(), srv.URL)
+	_, err = Client{HTTP: srv.Client(), Token: "other"}.Metrics(context.Background(), srv.URL, MetricsOptions{})
 	var refused *Error
 	require.ErrorAs(t, err, &refused)
 	assert.Equal(t, http.StatusUnauthorized, refused.Code)
+}
+
+// TestMetricsOptionsRoundTrip: what the manager asks for is what the agent
+// reads; a number out of range, or top statements without their database,
+// is refused naming the parameter.
+func TestMetricsOptionsRoundTrip(t *testing.T) {
+	for _, o := range []MetricsOptions{{}, {TopStatements: 10, StatementsDatabase: "app db"}, {TopStatements: MaxTopStatements, StatementsDatabase: "x"}} {
+		q, err := url.ParseQuery(strings.TrimPrefix(o.query(), "?"))
+		require.NoError(t, err)
+		got, err := ParseMetricsOptions(q)
+		require.NoError(t, err)
+		assert.Equal(t, o, got)
+	}
+	for query, param := range map[string]string{
+		"topStatements=101&statementsDatabase=app": MetricsTopStatementsParam,
+		"topStatements=-1&statementsDatabase=app":  MetricsTopStatementsParam,
+		"topStatements=ten&statementsDatabase=app": MetricsTopStatementsParam,
+		"topStatements=5":                          MetricsStatementsDatabaseParam,
+	} {
+		q, err := url.ParseQuery(query)
+		require.NoError(t, err)
+		_, err = ParseMetricsOptions(q)
+		require.Error(t, err, query)
+		assert.Contains(t, err.Error(), param, query)
+	}
 }

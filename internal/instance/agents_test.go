@@ -10,7 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
@@ -53,4 +55,30 @@ func TestPodAgentsNeedTheToken(t *testing.T) {
 	pod.Status.PodIP = ""
 	_, err = instance.PodAgents{Secrets: c}.Status(context.Background(), db, pod)
 	assert.ErrorIs(t, err, instance.ErrNotReady)
+}
+
+// TestMetricsOptionsOfTopStatements: a scrape asks for no statements
+// unless spec.monitoring.topStatements does, and then for that many, in the
+// application's database as the credentials Secret names it (where the
+// extensions controller creates pg_stat_statements); without the Secret the
+// scrape fails naming it.
+func TestMetricsOptionsOfTopStatements(t *testing.T) {
+	ctx := context.Background()
+	db := facettest.Database()
+	c := facettest.Client(t, db)
+	o, err := instance.PodAgents{Secrets: c}.MetricsOptions(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, agentapi.MetricsOptions{}, o)
+
+	db.Spec.Monitoring.TopStatements = 20
+	_, err = instance.PodAgents{Secrets: c}.MetricsOptions(ctx, db)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), resources.CredentialsSecretName(db))
+	assert.Contains(t, err.Error(), "spec.monitoring.topStatements")
+
+	require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: resources.CredentialsSecretName(db)},
+		Data: map[string][]byte{engine.UsernameKey: []byte("shop"), engine.DatabaseKey: []byte("orders_db")}}))
+	o, err = instance.PodAgents{Secrets: c}.MetricsOptions(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, agentapi.MetricsOptions{TopStatements: 20, StatementsDatabase: "orders_db"}, o)
 }

@@ -2,13 +2,17 @@ package instance
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agentapi"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
 // agentMetricsTimeout bounds one scrape of an agent's metrics: the agent
@@ -18,7 +22,33 @@ const agentMetricsTimeout = 10 * time.Second
 
 // Metrics returns the metric families the agent of pod serves
 // (agentapi.MetricsPath), reached as every other call: at the pod's IP,
-// verified with the Database's CA, with the agents' token.
+// verified with the Database's CA, with the agents' token; with the top
+// statements of spec.monitoring.topStatements, read in the application's
+// database (the credentials Secret names it), where the extensions
+// controller creates pg_stat_statements.
 func (a PodAgents) Metrics(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (map[string]*dto.MetricFamily, error) {
-	return call(ctx, a, db, pod, agentMetricsTimeout, agentapi.Client.Metrics)
+	o, err := a.metricsOptions(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	return call(ctx, a, db, pod, agentMetricsTimeout, func(c agentapi.Client, ctx context.Context, base string) (map[string]*dto.MetricFamily, error) {
+		return c.Metrics(ctx, base, o)
+	})
+}
+
+// metricsOptions are the options of a scrape of db's agents.
+func (a PodAgents) metricsOptions(ctx context.Context, db *dbv1.Database) (agentapi.MetricsOptions, error) {
+	n := int(db.Spec.Monitoring.TopStatements)
+	if n <= 0 {
+		return agentapi.MetricsOptions{}, nil
+	}
+	name := resources.CredentialsSecretName(db)
+	if a.Secrets == nil {
+		return agentapi.MetricsOptions{}, fmt.Errorf("no reader for Secret %s", name)
+	}
+	sec := &corev1.Secret{}
+	if err := a.Secrets.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
+		return agentapi.MetricsOptions{}, fmt.Errorf("getting Secret %s for the database of spec.monitoring.topStatements: %w", name, err)
+	}
+	return agentapi.MetricsOptions{TopStatements: min(n, agentapi.MaxTopStatements), StatementsDatabase: engine.AppDatabase(sec.Data)}, nil
 }

@@ -93,7 +93,7 @@ func (a *agents) fail(pod string, failing bool) {
 // certificate, with the agents' token, as instance.PodAgents does at the
 // pod's IP.
 func (a *agents) Metrics(ctx context.Context, _ *dbv1.Database, pod *corev1.Pod) (map[string]*dto.MetricFamily, error) {
-	return agentapi.Client{HTTP: a.srv.Client(), Token: "tok"}.Metrics(ctx, a.srv.URL+"/"+pod.Name)
+	return agentapi.Client{HTTP: a.srv.Client(), Token: "tok"}.Metrics(ctx, a.srv.URL+"/"+pod.Name, agentapi.MetricsOptions{})
 }
 
 func scheme(t *testing.T) *runtime.Scheme {

@@ -2,6 +2,10 @@ package realnode
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,8 +15,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 // TestParameters: spec.postgresql.parameters on a Database of two
@@ -26,13 +33,19 @@ import (
 // PostgreSQL requires); spec.postgresql.extensions preloads
 // pg_stat_statements (one more rollout) and creates it and vector, which
 // the application (no superuser) uses for a similarity query that
-// pg_stat_statements then shows; with no failover and no acknowledged
-// write lost.
+// pg_stat_statements then shows, and the manager's /metrics among the
+// primary's top statements (spec.monitoring.topStatements); with no
+// failover and no acknowledged write lost.
 func TestParameters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := newNamespace(t)
-	startOperator(t, ns)
+	port, err := framework.FreePort()
+	require.NoError(t, err)
+	o := operatorOptions(t, ns)
+	o.MetricsBindAddress = "127.0.0.1:" + strconv.Itoa(port)
+	o.InstanceMetricsInterval = 2 * time.Second
+	operator.Start(t, local.Config, o)
 	db := newDatabase(ns, "tuned", "17", func(d *dbv1.Database) {
 		d.Spec.Replicas = ptr.To[int32](2)
 		d.Spec.PostgreSQL.Parameters = map[string]dbv1.ParameterValue{"work_mem": "8MB"}
@@ -145,6 +158,7 @@ func TestParameters(t *testing.T) {
 	preload := time.Now()
 	dbtest.Patch(t, k8s, db, func(d *dbv1.Database) {
 		d.Spec.PostgreSQL.Extensions = []dbv1.ExtensionSpec{{Name: "vector"}, {Name: "pg_stat_statements"}}
+		d.Spec.Monitoring.TopStatements = agentapi.MaxTopStatements
 	})
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		c := findCondition(dbtest.Get(ct, k8s, db), dbv1.ConditionExtensionsReady)
@@ -180,6 +194,24 @@ func TestParameters(t *testing.T) {
 	seen, err := sqlOnce(rw, "SELECT count(*) FROM pg_stat_statements WHERE query LIKE '%ORDER BY embedding <->%' AND query NOT LIKE '%pg_stat_statements%'")
 	require.NoError(t, err)
 	assert.Equal(t, "1", seen, "pg_stat_statements shows the similarity query")
+	primary := waitTopology(t, db, "", 2).Status.Replication.CurrentPrimary
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/metrics")
+		if !assert.NoError(ct, err) {
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		assert.NoError(ct, err)
+		var found []string
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "dbkeeper_postgres_statement_calls_total{") && strings.Contains(line, `namespace="`+ns+`"`) &&
+				strings.Contains(line, `pod="`+primary+`"`) && strings.Contains(line, "ORDER BY embedding <-> $1") {
+				found = append(found, line)
+			}
+		}
+		assert.Len(ct, found, 1, "the similarity query among the primary's top statements on the manager's /metrics")
+	}, time.Minute, time.Second)
 	w.Stop()
 	missing, err := w.Missing(ctx, rw)
 	require.NoError(t, err)

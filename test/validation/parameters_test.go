@@ -96,3 +96,29 @@ func TestExtensionsAtAdmission(t *testing.T) {
 		require.NoError(t, k8s.Update(ctx, obj), "once Absent, %s leaves the list", name)
 	}
 }
+
+// TestTopStatementsAtAdmission: spec.monitoring.topStatements is 0 to 100
+// and needs pg_stat_statements in spec.postgresql.extensions, present.
+func TestTopStatementsAtAdmission(t *testing.T) {
+	ctx, ns := setup(t)
+	spec := func(n int, extensions ...map[string]any) map[string]any {
+		list := make([]any, len(extensions))
+		for i := range extensions {
+			list[i] = extensions[i]
+		}
+		s := map[string]any{"monitoring": map[string]any{"topStatements": n}}
+		if len(list) > 0 {
+			s["postgresql"] = map[string]any{"extensions": list}
+		}
+		return s
+	}
+	pgss := map[string]any{"name": "pg_stat_statements"}
+	const needs = "spec.monitoring.topStatements needs pg_stat_statements in spec.postgresql.extensions"
+	assertInvalid(t, k8s.Create(ctx, rawDatabase(ns, "no-extension", spec(10))), needs)
+	assertInvalid(t, k8s.Create(ctx, rawDatabase(ns, "other-extension", spec(10, map[string]any{"name": "vector"}))), needs)
+	assertInvalid(t, k8s.Create(ctx, rawDatabase(ns, "absent", spec(10, map[string]any{"name": "pg_stat_statements", "ensure": "Absent"}))), needs)
+	assertInvalid(t, k8s.Create(ctx, rawDatabase(ns, "too-many", spec(101, pgss))), "spec.monitoring.topStatements: Invalid value: 101")
+	assertInvalid(t, k8s.Create(ctx, rawDatabase(ns, "negative", spec(-1, pgss))), "spec.monitoring.topStatements: Invalid value: -1")
+	require.NoError(t, k8s.Create(ctx, rawDatabase(ns, "top", spec(10, pgss))))
+	require.NoError(t, k8s.Create(ctx, rawDatabase(ns, "none", spec(0))))
+}

@@ -352,6 +352,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: image
       type:
         scalar: string
+    - name: monitoring
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.MonitoringSpec
     - name: networkPolicy
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.NetworkPolicySpec
@@ -603,6 +606,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: name
       type:
         scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.MonitoringSpec
+  map:
+    fields:
+    - name: topStatements
+      type:
+        scalar: numeric
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.NetworkPolicySpec
   map:
     fields:

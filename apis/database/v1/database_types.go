@@ -92,6 +92,7 @@ type Database struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.version) || self.version != '14' || self.roles.all(r, !has(r.inRoles) || !('pg_checkpoint' in r.inRoles))",message="spec.roles: inRoles names pg_checkpoint, which PostgreSQL has from version 15 on, and spec.version is 14",fieldPath=".roles"
 // +kubebuilder:validation:XValidation:rule="!has(self.databases) || self.databases.all(d, !has(d.owner) || size(d.owner) == 0 || (has(self.roles) && self.roles.exists(r, r.name == d.owner && (!has(r.ensure) || r.ensure == 'Present'))) || (!(has(self.roles) && self.roles.exists(r, r.name == d.owner)) && (d.owner == 'app' || (has(self.credentials) && has(self.credentials.secretName) && size(self.credentials.secretName) > 0))))",message="spec.databases: owner must be a role of spec.roles with ensure Present, or the application's role (the default)",fieldPath=".databases"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.postgresql) || !has(oldSelf.postgresql.extensions) || oldSelf.postgresql.extensions.all(e, !(e.name in ['pg_stat_statements', 'pgaudit']) || (has(e.ensure) && e.ensure == 'Absent') || (has(self.postgresql) && has(self.postgresql.extensions) && self.postgresql.extensions.exists(n, n.name == e.name)))",message="spec.postgresql.extensions: an extension whose library is in shared_preload_libraries (pg_stat_statements, pgaudit) leaves the list only after ensure: Absent dropped it (without its library it fails every use)"
+// +kubebuilder:validation:XValidation:rule="!has(self.monitoring) || !has(self.monitoring.topStatements) || self.monitoring.topStatements == 0 || (has(self.postgresql) && has(self.postgresql.extensions) && self.postgresql.extensions.exists(e, e.name == 'pg_stat_statements' && (!has(e.ensure) || e.ensure == 'Present')))",message="spec.monitoring.topStatements needs pg_stat_statements in spec.postgresql.extensions (ensure Present): its view is what the statements are read from",fieldPath=".monitoring.topStatements"
 type DatabaseSpec struct {
 	// Engine is the database engine. It cannot change after creation.
 	// +kubebuilder:default=postgres
@@ -299,6 +300,27 @@ type DatabaseSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
 	Databases []ServerDatabaseSpec `json:"databases,omitempty"`
+
+	// Monitoring says what the instances' metrics include beyond the
+	// defaults (docs/operations/metrics.md).
+	// +optional
+	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
+}
+
+// MonitoringSpec is what a Database's metrics include beyond the defaults.
+type MonitoringSpec struct {
+	// TopStatements, above 0, adds the statements of pg_stat_statements
+	// that took the most execution time on each instance, this many (by
+	// pg_stat_statements' normalised text: constants are $1, $2, ...), as
+	// dbkeeper_postgres_statement_calls_total, _exec_seconds_total and
+	// _rows_total labelled with queryid, datname, user and the statement's
+	// first 120 characters. Needs pg_stat_statements in
+	// spec.postgresql.extensions. 0, the default, reports none: each
+	// statement is three series on the manager and in Prometheus.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	TopStatements int32 `json:"topStatements,omitempty"`
 }
 
 // HighAvailabilitySpec is how a Database with standbys survives the loss

@@ -145,6 +145,9 @@ type DatabaseSpecApplyConfiguration struct {
 	// the server with its data; only ensure: Absent drops one, and only
 	// while nobody is connected to it. RolesReady reports them.
 	Databases []ServerDatabaseSpecApplyConfiguration `json:"databases,omitempty"`
+	// Monitoring says what the instances' metrics include beyond the
+	// defaults (docs/operations/metrics.md).
+	Monitoring *MonitoringSpecApplyConfiguration `json:"monitoring,omitempty"`
 }
 
 // DatabaseSpecApplyConfiguration constructs a declarative configuration of the DatabaseSpec type for use with
@@ -352,5 +355,13 @@ func (b *DatabaseSpecApplyConfiguration) WithDatabases(values ...*ServerDatabase
 		}
 		b.Databases = append(b.Databases, *values[i])
 	}
+	return b
+}
+
+// WithMonitoring sets the Monitoring field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Monitoring field is set to the value of the last call.
+func (b *DatabaseSpecApplyConfiguration) WithMonitoring(value *MonitoringSpecApplyConfiguration) *DatabaseSpecApplyConfiguration {
+	b.Monitoring = value
 	return b
 }
