@@ -46,6 +46,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.CredentialsSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("CredentialsStatus"):
 		return &databasev1.CredentialsStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("CustomQueriesSpec"):
+		return &databasev1.CustomQueriesSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("Database"):
 		return &databasev1.DatabaseApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("DatabaseSpec"):

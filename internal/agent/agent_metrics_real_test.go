@@ -446,3 +446,109 @@ func TestTopStatements(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), agentapi.MetricsTopStatementsParam)
 }
+
+// TestCustomQueries runs user-defined metric queries (a file in
+// postgres_exporter's format, as the ConfigMap of
+// spec.monitoring.customQueries is mounted) through the agent's /metrics,
+// as the manager asks for them: as the application's role, so a query of a
+// table it may read is reported with its labels, one of a table only the
+// superuser may read fails, and so does one that writes (read-only), each
+// counted in scrape_errors while the others are still reported and nothing
+// was written; a query may name another database; the file is read again
+// at each scrape (a query added is there at the next, no restart); a file
+// that does not parse is one error, not a failed scrape; nothing is run
+// unless the scrape names the role.
+func TestCustomQueries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	c := newCluster(t)
+	ctx := context.Background()
+	file := filepath.Join(c.dir, "queries.yaml")
+	c.agentArgs = map[string][]string{"db-0": {"--custom-queries=" + file}}
+	a := c.start("db-0")
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
+	require.NoError(t, err)
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
+	pa := sql(t, a)
+	mustExec(t, pa, "CREATE ROLE shop LOGIN")
+	mustExec(t, pa, "CREATE DATABASE app OWNER shop")
+	super := connectTo(t, a, "app")
+	mustExec(t, super, "CREATE TABLE only_superuser (x int)")
+	mustExec(t, super, "SET ROLE shop")
+	mustExec(t, super, "CREATE TABLE jobs (queue text, done bool)")
+	mustExec(t, super, "INSERT INTO jobs VALUES ('mail', false), ('mail', false), ('mail', true), ('sms', false)")
+	mustExec(t, super, "RESET ROLE")
+	queries := `
+pending_jobs:
+  query: SELECT queue, count(*) FILTER (WHERE NOT done) AS pending, count(*) AS total FROM jobs GROUP BY queue
+  metrics:
+    - queue:
+        usage: LABEL
+        description: The queue.
+    - pending:
+        usage: GAUGE
+        description: Jobs not done.
+    - total:
+        usage: COUNTER
+        description: Jobs ever queued.
+forbidden:
+  query: SELECT count(*) AS n FROM only_superuser
+  metrics:
+    - n: {usage: GAUGE}
+writer:
+  query: WITH x AS (INSERT INTO jobs VALUES ('sms', false) RETURNING 1) SELECT count(*) AS n FROM x
+  metrics:
+    - n: {usage: GAUGE}
+elsewhere:
+  database: postgres
+  query: SELECT current_user = 'shop' AS as_shop, current_database() = 'postgres' AS here
+  metrics:
+    - as_shop: {usage: GAUGE}
+    - here: {usage: GAUGE}
+`
+	require.NoError(t, os.WriteFile(file, []byte(queries), 0o644))
+	asked := agentapi.MetricsOptions{QueriesUser: "shop", QueriesDatabase: "app"}
+	scrape := func(o agentapi.MetricsOptions) map[string]*dto.MetricFamily {
+		families, err := c.client.Metrics(ctx, a.url, o)
+		require.NoError(t, err, "a scrape with user-defined queries must not fail")
+		return families
+	}
+	value := func(families map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+		t.Helper()
+		s := scraped{t: t, families: families}
+		return s.value(name, labels...)
+	}
+	start := time.Now()
+	families := scrape(asked)
+	t.Logf("MEASURED a scrape with four user-defined queries: %s", time.Since(start).Round(time.Millisecond))
+	assert.Equal(t, 2.0, value(families, "dbkeeper_postgres_custom_pending_jobs_pending", "queue", "mail"))
+	assert.Equal(t, 1.0, value(families, "dbkeeper_postgres_custom_pending_jobs_pending", "queue", "sms"))
+	assert.Equal(t, 3.0, value(families, "dbkeeper_postgres_custom_pending_jobs_total", "queue", "mail"))
+	assert.Equal(t, dto.MetricType_COUNTER, families["dbkeeper_postgres_custom_pending_jobs_total"].GetType())
+	assert.Equal(t, "Jobs not done.", families["dbkeeper_postgres_custom_pending_jobs_pending"].GetHelp())
+	assert.Equal(t, 1.0, value(families, "dbkeeper_postgres_custom_elsewhere_as_shop"), "run as the application's role")
+	assert.Equal(t, 1.0, value(families, "dbkeeper_postgres_custom_elsewhere_here"), "in the database the query names")
+	assert.NotContains(t, families, "dbkeeper_postgres_custom_forbidden_n", "a table the role may not read")
+	assert.NotContains(t, families, "dbkeeper_postgres_custom_writer_n", "a query that writes")
+	assert.Equal(t, 2.0, value(families, "dbkeeper_postgres_scrape_errors"), "the two refused queries")
+	assert.Equal(t, 1.0, value(families, "dbkeeper_postgres_up"))
+	assert.Equal(t, 4, count(t, super, "SELECT count(*) FROM jobs"), "nothing written")
+
+	for name := range scrape(agentapi.MetricsOptions{}) {
+		assert.NotContains(t, name, "dbkeeper_postgres_custom_", "user-defined queries run when no role was named")
+	}
+
+	require.NoError(t, os.WriteFile(file, []byte(queries+`
+queues:
+  query: SELECT count(DISTINCT queue) AS n FROM jobs
+  metrics:
+    - n: {usage: GAUGE}
+`), 0o644))
+	assert.Equal(t, 2.0, value(scrape(asked), "dbkeeper_postgres_custom_queues_n"), "a query added to the file")
+
+	require.NoError(t, os.WriteFile(file, []byte("queues: ["), 0o644))
+	families = scrape(asked)
+	assert.Equal(t, 1.0, value(families, "dbkeeper_postgres_scrape_errors"), "a file that does not parse")
+	assert.Equal(t, 1.0, value(families, "dbkeeper_postgres_up"))
+}

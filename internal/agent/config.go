@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"time"
 
@@ -75,6 +76,9 @@ type Config struct {
 	// PromoteTimeout is how long pg_promote waits for the end of recovery
 	// (--promote-timeout, whole seconds, at least one).
 	PromoteTimeout time.Duration
+	// CustomQueries is the file of user-defined metric queries
+	// (--custom-queries; the mounted ConfigMap's key in a pod).
+	CustomQueries string
 
 	// Peers, when set, says how to reach a standby (by pod name) instead
 	// of <pod>.<PeerDomain>:BackupServerPort with this instance's data
@@ -108,6 +112,7 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 	fs.IntVar(&c.Port, "port", 5432, "The local server's port.")
 	fs.IntVar(&c.PrimaryPort, "primary-port", 5432, "The port of $"+agentapi.EnvPrimaryHost+", which standbys stream from and clone.")
 	fs.IntVar(&c.BackupServerPort, "pgbackrest-port", int(agentapi.BackupServerPort), "The port of the instances' pgBackRest TLS servers.")
+	fs.StringVar(&c.CustomQueries, "custom-queries", filepath.Join(agentapi.CustomQueriesDir, agentapi.CustomQueriesFile), "The file of user-defined metric queries (spec.monitoring.customQueries), read at each scrape that asks for them.")
 	fs.DurationVar(&c.PromoteTimeout, "promote-timeout", 60*time.Second, "How long pg_promote waits for the end of recovery (whole seconds).")
 	fs.Func("peers", "A JSON object of pod name to {host, port, pgdata, socketDir, pgPort}: how to reach each standby for a base backup from it, instead of <pod>.$"+agentapi.EnvPeerDomain+" (tests).", func(v string) error {
 		return json.Unmarshal([]byte(v), &c.Peers)

@@ -176,6 +176,9 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			m.a.log.Error(fmt.Errorf("reading the top statements: %w", err), "Cannot read a PostgreSQL metric")
 		}
 	}
+	if m.o.QueriesUser != "" {
+		failed += m.readCustomQueries(ctx, &b)
+	}
 	b.gauge(scrapeErrorsDesc, float64(failed))
 	for _, s := range b.samples {
 		ch <- s

@@ -45,7 +45,7 @@ const metricsStatementsSQL = `SELECT s.queryid::text, d.datname, r.rolname,
 // pg_stat_statements, read in m.o.StatementsDatabase (where the extension
 // is created; its view shows every database's statements).
 func (m *metricsCollector) readTopStatements(ctx context.Context, b *metricsBatch) error {
-	conn, err := m.a.connectTo(ctx, m.o.StatementsDatabase, untracked)
+	conn, err := m.a.connectTo(ctx, m.o.StatementsDatabase, "", untracked)
 	if err != nil {
 		return err
 	}

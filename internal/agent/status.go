@@ -56,23 +56,30 @@ const queryTimeout = 5 * time.Second
 // its unix socket as the superuser (local trust; the password is offered
 // when asked), its statements kept out of pg_stat_statements.
 func (a *Agent) connect(ctx context.Context) (*pgx.Conn, error) {
-	return a.connectTo(ctx, "postgres", untracked)
+	return a.connectTo(ctx, "postgres", "", untracked)
 }
 
-// connectTo is connect to database, with the session's settings params.
-func (a *Agent) connectTo(ctx context.Context, database string, params map[string]string) (*pgx.Conn, error) {
+// connectTo is connect to database as user ("": the superuser, with its
+// password), with the session's settings params.
+func (a *Agent) connectTo(ctx context.Context, database, user string, params map[string]string) (*pgx.Conn, error) {
+	password := a.cfg.Password
+	if user == "" {
+		user = a.cfg.User
+	} else if user != a.cfg.User {
+		password = ""
+	}
 	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable connect_timeout=3 application_name=dbkeeper-agent",
-		conninfoValue(a.cfg.SocketDir), a.cfg.Port, conninfoValue(a.cfg.User), conninfoValue(database)))
+		conninfoValue(a.cfg.SocketDir), a.cfg.Port, conninfoValue(user), conninfoValue(database)))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the server: %w", err)
 	}
-	cfg.Password = a.cfg.Password
+	cfg.Password = password
 	for k, v := range params {
 		cfg.RuntimeParams[k] = v
 	}
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to the server: %w", err)
+		return nil, fmt.Errorf("connecting to the server as %s: %w", user, err)
 	}
 	return c, nil
 }

@@ -58,6 +58,15 @@ const (
 	MetricsPath = "/metrics"
 )
 
+// CustomQueriesDir is where the engine container mounts the ConfigMap of
+// spec.monitoring.customQueries, its key as CustomQueriesFile: the
+// user-defined metric queries (internal/customqueries), which the agent runs
+// as the application's role when a scrape names it.
+const (
+	CustomQueriesDir  = "/dbkeeper/queries"
+	CustomQueriesFile = "queries.yaml"
+)
+
 // BinDir is the emptyDir the init container copies the manager binary
 // into; Binary is the copy the engine container runs.
 const (

@@ -36,6 +36,12 @@ const (
 	// pg_stat_statements extension is created (its view reports the
 	// statements of every database).
 	MetricsStatementsDatabaseParam = "statementsDatabase"
+	// MetricsQueriesUserParam asks for the user-defined queries
+	// (CustomQueriesDir), run as this role: the application's.
+	MetricsQueriesUserParam = "queriesUser"
+	// MetricsQueriesDatabaseParam is the database the user-defined
+	// queries run in when they name none: the application's.
+	MetricsQueriesDatabaseParam = "queriesDatabase"
 )
 
 // MetricsOptions are what a scrape asks for beyond the default metrics.
@@ -45,16 +51,26 @@ type MetricsOptions struct {
 	// StatementsDatabase.
 	TopStatements      int
 	StatementsDatabase string
+	// QueriesUser, when set, adds the user-defined queries, run as this
+	// role, by default in QueriesDatabase.
+	QueriesUser     string
+	QueriesDatabase string
 }
 
 // query is o as GET MetricsPath's query string, "" for the defaults.
 func (o MetricsOptions) query() string {
-	if o.TopStatements <= 0 {
+	v := url.Values{}
+	if o.TopStatements > 0 {
+		v.Set(MetricsTopStatementsParam, strconv.Itoa(o.TopStatements))
+		v.Set(MetricsStatementsDatabaseParam, o.StatementsDatabase)
+	}
+	if o.QueriesUser != "" {
+		v.Set(MetricsQueriesUserParam, o.QueriesUser)
+		v.Set(MetricsQueriesDatabaseParam, o.QueriesDatabase)
+	}
+	if len(v) == 0 {
 		return ""
 	}
-	v := url.Values{}
-	v.Set(MetricsTopStatementsParam, strconv.Itoa(o.TopStatements))
-	v.Set(MetricsStatementsDatabaseParam, o.StatementsDatabase)
 	return "?" + v.Encode()
 }
 
@@ -70,11 +86,21 @@ func ParseMetricsOptions(q url.Values) (MetricsOptions, error) {
 		o.TopStatements = n
 	}
 	o.StatementsDatabase = q.Get(MetricsStatementsDatabaseParam)
-	if o.TopStatements > 0 && (o.StatementsDatabase == "" || len(o.StatementsDatabase) > 63) {
+	if o.TopStatements > 0 && !identifier(o.StatementsDatabase) {
 		return o, fmt.Errorf("%s=%q: want the name of the database holding pg_stat_statements", MetricsStatementsDatabaseParam, o.StatementsDatabase)
+	}
+	o.QueriesUser, o.QueriesDatabase = q.Get(MetricsQueriesUserParam), q.Get(MetricsQueriesDatabaseParam)
+	if o.QueriesUser != "" && !identifier(o.QueriesUser) {
+		return o, fmt.Errorf("%s=%q: want a role's name", MetricsQueriesUserParam, o.QueriesUser)
+	}
+	if o.QueriesUser != "" && !identifier(o.QueriesDatabase) {
+		return o, fmt.Errorf("%s=%q: want a database's name", MetricsQueriesDatabaseParam, o.QueriesDatabase)
 	}
 	return o, nil
 }
+
+// identifier says whether s may name a role or a database: 1 to 63 bytes.
+func identifier(s string) bool { return s != "" && len(s) <= 63 }
 
 // Metrics returns the metric families the agent serves at MetricsPath,
 // by name: the PostgreSQL metrics of its instance, with what o asks for.

@@ -65,7 +65,8 @@ func TestClientMetrics(t *testing.T) {
 // reads; a number out of range, or top statements without their database,
 // is refused naming the parameter.
 func TestMetricsOptionsRoundTrip(t *testing.T) {
-	for _, o := range []MetricsOptions{{}, {TopStatements: 10, StatementsDatabase: "app db"}, {TopStatements: MaxTopStatements, StatementsDatabase: "x"}} {
+	for _, o := range []MetricsOptions{{}, {TopStatements: 10, StatementsDatabase: "app db"}, {TopStatements: MaxTopStatements, StatementsDatabase: "x"},
+		{QueriesUser: "shop", QueriesDatabase: "orders"}, {TopStatements: 1, StatementsDatabase: "a", QueriesUser: "b", QueriesDatabase: "c"}} {
 		q, err := url.ParseQuery(strings.TrimPrefix(o.query(), "?"))
 		require.NoError(t, err)
 		got, err := ParseMetricsOptions(q)
@@ -77,6 +78,7 @@ func TestMetricsOptionsRoundTrip(t *testing.T) {
 		"topStatements=-1&statementsDatabase=app":  MetricsTopStatementsParam,
 		"topStatements=ten&statementsDatabase=app": MetricsTopStatementsParam,
 		"topStatements=5":                          MetricsStatementsDatabaseParam,
+		"queriesUser=shop":                         MetricsQueriesDatabaseParam,
 	} {
 		q, err := url.ParseQuery(query)
 		require.NoError(t, err)

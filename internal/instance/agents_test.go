@@ -60,8 +60,9 @@ func TestPodAgentsNeedTheToken(t *testing.T) {
 // TestMetricsOptionsOfTopStatements: a scrape asks for no statements
 // unless spec.monitoring.topStatements does, and then for that many, in the
 // application's database as the credentials Secret names it (where the
-// extensions controller creates pg_stat_statements); without the Secret the
-// scrape fails naming it.
+// extensions controller creates pg_stat_statements); for the user-defined
+// queries of spec.monitoring.customQueries as the application's role;
+// without the Secret the scrape fails naming it.
 func TestMetricsOptionsOfTopStatements(t *testing.T) {
 	ctx := context.Background()
 	db := facettest.Database()
@@ -74,11 +75,20 @@ func TestMetricsOptionsOfTopStatements(t *testing.T) {
 	_, err = instance.PodAgents{Secrets: c}.MetricsOptions(ctx, db)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), resources.CredentialsSecretName(db))
-	assert.Contains(t, err.Error(), "spec.monitoring.topStatements")
+	assert.Contains(t, err.Error(), "spec.monitoring")
 
 	require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: resources.CredentialsSecretName(db)},
 		Data: map[string][]byte{engine.UsernameKey: []byte("shop"), engine.DatabaseKey: []byte("orders_db")}}))
 	o, err = instance.PodAgents{Secrets: c}.MetricsOptions(ctx, db)
 	require.NoError(t, err)
 	assert.Equal(t, agentapi.MetricsOptions{TopStatements: 20, StatementsDatabase: "orders_db"}, o)
+
+	db.Spec.Monitoring.CustomQueries = &dbv1.CustomQueriesSpec{ConfigMapName: "queries"}
+	o, err = instance.PodAgents{Secrets: c}.MetricsOptions(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, agentapi.MetricsOptions{TopStatements: 20, StatementsDatabase: "orders_db", QueriesUser: "shop", QueriesDatabase: "orders_db"}, o)
+	db.Spec.Monitoring.TopStatements = 0
+	o, err = instance.PodAgents{Secrets: c}.MetricsOptions(ctx, db)
+	require.NoError(t, err)
+	assert.Equal(t, agentapi.MetricsOptions{QueriesUser: "shop", QueriesDatabase: "orders_db"}, o)
 }

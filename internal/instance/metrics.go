@@ -36,10 +36,13 @@ func (a PodAgents) Metrics(ctx context.Context, db *dbv1.Database, pod *corev1.P
 	})
 }
 
-// metricsOptions are the options of a scrape of db's agents.
+// metricsOptions are the options of a scrape of db's agents: its top
+// statements, read in the application's database, and its user-defined
+// queries, run as the application's role (the credentials Secret names
+// both).
 func (a PodAgents) metricsOptions(ctx context.Context, db *dbv1.Database) (agentapi.MetricsOptions, error) {
-	n := int(db.Spec.Monitoring.TopStatements)
-	if n <= 0 {
+	m := db.Spec.Monitoring
+	if m.TopStatements <= 0 && m.CustomQueries == nil {
 		return agentapi.MetricsOptions{}, nil
 	}
 	name := resources.CredentialsSecretName(db)
@@ -48,7 +51,14 @@ func (a PodAgents) metricsOptions(ctx context.Context, db *dbv1.Database) (agent
 	}
 	sec := &corev1.Secret{}
 	if err := a.Secrets.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
-		return agentapi.MetricsOptions{}, fmt.Errorf("getting Secret %s for the database of spec.monitoring.topStatements: %w", name, err)
+		return agentapi.MetricsOptions{}, fmt.Errorf("getting Secret %s for the role and database of spec.monitoring: %w", name, err)
 	}
-	return agentapi.MetricsOptions{TopStatements: min(n, agentapi.MaxTopStatements), StatementsDatabase: engine.AppDatabase(sec.Data)}, nil
+	var o agentapi.MetricsOptions
+	if m.TopStatements > 0 {
+		o.TopStatements, o.StatementsDatabase = min(int(m.TopStatements), agentapi.MaxTopStatements), engine.AppDatabase(sec.Data)
+	}
+	if m.CustomQueries != nil {
+		o.QueriesUser, o.QueriesDatabase = string(sec.Data[engine.UsernameKey]), engine.AppDatabase(sec.Data)
+	}
+	return o, nil
 }

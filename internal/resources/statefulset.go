@@ -1,6 +1,7 @@
 package resources
 
 import (
+	"cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
@@ -98,6 +99,7 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 		return nil, err
 	}
 	addBackupServer(db, tls, container)
+	addCustomQueries(db, pod, container)
 	pod.WithContainers(container)
 
 	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).
@@ -128,4 +130,23 @@ func podTemplate(db *dbv1.Database, labels map[string]string, spec *corev1ac.Pod
 		t.WithAnnotations(map[string]string{AnnotationRestartRevision: c.RestartRevision})
 	}
 	return t
+}
+
+// customQueriesVolume holds the ConfigMap of spec.monitoring.customQueries.
+const customQueriesVolume = "custom-queries"
+
+// addCustomQueries mounts the key of spec.monitoring.customQueries'
+// ConfigMap where the agent reads it (agentapi.CustomQueriesDir), optional:
+// a ConfigMap or a key that is missing leaves the file out (the agent then
+// runs no query) rather than the pod unstarted.
+func addCustomQueries(db *dbv1.Database, pod *corev1ac.PodSpecApplyConfiguration, c *corev1ac.ContainerApplyConfiguration) {
+	q := db.Spec.Monitoring.CustomQueries
+	if q == nil {
+		return
+	}
+	pod.WithVolumes(corev1ac.Volume().WithName(customQueriesVolume).WithConfigMap(corev1ac.ConfigMapVolumeSource().
+		WithName(q.ConfigMapName).
+		WithOptional(true).
+		WithItems(corev1ac.KeyToPath().WithKey(cmp.Or(q.Key, agentapi.CustomQueriesFile)).WithPath(agentapi.CustomQueriesFile))))
+	c.WithVolumeMounts(corev1ac.VolumeMount().WithName(customQueriesVolume).WithMountPath(agentapi.CustomQueriesDir).WithReadOnly(true))
 }

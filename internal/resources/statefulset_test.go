@@ -188,3 +188,43 @@ func TestRestartRevisionOnTheTemplate(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{resources.AnnotationRestartRevision: "fa094d537e890b5e"}, sts.Spec.Template.Annotations)
 }
+
+// TestCustomQueriesMounted: the ConfigMap of spec.monitoring.customQueries
+// is mounted read-only, optional, its key as the file the agent reads; a
+// Database without one mounts nothing (its pods' template is unchanged).
+func TestCustomQueriesMounted(t *testing.T) {
+	eng, err := engine.Catalog{}.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	db := sample("x", nil)
+	sts, err := resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
+	require.NoError(t, err)
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		assert.Nil(t, v.ConfigMap, "a ConfigMap volume without spec.monitoring.customQueries: %s", *v.Name)
+	}
+
+	db.Spec.Monitoring.CustomQueries = &dbv1.CustomQueriesSpec{ConfigMapName: "shop-queries", Key: "pg.yaml"}
+	sts, err = resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
+	require.NoError(t, err)
+	var found *corev1ac.ConfigMapVolumeSourceApplyConfiguration
+	var name string
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil {
+			found, name = v.ConfigMap, *v.Name
+		}
+	}
+	require.NotNil(t, found, "no ConfigMap volume")
+	assert.Equal(t, "shop-queries", *found.Name)
+	assert.True(t, *found.Optional, "a missing ConfigMap must not keep the pod from starting")
+	require.Len(t, found.Items, 1)
+	assert.Equal(t, "pg.yaml", *found.Items[0].Key)
+	assert.Equal(t, agentapi.CustomQueriesFile, *found.Items[0].Path)
+	mounted := false
+	for _, m := range sts.Spec.Template.Spec.Containers[0].VolumeMounts {
+		if *m.Name == name {
+			mounted = true
+			assert.Equal(t, agentapi.CustomQueriesDir, *m.MountPath)
+			assert.True(t, *m.ReadOnly)
+		}
+	}
+	assert.True(t, mounted, "the engine container mounts the queries")
+}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -23,7 +25,9 @@ import (
 // manager's /metrics as the chart's ServiceMonitor does (honor_labels), the
 // manager scraping a replicated Database's agents on the real node, and
 // evaluates the chart's alert rules at their default thresholds, durations
-// compressed: nothing fires on the healthy Database; the primary's data
+// compressed: the user-defined query of spec.monitoring.customQueries'
+// ConfigMap is reported from each instance, run as the application's role;
+// nothing fires on the healthy Database; the primary's data
 // volume filled (a volume of its own) fires the volume's alerts for that
 // pod, and they clear once it is freed; the standby's pod frozen (agent and
 // server) fires the failing scrape's alert, which clears once thawed. The
@@ -40,14 +44,22 @@ func TestAlertsOnTheManagersSeries(t *testing.T) {
 	o.MetricsBindAddress = "127.0.0.1:" + strconv.Itoa(port)
 	o.InstanceMetricsInterval = 2 * time.Second
 	operator.Start(t, local.Config, o)
+	create(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "queries"}, Data: map[string]string{"queries.yaml": `
+whoami:
+  query: SELECT current_user AS role_name, pg_is_in_recovery() AS standby
+  metrics:
+    - role_name: {usage: LABEL, description: The role the query ran as.}
+    - standby: {usage: GAUGE, description: 1 on a standby.}
+`}})
 	db := newDatabase(ns, "watched", "17", func(d *dbv1.Database) {
 		d.Spec.Replicas = ptr.To[int32](2)
 		d.Spec.Storage.StorageClassName = ptr.To(cluster.SizedStorageClassName)
 		d.Spec.Storage.Size = ptr.To(resourceQuantity("256Mi"))
+		d.Spec.Monitoring.CustomQueries = &dbv1.CustomQueriesSpec{ConfigMapName: "queries"}
 	})
 	create(t, db)
 	waitReady(t, db)
-	primary, standby := resources.InstanceName(db, 0), resources.InstanceName(db, 1)
+	primary, standbyPod := resources.InstanceName(db, 0), resources.InstanceName(db, 1)
 	waitTopology(t, db, primary, 2)
 
 	rules, err := promtest.Rules(nil, 3*time.Second, 20*time.Second)
@@ -88,7 +100,19 @@ func TestAlertsOnTheManagersSeries(t *testing.T) {
 		for _, v := range s {
 			roles[v.Labels["pod"]] = v.Labels["role"]
 		}
-		return roles[primary] == "primary" && roles[standby] == "replica" && len(roles) == 2
+		return roles[primary] == "primary" && roles[standbyPod] == "replica" && len(roles) == 2
+	})
+	// The user-defined query of the ConfigMap, run on each instance as the
+	// application's role.
+	app := secretValue(t, ns, resources.CredentialsSecretName(db), "username")
+	prom.WaitQuery(t, time.Minute, `dbkeeper_postgres_custom_whoami_standby{namespace="`+ns+`"}`, func(s []promtest.Sample) bool {
+		standby := map[string]float64{}
+		for _, v := range s {
+			if v.Labels["role_name"] == app {
+				standby[v.Labels["pod"]] = v.Value
+			}
+		}
+		return len(standby) == 2 && standby[primary] == 0 && standby[standbyPod] == 1
 	})
 	time.Sleep(6 * time.Second)
 	firing("nothing fires on the healthy Database", time.Second, nil)
@@ -110,11 +134,11 @@ func TestAlertsOnTheManagersSeries(t *testing.T) {
 
 	// The standby frozen, its agent with it (within the liveness probe's
 	// minute): the manager's scrapes of it fail.
-	thaw, err := inj.Freeze(ctx, ns, standby)
+	thaw, err := inj.Freeze(ctx, ns, standbyPod)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = thaw() })
 	firing("a frozen instance fires the failing scrape's alert", time.Minute, map[string][]string{
-		"DbkeeperInstanceScrapeFailing": {standby},
+		"DbkeeperInstanceScrapeFailing": {standbyPod},
 	})
 	require.NoError(t, thaw())
 	firing("the failing scrape's alert clears once thawed", time.Minute, nil)

@@ -293,6 +293,16 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: superuserSecret
       type:
         scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.CustomQueriesSpec
+  map:
+    fields:
+    - name: configMapName
+      type:
+        scalar: string
+    - name: key
+      type:
+        scalar: string
+      default: queries.yaml
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.DataDurability
   scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.Database
@@ -609,6 +619,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.MonitoringSpec
   map:
     fields:
+    - name: customQueries
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.CustomQueriesSpec
     - name: topStatements
       type:
         scalar: numeric

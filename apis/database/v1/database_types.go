@@ -321,6 +321,37 @@ type MonitoringSpec struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	TopStatements int32 `json:"topStatements,omitempty"`
+
+	// CustomQueries names a ConfigMap of the Database's namespace whose key
+	// holds user-defined metric queries in postgres_exporter's format
+	// (name: {query, database, metrics: [column: {usage: LABEL, GAUGE or
+	// COUNTER, description}]}), reported as
+	// dbkeeper_postgres_custom_<name>_<column>. Each runs on every
+	// instance as the application's role (it reads what the application
+	// may; grant more to that role) in a read-only transaction of the
+	// application's database or the one it names. The ConfigMap is mounted
+	// into the pods: naming one, or another, rolls out a restart in the
+	// usual order; its content is read again at each scrape. A query that
+	// fails is left out and counted in dbkeeper_postgres_scrape_errors,
+	// the agent's log says why.
+	// +optional
+	CustomQueries *CustomQueriesSpec `json:"customQueries,omitempty"`
+}
+
+// CustomQueriesSpec is where a Database's user-defined metric queries are.
+type CustomQueriesSpec struct {
+	// ConfigMapName is the ConfigMap's name, in the Database's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ConfigMapName string `json:"configMapName"`
+
+	// Key is the ConfigMap's key that holds the queries.
+	// +kubebuilder:default=queries.yaml
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	Key string `json:"key,omitempty"`
 }
 
 // HighAvailabilitySpec is how a Database with standbys survives the loss

@@ -22,6 +22,19 @@ type MonitoringSpecApplyConfiguration struct {
 	// spec.postgresql.extensions. 0, the default, reports none: each
 	// statement is three series on the manager and in Prometheus.
 	TopStatements *int32 `json:"topStatements,omitempty"`
+	// CustomQueries names a ConfigMap of the Database's namespace whose key
+	// holds user-defined metric queries in postgres_exporter's format
+	// (name: {query, database, metrics: [column: {usage: LABEL, GAUGE or
+	// COUNTER, description}]}), reported as
+	// dbkeeper_postgres_custom_<name>_<column>. Each runs on every
+	// instance as the application's role (it reads what the application
+	// may; grant more to that role) in a read-only transaction of the
+	// application's database or the one it names. The ConfigMap is mounted
+	// into the pods: naming one, or another, rolls out a restart in the
+	// usual order; its content is read again at each scrape. A query that
+	// fails is left out and counted in dbkeeper_postgres_scrape_errors,
+	// the agent's log says why.
+	CustomQueries *CustomQueriesSpecApplyConfiguration `json:"customQueries,omitempty"`
 }
 
 // MonitoringSpecApplyConfiguration constructs a declarative configuration of the MonitoringSpec type for use with
@@ -35,5 +48,13 @@ func MonitoringSpec() *MonitoringSpecApplyConfiguration {
 // If called multiple times, the TopStatements field is set to the value of the last call.
 func (b *MonitoringSpecApplyConfiguration) WithTopStatements(value int32) *MonitoringSpecApplyConfiguration {
 	b.TopStatements = &value
+	return b
+}
+
+// WithCustomQueries sets the CustomQueries field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CustomQueries field is set to the value of the last call.
+func (b *MonitoringSpecApplyConfiguration) WithCustomQueries(value *CustomQueriesSpecApplyConfiguration) *MonitoringSpecApplyConfiguration {
+	b.CustomQueries = value
 	return b
 }
