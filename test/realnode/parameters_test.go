@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -34,7 +35,8 @@ import (
 // pg_stat_statements (one more rollout) and creates it and vector, which
 // the application (no superuser) uses for a similarity query that
 // pg_stat_statements then shows, and the manager's /metrics among the
-// primary's top statements (spec.monitoring.topStatements); with no
+// primary's top statements (spec.monitoring.topStatements); pgaudit,
+// preloaded in the same rollout, logs the application's DDL; with no
 // failover and no acknowledged write lost.
 func TestParameters(t *testing.T) {
 	t.Parallel()
@@ -157,7 +159,8 @@ func TestParameters(t *testing.T) {
 	t.Log("extensions: vector at once, pg_stat_statements once the restart that preloads its library rolled out")
 	preload := time.Now()
 	dbtest.Patch(t, k8s, db, func(d *dbv1.Database) {
-		d.Spec.PostgreSQL.Extensions = []dbv1.ExtensionSpec{{Name: "vector"}, {Name: "pg_stat_statements"}}
+		d.Spec.PostgreSQL.Extensions = []dbv1.ExtensionSpec{{Name: "vector"}, {Name: "pg_stat_statements"}, {Name: "pgaudit"}}
+		d.Spec.PostgreSQL.Parameters["pgaudit.log"] = "ddl"
 		d.Spec.Monitoring.TopStatements = agentapi.MaxTopStatements
 	})
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -172,7 +175,7 @@ func TestParameters(t *testing.T) {
 	// preloads the library; the former primary restarts last
 	assert.Equal(t, before.LastFailover, waitTopology(t, db, "", 2).Status.Replication.LastFailover, "the preload rollout failed over")
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		assert.Equal(ct, map[string]string{p0: "pg_stat_statements", p1: "pg_stat_statements"}, show("shared_preload_libraries"))
+		assert.Equal(ct, map[string]string{p0: "pg_stat_statements, pgaudit", p1: "pg_stat_statements, pgaudit"}, show("shared_preload_libraries"))
 	}, timeout, time.Second, "both instances preload the library")
 	t.Logf("MEASURED extensions: preload rollout done on both instances in %s, longest write gap %s", time.Since(preload).Round(time.Second), w.LongestGap(preload).Round(time.Millisecond))
 	assert.Less(t, w.LongestGap(preload), 15*time.Second, "writes paused for a switchover only")
@@ -195,6 +198,19 @@ func TestParameters(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "1", seen, "pg_stat_statements shows the similarity query")
 	primary := waitTopology(t, db, "", 2).Status.Replication.CurrentPrimary
+	// pgaudit (pgaudit.log = ddl) logged the application's CREATE TABLE on
+	// the primary, in its JSON log
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		logs, err := psql.Clientset.CoreV1().Pods(ns).GetLogs(primary, &corev1.PodLogOptions{Container: resources.EngineContainer}).DoRaw(ctx)
+		if !assert.NoError(ct, err) {
+			return
+		}
+		found := false
+		for _, line := range strings.Split(string(logs), "\n") {
+			found = found || (strings.Contains(line, "AUDIT: SESSION") && strings.Contains(line, "CREATE TABLE items"))
+		}
+		assert.True(ct, found, "pgaudit's record of CREATE TABLE items in the primary's log")
+	}, time.Minute, 2*time.Second)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/metrics")
 		if !assert.NoError(ct, err) {

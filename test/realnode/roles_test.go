@@ -281,7 +281,8 @@ func TestRotationRefusesEmptyPassword(t *testing.T) {
 // TestDeclaredRoles (issue 32, item 3): a role of spec.roles logs in with
 // its Secret's password and reads the application's tables through its
 // membership in pg_read_all_data, and its database of spec.databases is
-// made with it as the owner; SUPERUSER given by hand is taken back at the
+// made with it as the owner, with the extensions it lists (one in the
+// schema asked for), which its owner uses; SUPERUSER given by hand is taken back at the
 // next reconcile (here the one the Secret's change brings; the periodic
 // one comes every 5 minutes), which also sets the Secret's new password
 // (the old one is refused after); ensure: Absent drops the database and
@@ -297,12 +298,16 @@ func TestDeclaredRoles(t *testing.T) {
 	require.NoError(t, k8s.Create(ctx, pw))
 	db := newDatabase(ns, "declared", "17", func(d *dbv1.Database) {
 		d.Spec.Roles = []dbv1.RoleSpec{{Name: "reporter", PasswordSecret: &dbv1.PasswordSecretRef{Name: "reporter-pw"}, InRoles: []string{"pg_read_all_data"}}}
-		d.Spec.Databases = []dbv1.ServerDatabaseSpec{{Name: "reports", Owner: "reporter"}}
+		d.Spec.Databases = []dbv1.ServerDatabaseSpec{{Name: "reports", Owner: "reporter",
+			Extensions: []dbv1.ExtensionSpec{{Name: "vector"}, {Name: "hstore", Schema: "pg_catalog"}}}}
 	})
 	create(t, db)
 	waitReady(t, db)
 	cond := waitCondition(t, db, dbv1.ConditionRolesReady, metav1.ConditionTrue, dbv1.ReasonRolesReconciled)
 	t.Logf("RolesReady: %s", cond.Message)
+	cond = waitCondition(t, db, dbv1.ConditionExtensionsReady, metav1.ConditionTrue, dbv1.ReasonExtensionsReconciled)
+	t.Logf("ExtensionsReady: %s", cond.Message)
+	assert.Contains(t, cond.Message, "in database reports: vector ")
 	fillItems(t, generated(db))
 
 	rw := serviceTarget(t, db, resources.ClientServiceName(db))
@@ -312,6 +317,9 @@ func TestDeclaredRoles(t *testing.T) {
 	reports := reporter
 	reports.Database = "reports"
 	assert.Equal(t, "reporter", sqlValue(t, reports, "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()"))
+	assert.Equal(t, "1", sqlValue(t, reports, "SELECT '[1,2]'::vector <-> '[1,3]'::vector"), "vector in the database of spec.databases, for its owner")
+	assert.Equal(t, "pg_catalog", sqlValue(t, reports, "SELECT extnamespace::regnamespace FROM pg_extension WHERE extname = 'hstore'"), "hstore in the schema asked for")
+	assert.Equal(t, "0", sqlValue(t, rw, "SELECT count(*) FROM pg_extension WHERE extname IN ('vector', 'hstore')"), "not in the application's database")
 
 	super := superuserTarget(t, db, rw)
 	super.Database = "postgres"

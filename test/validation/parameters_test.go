@@ -122,3 +122,20 @@ func TestTopStatementsAtAdmission(t *testing.T) {
 	require.NoError(t, k8s.Create(ctx, rawDatabase(ns, "top", spec(10, pgss))))
 	require.NoError(t, k8s.Create(ctx, rawDatabase(ns, "none", spec(0))))
 }
+
+// TestDatabaseExtensionsAtAdmission: a database of spec.databases takes
+// extensions, with a schema, but not those whose library is loaded for the
+// whole server.
+func TestDatabaseExtensionsAtAdmission(t *testing.T) {
+	ctx, ns := setup(t)
+	databases := func(ext map[string]any) map[string]any {
+		return map[string]any{"databases": []any{map[string]any{"name": "reports", "extensions": []any{ext}}}}
+	}
+	for _, name := range []string{"pg_stat_statements", "pgaudit"} {
+		assertInvalid(t, k8s.Create(ctx, rawDatabase(ns, "preload", databases(map[string]any{"name": name}))),
+			"spec.databases[].extensions: pg_stat_statements and pgaudit load a library for the whole server")
+	}
+	assertInvalid(t, k8s.Create(ctx, rawDatabase(ns, "bad-schema", databases(map[string]any{"name": "hstore", "schema": "Ext; DROP"}))),
+		"spec.databases[0].extensions[0].schema")
+	require.NoError(t, k8s.Create(ctx, rawDatabase(ns, "reports", databases(map[string]any{"name": "hstore", "schema": "ext"}))))
+}

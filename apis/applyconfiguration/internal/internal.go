@@ -515,6 +515,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: name
       type:
         scalar: string
+    - name: schema
+      type:
+        scalar: string
     - name: version
       type:
         scalar: string
@@ -832,6 +835,14 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.Ensure
       default: Present
+    - name: extensions
+      type:
+        list:
+          elementType:
+            namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.ExtensionSpec
+          elementRelationship: associative
+          keys:
+          - name
     - name: name
       type:
         scalar: string

@@ -446,7 +446,8 @@ const (
 const (
 	// ReasonExtensionsReconciled: every extension of
 	// spec.postgresql.extensions is in the application's database as
-	// declared (or there are none).
+	// declared, and every one of spec.databases[].extensions in its
+	// database (or there are none).
 	ReasonExtensionsReconciled = "Reconciled"
 	// ReasonExtensionUnavailable: an extension of
 	// spec.postgresql.extensions is not in the image
@@ -462,6 +463,10 @@ const (
 	// yet: the restart that loads it rolls out (ConfigurationReady says
 	// how far), and the extension is created after it.
 	ReasonWaitingForPreload = "WaitingForPreload"
+	// ReasonExtensionsWaitingForDatabase: a database of spec.databases
+	// with extensions is not on the server yet (the roles controller
+	// creates it: RolesReady); its extensions are created after it.
+	ReasonExtensionsWaitingForDatabase = "WaitingForDatabase"
 	// ReasonExtensionsWaitingForPrimary: the primary cannot be reached yet
 	// (not running, not ready, no superuser Secret or credentials Secret
 	// yet); retried.

@@ -99,6 +99,16 @@ type ExtensionSpec struct {
 	// +optional
 	Version string `json:"version,omitempty"`
 
+	// Schema is the schema the extension's objects go in (CREATE EXTENSION
+	// ... SCHEMA; it must exist); one installed elsewhere is moved (ALTER
+	// EXTENSION ... SET SCHEMA, which PostgreSQL refuses for an extension
+	// that is not relocatable: ExtensionRefused). Empty: the first schema
+	// of the search path (public) at creation, and where it is afterwards.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_$]*$`
+	// +optional
+	Schema string `json:"schema,omitempty"`
+
 	// Ensure is Present (the default: created when missing) or Absent
 	// (dropped without CASCADE: refused, and reported, while an object of
 	// the database depends on it).

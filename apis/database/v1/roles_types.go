@@ -183,6 +183,19 @@ type ServerDatabaseSpec struct {
 	// +kubebuilder:default=Present
 	// +optional
 	Ensure Ensure `json:"ensure,omitempty"`
+
+	// Extensions are kept in this database as spec.postgresql.extensions
+	// are in the application's (the extensions controller, ExtensionsReady),
+	// once the database exists. pg_stat_statements and pgaudit, whose
+	// library is loaded for the whole server, are only in
+	// spec.postgresql.extensions: pg_stat_statements there reports every
+	// database's statements.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !(e.name in ['pg_stat_statements', 'pgaudit']))",message="spec.databases[].extensions: pg_stat_statements and pgaudit load a library for the whole server: list them in spec.postgresql.extensions (pg_stat_statements there reports the statements of every database)"
+	Extensions []ExtensionSpec `json:"extensions,omitempty"`
 }
 
 // RolesStatus is what the roles controller keeps of spec.roles and

@@ -36,6 +36,8 @@ type catalog struct {
 type available struct {
 	Name      string `json:"name"`
 	Installed string `json:"installed"`
+	// Schema is the installed extension's schema.
+	Schema string `json:"schema"`
 }
 
 type offered struct {
@@ -76,7 +78,8 @@ func (c catalog) preloaded(lib string) bool {
 
 // step is one statement of the plan.
 type step struct {
-	// entry names the spec's entry ("spec.postgresql.extensions[0] (vector)").
+	// entry names the spec's entry ("spec.postgresql.extensions[0] (vector)",
+	// "spec.databases[1].extensions[0] (hstore)").
 	entry string
 	sql   string
 	// note says what the statement does ("created extension vector").
@@ -96,17 +99,24 @@ type plan struct {
 }
 
 // planFor is the plan that brings the database seen to the extensions of
-// spec, in the spec's order: Present ones created (with what they
-// require: CASCADE) or updated to their version, Absent ones dropped
-// without CASCADE. An extension the image lacks, at a version it lacks, or
-// whose library the running server has not preloaded yet is a problem,
-// and nothing is run for it.
-func planFor(spec []dbv1.ExtensionSpec, seen catalog) plan {
+// spec (the list at field), in the spec's order: Present ones created
+// (with what they require: CASCADE; in their schema) or updated to their
+// version and moved to their schema, Absent ones dropped without CASCADE.
+// An extension the image lacks, at a version it lacks, or whose library
+// the running server has not preloaded yet is a problem, and nothing is
+// run for it.
+func planFor(field string, spec []dbv1.ExtensionSpec, seen catalog) plan {
 	var p plan
 	for i, e := range spec {
-		entry := fmt.Sprintf("spec.postgresql.extensions[%d] (%s)", i, e.Name)
+		entry := fmt.Sprintf("%s[%d] (%s)", field, i, e.Name)
 		id, err := engine.QuoteIdentifier(e.Name)
 		version, verr := engine.QuoteLiteral(e.Version)
+		schema := ""
+		if e.Schema != "" {
+			var serr error
+			schema, serr = engine.QuoteIdentifier(e.Schema)
+			verr = errors.Join(verr, serr)
+		}
 		if err = errors.Join(err, verr); err != nil {
 			p.problems = append(p.problems, problem{dbv1.ReasonExtensionRefused, fmt.Sprintf("%s: %v", entry, err)})
 			continue
@@ -134,18 +144,29 @@ func planFor(spec []dbv1.ExtensionSpec, seen catalog) plan {
 				"%s: waiting for the restart that loads library %s (shared_preload_libraries; ConfigurationReady says how far it is)", entry, lib)})
 			continue
 		}
-		switch {
-		case a.Installed == "":
+		if a.Installed == "" {
 			sql := "CREATE EXTENSION IF NOT EXISTS " + id
 			what := e.Name
+			if schema != "" {
+				sql += " SCHEMA " + schema
+			}
 			if e.Version != "" {
 				sql += " VERSION " + version
 				what += " " + e.Version
 			}
+			if e.Schema != "" {
+				what += " in schema " + e.Schema
+			}
 			p.steps = append(p.steps, step{entry: entry, sql: sql + " CASCADE", note: "created extension " + what, event: ReasonExtensionCreated})
-		case e.Version != "" && a.Installed != e.Version:
+			continue
+		}
+		if e.Version != "" && a.Installed != e.Version {
 			p.steps = append(p.steps, step{entry: entry, sql: "ALTER EXTENSION " + id + " UPDATE TO " + version,
 				note: fmt.Sprintf("updated extension %s from %s to %s", e.Name, a.Installed, e.Version), event: ReasonExtensionUpdated})
+		}
+		if e.Schema != "" && a.Schema != e.Schema {
+			p.steps = append(p.steps, step{entry: entry, sql: "ALTER EXTENSION " + id + " SET SCHEMA " + schema,
+				note: fmt.Sprintf("moved extension %s from schema %s to %s", e.Name, a.Schema, e.Schema), event: ReasonExtensionUpdated})
 		}
 	}
 	return p

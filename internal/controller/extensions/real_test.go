@@ -166,3 +166,47 @@ func TestBeforeTheApplicationsDatabase(t *testing.T) {
 	out = f.sync()
 	assert.Equal(t, dbv1.ReasonExtensionsReconciled, out.Condition.Reason, out.Condition.Message)
 }
+
+// TestExtensionsOfListedDatabases: the extensions of a database of
+// spec.databases wait for that database (the roles controller creates
+// it), by name; then they are created there, in the schema asked for, and
+// moved when the schema changes, beside the application's database's own;
+// a database that is Absent is left alone.
+func TestExtensionsOfListedDatabases(t *testing.T) {
+	f := newFixture(t, postgres.Options{})
+	f.db.Spec.PostgreSQL.Extensions = []dbv1.ExtensionSpec{{Name: "citext"}}
+	f.db.Spec.Databases = []dbv1.ServerDatabaseSpec{
+		{Name: "gone", Ensure: dbv1.EnsureAbsent, Extensions: []dbv1.ExtensionSpec{{Name: "hstore"}}},
+		{Name: "reports", Extensions: []dbv1.ExtensionSpec{{Name: "hstore", Schema: "ext"}}},
+	}
+	out := f.sync()
+	assert.Equal(t, dbv1.ReasonExtensionsWaitingForDatabase, out.Condition.Reason)
+	assert.Contains(t, out.Condition.Message, "spec.databases[1].extensions: database reports is not on the server yet")
+	assert.NotContains(t, out.Condition.Message, "gone")
+	assert.Contains(t, f.installed(), "citext ", "the application's database is kept meanwhile")
+
+	f.srv.SQL(t, "postgres", "CREATE DATABASE reports OWNER app")
+	f.srv.SQL(t, "reports", "CREATE SCHEMA ext")
+	out = f.sync()
+	assert.Equal(t, dbv1.ReasonExtensionsReconciled, out.Condition.Reason, out.Condition.Message)
+	assert.Contains(t, out.Condition.Message, "in database app: citext ")
+	assert.Contains(t, out.Condition.Message, "in database reports: hstore ")
+	schemaOf := func() string {
+		return f.srv.SQL(t, "reports", "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'hstore'")
+	}
+	assert.Equal(t, "ext", schemaOf())
+	assert.NotContains(t, f.installed(), "hstore", "only in the database that lists it")
+
+	t.Log("another schema: moved")
+	f.db.Spec.Databases[1].Extensions[0].Schema = "public"
+	out = f.sync()
+	assert.Equal(t, dbv1.ReasonExtensionsReconciled, out.Condition.Reason, out.Condition.Message)
+	assert.Equal(t, "public", schemaOf())
+
+	t.Log("a schema that does not exist: PostgreSQL's refusal, named")
+	f.db.Spec.Databases[1].Extensions[0].Schema = "nowhere"
+	out = f.sync()
+	assert.Equal(t, dbv1.ReasonExtensionRefused, out.Condition.Reason)
+	assert.Contains(t, out.Condition.Message, "spec.databases[1].extensions[0] (hstore): the server refused the statement that would have moved extension hstore from schema public to nowhere")
+	assert.Equal(t, "public", schemaOf())
+}

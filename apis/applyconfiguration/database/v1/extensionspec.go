@@ -24,6 +24,12 @@ type ExtensionSpecApplyConfiguration struct {
 	// when another is installed); empty: the image's default version at
 	// creation, and the installed version left alone afterwards.
 	Version *string `json:"version,omitempty"`
+	// Schema is the schema the extension's objects go in (CREATE EXTENSION
+	// ... SCHEMA; it must exist); one installed elsewhere is moved (ALTER
+	// EXTENSION ... SET SCHEMA, which PostgreSQL refuses for an extension
+	// that is not relocatable: ExtensionRefused). Empty: the first schema
+	// of the search path (public) at creation, and where it is afterwards.
+	Schema *string `json:"schema,omitempty"`
 	// Ensure is Present (the default: created when missing) or Absent
 	// (dropped without CASCADE: refused, and reported, while an object of
 	// the database depends on it).
@@ -49,6 +55,14 @@ func (b *ExtensionSpecApplyConfiguration) WithName(value string) *ExtensionSpecA
 // If called multiple times, the Version field is set to the value of the last call.
 func (b *ExtensionSpecApplyConfiguration) WithVersion(value string) *ExtensionSpecApplyConfiguration {
 	b.Version = &value
+	return b
+}
+
+// WithSchema sets the Schema field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Schema field is set to the value of the last call.
+func (b *ExtensionSpecApplyConfiguration) WithSchema(value string) *ExtensionSpecApplyConfiguration {
+	b.Schema = &value
 	return b
 }
 

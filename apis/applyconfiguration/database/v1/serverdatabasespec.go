@@ -41,6 +41,13 @@ type ServerDatabaseSpecApplyConfiguration struct {
 	// RolesReady says DropRefused, naming the database and who is
 	// connected, and dbkeeper tries again.
 	Ensure *databasev1.Ensure `json:"ensure,omitempty"`
+	// Extensions are kept in this database as spec.postgresql.extensions
+	// are in the application's (the extensions controller, ExtensionsReady),
+	// once the database exists. pg_stat_statements and pgaudit, whose
+	// library is loaded for the whole server, are only in
+	// spec.postgresql.extensions: pg_stat_statements there reports every
+	// database's statements.
+	Extensions []ExtensionSpecApplyConfiguration `json:"extensions,omitempty"`
 }
 
 // ServerDatabaseSpecApplyConfiguration constructs a declarative configuration of the ServerDatabaseSpec type for use with
@@ -70,5 +77,18 @@ func (b *ServerDatabaseSpecApplyConfiguration) WithOwner(value string) *ServerDa
 // If called multiple times, the Ensure field is set to the value of the last call.
 func (b *ServerDatabaseSpecApplyConfiguration) WithEnsure(value databasev1.Ensure) *ServerDatabaseSpecApplyConfiguration {
 	b.Ensure = &value
+	return b
+}
+
+// WithExtensions adds the given value to the Extensions field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Extensions field.
+func (b *ServerDatabaseSpecApplyConfiguration) WithExtensions(values ...*ExtensionSpecApplyConfiguration) *ServerDatabaseSpecApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithExtensions")
+		}
+		b.Extensions = append(b.Extensions, *values[i])
+	}
 	return b
 }
