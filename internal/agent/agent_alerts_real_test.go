@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -39,26 +37,7 @@ func TestAlertsFireOnRealFaults(t *testing.T) {
 	promtest.Require(t)
 	c := newCluster(t)
 	ctx := context.Background()
-	archiveDir := filepath.Join(c.dir, "archive")
-	c.mkdir(archiveDir, 0o755)
-	archiveFails := filepath.Join(c.dir, "archive-fails")
-	c.serverArgs = []string{"-c", "archive_mode=on", "-c", "max_connections=20",
-		"-c", fmt.Sprintf("archive_command=test ! -e %s && cp %%p %s/%%f", archiveFails, archiveDir)}
-	a := c.start("db-0")
-	b := c.start("db-1")
-	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
-	require.NoError(t, err)
-	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
-	pa := sql(t, a)
-	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
-	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(b.name))
-	mustExec(t, pa, "CREATE TABLE t (id bigint)")
-	c.proxy.target.Store(int32(a.port))
-	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
-	require.NoError(t, err)
-	c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agentapi.Status) bool {
-		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
-	})
+	a, b, pa, archiveFails := archivingPair(t, c, "-c", "max_connections=20")
 
 	// The transaction-ID threshold 1,000 above today's oldest age: the
 	// healthy phase consumes a few.
@@ -88,32 +67,12 @@ func TestAlertsFireOnRealFaults(t *testing.T) {
 		{URL: b.url + agentapi.MetricsPath, Token: c.client.Token, Labels: labels(b.name)},
 	}})
 
-	// firing waits until exactly the alerts of want (alert name -> pod,
-	// or "" for a Database's alert) fire, VolumeFullIn24h aside: the agents'
-	// volume is the host's file system, which the suites beside this one
-	// fill and empty (its alerts are test/realnode's, on a volume of its
-	// own).
+	// the alerts, VolumeFullIn24h aside: the agents' volume is the host's
+	// file system, which the suites beside this one fill and empty (its
+	// alerts are test/realnode's, on a volume of its own)
 	firing := func(what string, timeout time.Duration, want map[string][]string) {
 		t.Helper()
-		var wanted []string
-		for name, pods := range want {
-			for _, pod := range pods {
-				wanted = append(wanted, name+"/"+pod)
-			}
-		}
-		slices.Sort(wanted)
-		start := time.Now()
-		prom.WaitAlerts(t, timeout, what, func(alerts []promtest.Alert) bool {
-			var got []string
-			for _, al := range alerts {
-				if al.State == "firing" && al.Labels["alertname"] != "DbkeeperVolumeFullIn24h" {
-					got = append(got, al.Labels["alertname"]+"/"+al.Labels["pod"])
-				}
-			}
-			slices.Sort(got)
-			return slices.Equal(slices.Compact(got), wanted)
-		})
-		t.Logf("MEASURED %s: %s", what, time.Since(start).Round(100*time.Millisecond))
+		prom.WaitFiring(t, what, timeout, func(a promtest.Alert) bool { return a.Labels["alertname"] != "DbkeeperVolumeFullIn24h" }, want)
 	}
 
 	// Healthy: both scraped, nothing fires for a while (the rules' "for"

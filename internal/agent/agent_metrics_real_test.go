@@ -131,6 +131,37 @@ func connectTo(t *testing.T, in *instance, db string) *pgx.Conn {
 	return conn
 }
 
+// archivingPair starts db-0, a primary archiving into a directory by a
+// command that fails while the file archiveFails exists, and db-1, its
+// standby streaming through the cluster's proxy from a slot of its own;
+// serverArgs are more settings of both servers. pa is a connection to
+// db-0, which has a table t (id bigint).
+func archivingPair(t *testing.T, c *cluster, serverArgs ...string) (a, b *instance, pa *pgx.Conn, archiveFails string) {
+	t.Helper()
+	ctx := context.Background()
+	archiveDir := filepath.Join(c.dir, "archive")
+	c.mkdir(archiveDir, 0o755)
+	archiveFails = filepath.Join(c.dir, "archive-fails")
+	c.serverArgs = append([]string{"-c", "archive_mode=on",
+		"-c", fmt.Sprintf("archive_command=test ! -e %s && cp %%p %s/%%f", archiveFails, archiveDir)}, serverArgs...)
+	a = c.start("db-0")
+	b = c.start("db-1")
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
+	require.NoError(t, err)
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
+	pa = sql(t, a)
+	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
+	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(b.name))
+	mustExec(t, pa, "CREATE TABLE t (id bigint)")
+	c.proxy.target.Store(int32(a.port))
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
+	require.NoError(t, err)
+	c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
+	})
+	return a, b, pa, archiveFails
+}
+
 // TestMetricsOfAPrimaryAndItsStandby reads the agent's PostgreSQL metrics
 // of a primary and its streaming standby (archiving to a directory by a
 // command that fails while a file exists) and checks them against what
@@ -147,27 +178,8 @@ func TestMetricsOfAPrimaryAndItsStandby(t *testing.T) {
 	}
 	c := newCluster(t)
 	ctx := context.Background()
-	archiveDir := filepath.Join(c.dir, "archive")
-	c.mkdir(archiveDir, 0o755)
-	archiveFails := filepath.Join(c.dir, "archive-fails")
-	c.serverArgs = []string{"-c", "archive_mode=on",
-		"-c", fmt.Sprintf("archive_command=test ! -e %s && cp %%p %s/%%f", archiveFails, archiveDir)}
-	a := c.start("db-0")
-	b := c.start("db-1")
-	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
-	require.NoError(t, err)
-	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
-	pa := sql(t, a)
-	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
-	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(b.name))
-	mustExec(t, pa, "CREATE TABLE t (id bigint PRIMARY KEY)")
+	a, b, pa, archiveFails := archivingPair(t, c)
 	mustExec(t, pa, "CREATE DATABASE app")
-	c.proxy.target.Store(int32(a.port))
-	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
-	require.NoError(t, err)
-	c.waitStatus(b, 90*time.Second, "a streaming standby", func(s agentapi.Status) bool {
-		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
-	})
 	pb := sql(t, b)
 	ma, mb := newMetricsScraper(t, a), newMetricsScraper(t, b)
 

@@ -2,8 +2,6 @@ package realnode
 
 import (
 	"context"
-	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -14,10 +12,8 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/faults"
-	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 	"github.com/dbkeeper/dbkeeper/test/framework/promtest"
 )
 
@@ -38,12 +34,7 @@ func TestAlertsOnTheManagersSeries(t *testing.T) {
 	promtest.Require(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	port, err := framework.FreePort()
-	require.NoError(t, err)
-	o := operatorOptions(t, ns)
-	o.MetricsBindAddress = "127.0.0.1:" + strconv.Itoa(port)
-	o.InstanceMetricsInterval = 2 * time.Second
-	operator.Start(t, local.Config, o)
+	metrics := startOperatorWithMetrics(t, ns)
 	create(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "queries"}, Data: map[string]string{"queries.yaml": `
 whoami:
   query: SELECT current_user AS role_name, pg_is_in_recovery() AS standby
@@ -65,32 +56,13 @@ whoami:
 	rules, err := promtest.Rules(nil, 3*time.Second, 20*time.Second)
 	require.NoError(t, err)
 	prom := promtest.Start(t, promtest.Options{Interval: 2 * time.Second, Rules: rules, Targets: []promtest.Target{
-		{URL: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"},
+		{URL: metrics},
 	}})
-	// firing waits until exactly the alerts of want (alert name -> pods)
-	// fire for this namespace (the test process' other managers serve the
-	// backups' series of their Databases on the same registry).
+	// the alerts of this namespace: the test process' other managers serve
+	// the backups' series of their Databases on the same registry
 	firing := func(what string, timeout time.Duration, want map[string][]string) {
 		t.Helper()
-		var wanted []string
-		for name, pods := range want {
-			for _, pod := range pods {
-				wanted = append(wanted, name+"/"+pod)
-			}
-		}
-		slices.Sort(wanted)
-		start := time.Now()
-		prom.WaitAlerts(t, timeout, what, func(alerts []promtest.Alert) bool {
-			var got []string
-			for _, al := range alerts {
-				if al.State == "firing" && al.Labels["namespace"] == ns {
-					got = append(got, al.Labels["alertname"]+"/"+al.Labels["pod"])
-				}
-			}
-			slices.Sort(got)
-			return slices.Equal(slices.Compact(got), wanted)
-		})
-		t.Logf("MEASURED %s: %s", what, time.Since(start).Round(100*time.Millisecond))
+		prom.WaitFiring(t, what, timeout, func(a promtest.Alert) bool { return a.Labels["namespace"] == ns }, want)
 	}
 
 	// Healthy: both instances scraped through the manager, with the roles

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +17,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
-	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
-	"github.com/dbkeeper/dbkeeper/test/framework/operator"
 )
 
 // TestParameters: spec.postgresql.parameters on a Database of two
@@ -42,12 +39,7 @@ func TestParameters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := newNamespace(t)
-	port, err := framework.FreePort()
-	require.NoError(t, err)
-	o := operatorOptions(t, ns)
-	o.MetricsBindAddress = "127.0.0.1:" + strconv.Itoa(port)
-	o.InstanceMetricsInterval = 2 * time.Second
-	operator.Start(t, local.Config, o)
+	metrics := startOperatorWithMetrics(t, ns)
 	db := newDatabase(ns, "tuned", "17", func(d *dbv1.Database) {
 		d.Spec.Replicas = ptr.To[int32](2)
 		d.Spec.PostgreSQL.Parameters = map[string]dbv1.ParameterValue{"work_mem": "8MB"}
@@ -212,7 +204,7 @@ func TestParameters(t *testing.T) {
 		assert.True(ct, found, "pgaudit's record of CREATE TABLE items in the primary's log")
 	}, time.Minute, 2*time.Second)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/metrics")
+		resp, err := http.Get(metrics)
 		if !assert.NoError(ct, err) {
 			return
 		}

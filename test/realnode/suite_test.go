@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/framework"
 	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 	"github.com/dbkeeper/dbkeeper/test/framework/operator"
@@ -126,6 +128,20 @@ func dropNamespace(ctx context.Context, namespace string) error {
 func startOperator(t *testing.T, namespaces ...string) *operator.Operator {
 	t.Helper()
 	return operator.Start(t, local.Config, operatorOptions(t, namespaces...))
+}
+
+// startOperatorWithMetrics is startOperator serving /metrics over plain HTTP
+// on a loopback port, with the instances' series scraped every 2 s; it
+// returns the metrics' URL.
+func startOperatorWithMetrics(t *testing.T, namespaces ...string) string {
+	t.Helper()
+	port, err := framework.FreePort()
+	require.NoError(t, err)
+	o := operatorOptions(t, namespaces...)
+	o.MetricsBindAddress = "127.0.0.1:" + strconv.Itoa(port)
+	o.InstanceMetricsInterval = 2 * time.Second
+	operator.Start(t, local.Config, o)
+	return "http://" + o.MetricsBindAddress + "/metrics"
 }
 
 // operatorOptions are startOperator's options, for a test that changes some.

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -383,4 +384,33 @@ func (s *Server) WaitAlerts(t testing.TB, timeout time.Duration, what string, ok
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// WaitFiring waits until the alerts that fire, among those keep accepts,
+// are exactly want (alert name -> the pod label of each, "" for an alert
+// about a whole Database), and logs how long that took as MEASURED.
+func (s *Server) WaitFiring(t testing.TB, what string, timeout time.Duration, keep func(Alert) bool, want map[string][]string) {
+	t.Helper()
+	var wanted []string
+	for name, pods := range want {
+		for _, pod := range pods {
+			wanted = append(wanted, name+"/"+pod)
+		}
+	}
+	sort.Strings(wanted)
+	start := time.Now()
+	s.WaitAlerts(t, timeout, what, func(alerts []Alert) bool {
+		seen := map[string]bool{}
+		var got []string
+		for _, a := range alerts {
+			key := a.Labels["alertname"] + "/" + a.Labels["pod"]
+			if a.State == "firing" && keep(a) && !seen[key] {
+				seen[key] = true
+				got = append(got, key)
+			}
+		}
+		sort.Strings(got)
+		return slices.Equal(got, wanted)
+	})
+	t.Logf("MEASURED %s: %s", what, time.Since(start).Round(100*time.Millisecond))
 }
