@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,11 +131,21 @@ func startOperator(t *testing.T, namespaces ...string) *operator.Operator {
 	return operator.Start(t, local.Config, operatorOptions(t, namespaces...))
 }
 
+// instanceMetrics is held by the test whose operator scrapes the instances'
+// metrics: every manager of the process serves controller-runtime's one
+// registry, where each registers its store of the instances' series, and
+// two running stores would both serve the unlabelled
+// dbkeeper_instance_scrape_round_duration_seconds, which fails the whole
+// /metrics of both (a store empties itself when its manager stops).
+var instanceMetrics sync.Mutex
+
 // startOperatorWithMetrics is startOperator serving /metrics over plain HTTP
-// on a loopback port, with the instances' series scraped every 2 s; it
-// returns the metrics' URL.
+// on a loopback port, with the instances' series scraped every 2 s, once no
+// other test's operator does (instanceMetrics); it returns the metrics' URL.
 func startOperatorWithMetrics(t *testing.T, namespaces ...string) string {
 	t.Helper()
+	instanceMetrics.Lock()
+	t.Cleanup(instanceMetrics.Unlock) // after the operator stopped: cleanups run last registered first
 	port, err := framework.FreePort()
 	require.NoError(t, err)
 	o := operatorOptions(t, namespaces...)
