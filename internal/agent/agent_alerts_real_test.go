@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -67,12 +68,13 @@ func TestAlertsFireOnRealFaults(t *testing.T) {
 		{URL: b.url + agentapi.MetricsPath, Token: c.client.Token, Labels: labels(b.name)},
 	}})
 
-	// the alerts, VolumeFullIn24h aside: the agents' volume is the host's
-	// file system, which the suites beside this one fill and empty (its
-	// alerts are test/realnode's, on a volume of its own)
+	// the alerts, the volume's aside: the agents' volume is the host's file
+	// system, as full as the machine is (CI's was 90.7 % used, past the
+	// default warning) and filled and emptied by the suites beside this one;
+	// the volume's alerts are test/realnode's, on a volume of its own
 	firing := func(what string, timeout time.Duration, want map[string][]string) {
 		t.Helper()
-		prom.WaitFiring(t, what, timeout, func(a promtest.Alert) bool { return a.Labels["alertname"] != "DbkeeperVolumeFullIn24h" }, want)
+		prom.WaitFiring(t, what, timeout, func(a promtest.Alert) bool { return !strings.HasPrefix(a.Labels["alertname"], "DbkeeperVolume") }, want)
 	}
 
 	// Healthy: both scraped, nothing fires for a while (the rules' "for"
