@@ -2,8 +2,6 @@ package realnode
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agentapi"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
@@ -31,15 +30,16 @@ import (
 // PostgreSQL requires); spec.postgresql.extensions preloads
 // pg_stat_statements (one more rollout) and creates it and vector, which
 // the application (no superuser) uses for a similarity query that
-// pg_stat_statements then shows, and the manager's /metrics among the
-// primary's top statements (spec.monitoring.topStatements); pgaudit,
+// pg_stat_statements then shows, and the primary's agent, scraped as the
+// manager scrapes it, among its top statements
+// (spec.monitoring.topStatements); pgaudit,
 // preloaded in the same rollout, logs the application's DDL; with no
 // failover and no acknowledged write lost.
 func TestParameters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := newNamespace(t)
-	metrics := startOperatorWithMetrics(t, ns)
+	startOperator(t, ns)
 	db := newDatabase(ns, "tuned", "17", func(d *dbv1.Database) {
 		d.Spec.Replicas = ptr.To[int32](2)
 		d.Spec.PostgreSQL.Parameters = map[string]dbv1.ParameterValue{"work_mem": "8MB"}
@@ -203,22 +203,24 @@ func TestParameters(t *testing.T) {
 		}
 		assert.True(ct, found, "pgaudit's record of CREATE TABLE items in the primary's log")
 	}, time.Minute, 2*time.Second)
+	// the primary's agent, scraped as the manager scrapes it (its options
+	// from spec.monitoring and the credentials Secret), reports the query
+	// among its top statements
+	pod := getPod(t, db, primary)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		resp, err := http.Get(metrics)
+		families, err := instance.PodAgents{Secrets: k8s}.Metrics(ctx, dbtest.Get(ct, k8s, db), pod)
 		if !assert.NoError(ct, err) {
 			return
 		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		assert.NoError(ct, err)
-		var found []string
-		for _, line := range strings.Split(string(body), "\n") {
-			if strings.HasPrefix(line, "dbkeeper_postgres_statement_calls_total{") && strings.Contains(line, `namespace="`+ns+`"`) &&
-				strings.Contains(line, `pod="`+primary+`"`) && strings.Contains(line, "ORDER BY embedding <-> $1") {
-				found = append(found, line)
+		found := 0
+		for _, m := range families["dbkeeper_postgres_statement_calls_total"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "query" && strings.Contains(l.GetValue(), "ORDER BY embedding <-> $1") {
+					found++
+				}
 			}
 		}
-		assert.Len(ct, found, 1, "the similarity query among the primary's top statements on the manager's /metrics")
+		assert.Equal(ct, 1, found, "the similarity query among the primary's top statements")
 	}, time.Minute, time.Second)
 	w.Stop()
 	missing, err := w.Missing(ctx, rw)
