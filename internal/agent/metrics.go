@@ -151,8 +151,15 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	b.gauge(maxConnectionsDesc, srv.maxConnections)
 	b.gauge(walPositionDesc, srv.walPosition)
 	b.gauge(startTimeDesc, srv.startTime)
+	qs := metricsQueries(srv)
+	if m.o.TopStatements > 0 {
+		// on a connection of its own, to the database holding the extension
+		qs = append(qs, metricsQuery{"top statements", func(ctx context.Context, _ *pgx.Conn, b *metricsBatch) error {
+			return m.readTopStatements(ctx, b)
+		}})
+	}
 	failed := 0
-	for _, q := range metricsQueries(srv) {
+	for _, q := range qs {
 		var qb metricsBatch
 		err := q.read(ctx, conn, &qb)
 		if err == nil {
@@ -162,18 +169,6 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			failed++
 			m.a.log.Error(fmt.Errorf("reading the %s metrics: %w", q.what, err), "Cannot read a PostgreSQL metric")
-		}
-	}
-	if m.o.TopStatements > 0 {
-		var qb metricsBatch
-		err := m.readTopStatements(ctx, &qb)
-		if err == nil {
-			b.samples = append(b.samples, qb.samples...)
-			err = qb.err
-		}
-		if err != nil {
-			failed++
-			m.a.log.Error(fmt.Errorf("reading the top statements: %w", err), "Cannot read a PostgreSQL metric")
 		}
 	}
 	if m.o.QueriesUser != "" {

@@ -12,12 +12,6 @@ import (
 // its query label holds.
 const statementTextMax = 120
 
-// untracked keeps the agent's own connections out of pg_stat_statements
-// (a superuser's setting, which the agent is; a placeholder where the
-// library is not loaded), so that an idle server's top statements are not
-// the agent's status checks and scrapes.
-var untracked = map[string]string{"pg_stat_statements.track": "none"}
-
 // errNoStatements says the statements' database lacks the extension.
 var errNoStatements = errors.New("pg_stat_statements is not created in the database")
 

@@ -52,6 +52,12 @@ func (a *Agent) status(ctx context.Context) agentapi.Status {
 // queryTimeout bounds one status query (the server is local).
 const queryTimeout = 5 * time.Second
 
+// untracked keeps the agent's own connections out of pg_stat_statements
+// (a superuser's setting, which the agent is; a placeholder where the
+// library is not loaded), so that an idle server's top statements are not
+// the agent's status checks and scrapes.
+var untracked = map[string]string{"pg_stat_statements.track": "none"}
+
 // connect opens a connection to the local server's postgres database over
 // its unix socket as the superuser (local trust; the password is offered
 // when asked), its statements kept out of pg_stat_statements.

@@ -337,30 +337,6 @@ func (s *Server) Alerts(ctx context.Context) ([]Alert, error) {
 	return data.Alerts, nil
 }
 
-// Firing are the names of the firing alerts whose labels include labels
-// (name, value pairs), each once.
-func Firing(alerts []Alert, labels ...string) []string {
-	seen := map[string]bool{}
-	var out []string
-alerts:
-	for _, a := range alerts {
-		if a.State != "firing" {
-			continue
-		}
-		for i := 0; i+1 < len(labels); i += 2 {
-			if a.Labels[labels[i]] != labels[i+1] {
-				continue alerts
-			}
-		}
-		if name := a.Labels["alertname"]; !seen[name] {
-			seen[name] = true
-			out = append(out, name)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
 // WaitAlerts polls the server's alerts until ok holds, failing the test with
 // the alerts it last saw (and what ok was waiting for) after timeout.
 func (s *Server) WaitAlerts(t testing.TB, timeout time.Duration, what string, ok func([]Alert) bool) []Alert {
