@@ -161,6 +161,19 @@ func SuperuserLogin(ctx context.Context, reader client.Reader, db *dbv1.Database
 	return login, nil
 }
 
+// Application is the application's role and database of db, from its
+// credentials Secret read with reader (which must read from the API
+// server); a Secret that is not there is an error apierrors.IsNotFound
+// tells, a Secret without the role gives "".
+func Application(ctx context.Context, reader client.Reader, db *dbv1.Database) (role, database string, err error) {
+	name := resources.CredentialsSecretName(db)
+	sec := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
+		return "", "", fmt.Errorf("getting Secret %s: %w", name, err)
+	}
+	return string(sec.Data[engine.UsernameKey]), engine.AppDatabase(sec.Data), nil
+}
+
 // ConnectAsSuperuser opens a session with the primary of db as its
 // superuser (SuperuserLogin with reader), in database.
 func ConnectAsSuperuser(ctx context.Context, c Connector, reader client.Reader, db *dbv1.Database, database string) (Conn, error) {

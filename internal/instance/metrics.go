@@ -7,11 +7,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agentapi"
-	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 )
 
@@ -45,20 +43,19 @@ func (a PodAgents) metricsOptions(ctx context.Context, db *dbv1.Database) (agent
 	if m.TopStatements <= 0 && m.CustomQueries == nil {
 		return agentapi.MetricsOptions{}, nil
 	}
-	name := resources.CredentialsSecretName(db)
 	if a.Secrets == nil {
-		return agentapi.MetricsOptions{}, fmt.Errorf("no reader for Secret %s", name)
+		return agentapi.MetricsOptions{}, fmt.Errorf("no reader for Secret %s", resources.CredentialsSecretName(db))
 	}
-	sec := &corev1.Secret{}
-	if err := a.Secrets.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
-		return agentapi.MetricsOptions{}, fmt.Errorf("getting Secret %s for the role and database of spec.monitoring: %w", name, err)
+	role, database, err := Application(ctx, a.Secrets, db)
+	if err != nil {
+		return agentapi.MetricsOptions{}, fmt.Errorf("the role and database of spec.monitoring: %w", err)
 	}
 	var o agentapi.MetricsOptions
 	if m.TopStatements > 0 {
-		o.TopStatements, o.StatementsDatabase = min(int(m.TopStatements), agentapi.MaxTopStatements), engine.AppDatabase(sec.Data)
+		o.TopStatements, o.StatementsDatabase = min(int(m.TopStatements), agentapi.MaxTopStatements), database
 	}
 	if m.CustomQueries != nil {
-		o.QueriesUser, o.QueriesDatabase = string(sec.Data[engine.UsernameKey]), engine.AppDatabase(sec.Data)
+		o.QueriesUser, o.QueriesDatabase = role, database
 	}
 	return o, nil
 }

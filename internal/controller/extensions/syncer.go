@@ -182,15 +182,12 @@ func noDatabase(err error) bool {
 // applicationDatabase is the application's database, from the credentials
 // Secret.
 func (s *syncer) applicationDatabase(ctx context.Context, db *dbv1.Database) (string, error) {
-	name := resources.CredentialsSecretName(db)
-	sec := &corev1.Secret{}
-	if err := s.secrets.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", fmt.Errorf("the credentials Secret %s is not there yet (see CredentialsReady): the application's database is not known", name)
-		}
-		return "", fmt.Errorf("getting Secret %s: %w", name, err)
+	_, database, err := instance.Application(ctx, s.secrets, db)
+	if apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("the credentials Secret %s is not there yet (see CredentialsReady): the application's database is not known",
+			resources.CredentialsSecretName(db))
 	}
-	return engine.AppDatabase(sec.Data), nil
+	return database, err
 }
 
 // observe reads what the server has of the extensions named.

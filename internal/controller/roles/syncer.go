@@ -111,19 +111,16 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 // credentials Secret; waiting says why they are not known yet.
 func (s *syncer) application(ctx context.Context, db *dbv1.Database) (app, string, error) {
 	name := resources.CredentialsSecretName(db)
-	sec := &corev1.Secret{}
-	err := s.secrets.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, sec)
+	role, database, err := instance.Application(ctx, s.secrets, db)
 	switch {
 	case apierrors.IsNotFound(err):
 		return app{}, fmt.Sprintf("the credentials Secret %s is not there yet (see CredentialsReady): the application's role and database, which spec.roles and spec.databases may not take, are not known", name), nil
 	case err != nil:
-		return app{}, "", fmt.Errorf("getting Secret %s: %w", name, err)
-	}
-	a := app{role: string(sec.Data[engine.UsernameKey]), database: engine.AppDatabase(sec.Data)}
-	if a.role == "" {
+		return app{}, "", err
+	case role == "":
 		return app{}, fmt.Sprintf("the credentials Secret %s has no %s (see CredentialsReady): the application's role, which spec.roles may not take, is not known", name, engine.UsernameKey), nil
 	}
-	return a, "", nil
+	return app{role: role, database: database}, "", nil
 }
 
 // passwords reads the passwords of the Present roles with a
