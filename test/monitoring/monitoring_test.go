@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
+	"github.com/dbkeeper/dbkeeper/test/framework/promtest"
 )
 
 const (
@@ -30,10 +31,6 @@ const (
 	dashboardFile = "config/charts/dbkeeper/dashboards/dbkeeper.json"
 )
 
-// requireToolsEnv, set to 1, makes a missing promtool a failure rather than
-// a skip; so does running as root (as CI does).
-const requireToolsEnv = "DBKEEPER_REQUIRE_TOOLS"
-
 func repoRoot(t *testing.T) string {
 	t.Helper()
 	root, err := envtest.RepoRoot()
@@ -41,27 +38,6 @@ func repoRoot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return root
-}
-
-// promtool returns the promtool that test/tools/install.sh unpacks from Debian's prometheus package (`make
-// tools`). Without it the test is skipped, or fails when tools are
-// required (requireToolsEnv, or root).
-func promtool(t *testing.T, root string) string {
-	t.Helper()
-	script := filepath.Join(root, "test", "tools", "install.sh")
-	out, err := exec.Command(script, "--print").Output()
-	if err != nil {
-		t.Fatalf("%s --print: %v", script, err)
-	}
-	path := filepath.Join(strings.TrimSpace(string(out)), "promtool")
-	if _, err := os.Stat(path); err != nil {
-		msg := "no promtool (" + err.Error() + "): run `make tools`"
-		if os.Getenv(requireToolsEnv) == "1" || os.Geteuid() == 0 {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return path
 }
 
 // runPromtool runs promtool with args in dir and fails the test with its
@@ -85,7 +61,7 @@ func TestPromtoolCheckRules(t *testing.T) {
 		t.Skip("runs promtool; skipped under -short")
 	}
 	root := repoRoot(t)
-	runPromtool(t, promtool(t, root), root, "check", "rules", "--lint=all", "--lint-fatal", rulesFile)
+	runPromtool(t, promtest.Tool(t, "promtool"), root, "check", "rules", "--lint=all", "--lint-fatal", rulesFile)
 }
 
 // TestPromtoolTestRules runs the rules' unit tests: input series under
@@ -95,7 +71,7 @@ func TestPromtoolTestRules(t *testing.T) {
 		t.Skip("runs promtool; skipped under -short")
 	}
 	root := repoRoot(t)
-	runPromtool(t, promtool(t, root), root, "test", "rules", rulesTests)
+	runPromtool(t, promtest.Tool(t, "promtool"), root, "test", "rules", rulesTests)
 }
 
 // ruleFile is a Prometheus rule file, as far as these tests read it.

@@ -63,38 +63,41 @@ type Server struct {
 	log *framework.SyncBuffer
 }
 
-// Binary is the path of the prometheus server test/tools/install.sh unpacked,
-// or an error saying how to get it.
-func Binary() (string, error) {
-	root, err := envtest.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	out, err := exec.Command(filepath.Join(root, "test", "tools", "install.sh"), "--print").Output()
-	if err != nil {
-		return "", fmt.Errorf("test/tools/install.sh --print: %w", err)
-	}
-	path := filepath.Join(strings.TrimSpace(string(out)), "prometheus")
-	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("no prometheus server (%w): run `make tools` on a machine with apt", err)
-	}
-	return path, nil
-}
-
-// RequireToolsEnv, set to 1, makes a missing server a failure rather than a
+// RequireToolsEnv, set to 1, makes a missing tool a failure rather than a
 // skip; so does running as root (as CI does, which installs the tools).
 const RequireToolsEnv = "DBKEEPER_REQUIRE_TOOLS"
 
-// Require skips the test when there is no server binary, or fails it where
-// the tools are required (RequireToolsEnv, or root).
+// Tool is the path of a tool that test/tools/install.sh unpacks from
+// Debian's prometheus package (`make tools`): promtool or prometheus.
+// Without it the test is skipped, or fails where the tools are required
+// (RequireToolsEnv, or root).
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	root, err := envtest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(root, "test", "tools", "install.sh")
+	out, err := exec.Command(script, "--print").Output()
+	if err != nil {
+		t.Fatalf("%s --print: %v", script, err)
+	}
+	path := filepath.Join(strings.TrimSpace(string(out)), name)
+	if _, err := os.Stat(path); err != nil {
+		msg := "no " + name + " (" + err.Error() + "): run `make tools` on a machine with apt"
+		if os.Getenv(RequireToolsEnv) == "1" || os.Geteuid() == 0 {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return path
+}
+
+// Require is Tool for the Prometheus server, for a test to call before its
+// set-up.
 func Require(t testing.TB) {
 	t.Helper()
-	if _, err := Binary(); err != nil {
-		if os.Getenv(RequireToolsEnv) == "1" || os.Geteuid() == 0 {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	Tool(t, "prometheus")
 }
 
 // Rules is the chart's rule file as the chart renders it with thresholds
@@ -129,14 +132,11 @@ func promDuration(d time.Duration) string {
 	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }
 
-// Start runs a server with o until the test ends; a missing binary fails
-// the test (the callers skip earlier when the tools may be missing).
+// Start runs a server with o until the test ends (Require says what a
+// missing binary does).
 func Start(t testing.TB, o Options) *Server {
 	t.Helper()
-	bin, err := Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := Tool(t, "prometheus")
 	if o.Interval == 0 {
 		o.Interval = 5 * time.Second
 	}
