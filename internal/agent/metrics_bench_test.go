@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dbkeeper/dbkeeper/internal/agentapi"
+	"github.com/dbkeeper/dbkeeper/test/framework"
 )
 
 // BenchmarkMetricsCost measures what the PostgreSQL metrics cost an
@@ -78,7 +78,9 @@ func (r *metricsCost) run(t *testing.T) {
 
 	start := cpu()
 	time.Sleep(r.phase)
-	r.idle = usage{cpu: cpu() - start, rss: residentSet(t, agentPID)}
+	rss, err := framework.ProcessRSS(agentPID)
+	require.NoError(t, err)
+	r.idle = usage{cpu: cpu() - start, rss: rss}
 
 	start = cpu()
 	deadline := time.Now().Add(r.phase)
@@ -89,7 +91,9 @@ func (r *metricsCost) run(t *testing.T) {
 		require.NoError(t, err)
 		r.latency = append(r.latency, time.Since(began))
 	}
-	r.scraped = usage{cpu: cpu() - start, rss: residentSet(t, agentPID)}
+	rss, err = framework.ProcessRSS(agentPID)
+	require.NoError(t, err)
+	r.scraped = usage{cpu: cpu() - start, rss: rss}
 	r.scrapes = len(r.latency)
 	slices.Sort(r.latency)
 	t.Logf("idle minute: CPU %s, agent RSS %d KiB; %d scrapes in a minute: CPU %s, agent RSS %d KiB; scrape p50 %s, max %s",
@@ -114,21 +118,4 @@ func cpuTime(t *testing.T, pid int) time.Duration {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / clockTicks
-}
-
-// residentSet is pid's VmRSS in bytes.
-func residentSet(t *testing.T, pid int) int64 {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	require.NoError(t, err)
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kb int64
-			_, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb)
-			require.NoError(t, err)
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmRSS in /proc/%d/status", pid)
-	return 0
 }

@@ -6,9 +6,7 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +14,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
+
+	"github.com/dbkeeper/dbkeeper/test/framework"
 )
 
 // scrape is one read of a Prometheus text endpoint.
@@ -195,24 +195,6 @@ func (h histogram) quantile(q float64) float64 {
 	return lower
 }
 
-// processRSS is the resident set size of a process, in bytes.
-func processRSS(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			if err != nil {
-				return 0, fmt.Errorf("parsing VmRSS %q: %w", rest, err)
-			}
-			return kb * 1024, nil
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-}
-
 // memory is the operator's footprint: resident set and Go heap in use.
 type memory struct {
 	RSS, Heap float64
@@ -227,7 +209,7 @@ func sampleMemory(ctx context.Context, op *operatorProcess, n int, interval time
 		if i > 0 {
 			time.Sleep(interval)
 		}
-		r, err := processRSS(op.proc.Pid())
+		r, err := framework.ProcessRSS(op.proc.Pid())
 		if err != nil {
 			return memory{}, err
 		}
@@ -235,7 +217,7 @@ func sampleMemory(ctx context.Context, op *operatorProcess, n int, interval time
 		if err != nil {
 			return memory{}, err
 		}
-		rss = append(rss, r)
+		rss = append(rss, float64(r))
 		heap = append(heap, s.sum("go_memstats_heap_inuse_bytes", nil))
 	}
 	return memory{RSS: median(rss), Heap: median(heap)}, nil

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"net"
+	"os"
 	"strconv"
 	"testing"
 
@@ -24,4 +25,18 @@ func TestFreePortNeverTwice(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
+}
+
+// TestProcessRSS: the test process's own resident set, in bytes.
+func TestProcessRSS(t *testing.T) {
+	rss, err := ProcessRSS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rss < 1<<20 {
+		t.Fatalf("a Go test process resides in %d bytes: not KiB read as bytes?", rss)
+	}
+	if _, err := ProcessRSS(-1); err == nil {
+		t.Fatal("no error for a process that does not exist")
+	}
 }
