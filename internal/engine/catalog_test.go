@@ -17,10 +17,11 @@ const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef012345678
 
 // builtIn are the images of the built-in catalog.
 var builtIn = map[string]string{
-	"14": "docker.io/library/postgres:14.19",
-	"15": "docker.io/library/postgres:15.14",
-	"16": "docker.io/library/postgres:16.10",
-	"17": "docker.io/library/postgres:17.6",
+	"14": "docker.io/library/postgres:14.25",
+	"15": "docker.io/library/postgres:15.20",
+	"16": "docker.io/library/postgres:16.16",
+	"17": "docker.io/library/postgres:17.12",
+	"18": "docker.io/library/postgres:18.6",
 }
 
 func TestNewCatalog(t *testing.T) {
@@ -35,10 +36,11 @@ func TestNewCatalog(t *testing.T) {
 		return out
 	}
 	mirror := map[string]string{
-		"14": "mirror.example.com/dockerhub/postgres:14.19",
-		"15": "mirror.example.com/dockerhub/postgres:15.14",
-		"16": "mirror.example.com/dockerhub/postgres:16.10",
-		"17": "mirror.example.com/dockerhub/postgres:17.6",
+		"14": "mirror.example.com/dockerhub/postgres:14.25",
+		"15": "mirror.example.com/dockerhub/postgres:15.20",
+		"16": "mirror.example.com/dockerhub/postgres:16.16",
+		"17": "mirror.example.com/dockerhub/postgres:17.12",
+		"18": "mirror.example.com/dockerhub/postgres:18.6",
 	}
 	tests := []struct {
 		name     string
@@ -55,19 +57,20 @@ func TestNewCatalog(t *testing.T) {
 			want:   with(map[string]string{"15": "localhost/dbkeeper/postgres:15", "17": "registry.example.com/pg:17.6@" + digest})},
 		{name: "digest only", images: "postgres:16=registry.example.com/pg@" + digest,
 			want: with(map[string]string{"16": "registry.example.com/pg@" + digest})},
-		{name: "registry with a port", images: "postgres:14=registry.local:5000/postgres:14.19",
-			want: with(map[string]string{"14": "registry.local:5000/postgres:14.19"})},
+		{name: "registry with a port", images: "postgres:14=registry.local:5000/postgres:14.25",
+			want: with(map[string]string{"14": "registry.local:5000/postgres:14.25"})},
 		{name: "registry prefix", registry: "mirror.example.com/dockerhub", want: mirror},
 		{name: "registry prefix with a trailing slash", registry: "mirror.example.com/dockerhub/", want: mirror},
 		{name: "registry host and port only", registry: "localhost:5000", want: map[string]string{
-			"14": "localhost:5000/postgres:14.19", "15": "localhost:5000/postgres:15.14",
-			"16": "localhost:5000/postgres:16.10", "17": "localhost:5000/postgres:17.6",
+			"14": "localhost:5000/postgres:14.25", "15": "localhost:5000/postgres:15.20",
+			"16": "localhost:5000/postgres:16.16", "17": "localhost:5000/postgres:17.12",
+			"18": "localhost:5000/postgres:18.6",
 		}},
 		{name: "a version wins over the prefix", registry: "mirror.example.com/dockerhub",
 			images: "postgres:17=registry.example.com/pg:17.6-patched",
 			want: map[string]string{
 				"14": mirror["14"], "15": mirror["15"], "16": mirror["16"],
-				"17": "registry.example.com/pg:17.6-patched",
+				"17": "registry.example.com/pg:17.6-patched", "18": mirror["18"],
 			}},
 	}
 	for _, tt := range tests {
@@ -99,10 +102,10 @@ func TestNewCatalogRefuses(t *testing.T) {
 	}{
 		{name: "unknown engine", images: "mysql:8=registry.example.com/mysql:8.4",
 			errs: []string{`invalid entry "mysql:8=registry.example.com/mysql:8.4" in --engine-images`, `unknown engine "mysql"`, "postgres"}},
-		{name: "unknown version", images: "postgres:18=registry.example.com/postgres:18.0",
-			errs: []string{`invalid entry "postgres:18=registry.example.com/postgres:18.0" in --engine-images`, `postgres version "18" is not one spec.version accepts: 14, 15, 16, 17`}},
-		{name: "minor version", images: "postgres:17.6=registry.example.com/postgres:17.6",
-			errs: []string{`invalid entry "postgres:17.6=registry.example.com/postgres:17.6"`, `version "17.6"`, "14, 15, 16, 17"}},
+		{name: "unknown version", images: "postgres:19=registry.example.com/postgres:19.0",
+			errs: []string{`invalid entry "postgres:19=registry.example.com/postgres:19.0" in --engine-images`, `postgres version "19" is not one spec.version accepts: 14, 15, 16, 17, 18`}},
+		{name: "minor version", images: "postgres:17.6=registry.example.com/postgres:17.12",
+			errs: []string{`invalid entry "postgres:17.6=registry.example.com/postgres:17.12"`, `version "17.6"`, "14, 15, 16, 17, 18"}},
 		{name: "uppercase reference", images: "postgres:15=Registry.example.com/Postgres:15",
 			errs: []string{`invalid entry "postgres:15=Registry.example.com/Postgres:15" in --engine-images`, `image "Registry.example.com/Postgres:15" is not a valid image reference`, "lowercase"}},
 		{name: "malformed reference", images: "postgres:15=registry.example.com/postgres:15:1",
@@ -156,16 +159,17 @@ func TestCatalogAndSpecImage(t *testing.T) {
 	e, err := zero.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	assert.Equal(t, engine.Postgres{}, e, "the zero catalog hands out the engine itself")
-	assert.Len(t, zero.Images(), 4)
-	assert.Contains(t, zero.Images(), "postgres:17=docker.io/library/postgres:17.6")
+	assert.Len(t, zero.Images(), 5)
+	assert.Contains(t, zero.Images(), "postgres:17=docker.io/library/postgres:17.12")
 
 	c, err := engine.NewCatalog("mirror.example.com/dockerhub", "postgres:15=localhost/dbkeeper/postgres:15")
 	require.NoError(t, err)
 	assert.Equal(t, []string{
-		"postgres:14=mirror.example.com/dockerhub/postgres:14.19",
+		"postgres:14=mirror.example.com/dockerhub/postgres:14.25",
 		"postgres:15=localhost/dbkeeper/postgres:15",
-		"postgres:16=mirror.example.com/dockerhub/postgres:16.10",
-		"postgres:17=mirror.example.com/dockerhub/postgres:17.6",
+		"postgres:16=mirror.example.com/dockerhub/postgres:16.16",
+		"postgres:17=mirror.example.com/dockerhub/postgres:17.12",
+		"postgres:18=mirror.example.com/dockerhub/postgres:18.6",
 	}, c.Images())
 	e, err = c.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
@@ -207,4 +211,21 @@ func TestVersionsMatchTheCRD(t *testing.T) {
 		assert.True(t, strings.Contains(string(types), rule),
 			"the CRD rule on spec.version for %s is not %q: engine.Versions and the API disagree", name, rule)
 	}
+}
+
+// PostgreSQL 14 is past its end of life, every later major is not: the
+// CRD's rule refusing 14 for new Databases and this answer agree.
+func TestEndOfLife(t *testing.T) {
+	e := engine.Postgres{}
+	day, past := e.EndOfLife("14")
+	assert.True(t, past)
+	assert.Equal(t, "2026-11-12", day)
+	for _, v := range []string{"15", "16", "17", "18"} {
+		_, past := e.EndOfLife(v)
+		assert.False(t, past, v)
+	}
+	types, err := os.ReadFile(filepath.Join("..", "..", "apis", "database", "v1", "database_types.go"))
+	require.NoError(t, err)
+	assert.Contains(t, string(types), "self.version != '14'", "the CRD refuses what EndOfLife says is past")
+	assert.Contains(t, string(types), "end of life on "+day)
 }

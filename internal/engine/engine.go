@@ -34,6 +34,10 @@ type Engine interface {
 	// Versions lists the major versions spec.version accepts for the
 	// engine (the CRD's rule lists the same), oldest first.
 	Versions() []string
+	// EndOfLife says whether a major version is past its end of life, and
+	// since which day (YYYY-MM-DD): a Database of it still runs, but the
+	// CRD refuses new ones and the statefulset controller says so.
+	EndOfLife(version string) (day string, past bool)
 	// Port is the TCP port clients connect to.
 	Port() int32
 	// PortName names that port in containers and Services.

@@ -13,11 +13,26 @@ import (
 // Postgres runs PostgreSQL from the official postgres image.
 type Postgres struct{}
 
+// postgresImages is the built-in catalog: the newest minor release of each
+// major on the day of the dbkeeper release (PostgreSQL releases every
+// supported major together). A dbkeeper release moves these tags, and the
+// new manager rolls the new minor out in the usual order (standbys, one
+// switchover, the former primary); docs/user-guide/upgrades.md says how a
+// user pins a minor version with spec.image instead.
 var postgresImages = map[string]string{
-	"14": "docker.io/library/postgres:14.19",
-	"15": "docker.io/library/postgres:15.14",
-	"16": "docker.io/library/postgres:16.10",
-	"17": "docker.io/library/postgres:17.6",
+	"14": "docker.io/library/postgres:14.25",
+	"15": "docker.io/library/postgres:15.20",
+	"16": "docker.io/library/postgres:16.16",
+	"17": "docker.io/library/postgres:17.12",
+	"18": "docker.io/library/postgres:18.6",
+}
+
+// postgresEndOfLife is the day each major reached the end of its community
+// support (https://www.postgresql.org/support/versioning/): no fix comes
+// after it. New Databases cannot ask for these versions (the CRD's rule);
+// existing ones keep running and are told.
+var postgresEndOfLife = map[string]string{
+	"14": "2026-11-12",
 }
 
 const (
@@ -39,7 +54,13 @@ func (p Postgres) Image(version string) (string, error) {
 }
 
 // Versions implements Engine.
-func (Postgres) Versions() []string { return []string{"14", "15", "16", "17"} }
+func (Postgres) Versions() []string { return []string{"14", "15", "16", "17", "18"} }
+
+// EndOfLife implements Engine.
+func (Postgres) EndOfLife(version string) (string, bool) {
+	day, ok := postgresEndOfLife[version]
+	return day, ok
+}
 
 // Port implements Engine.
 func (Postgres) Port() int32 { return postgresPort }

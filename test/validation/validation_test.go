@@ -118,7 +118,8 @@ func assertInvalid(t *testing.T, err error, want ...string) {
 
 const (
 	msgEngineEnum      = `spec.engine: Unsupported value: "mysql"`
-	msgVersionCatalog  = "spec.version must be one of 14, 15, 16, 17 for engine postgres"
+	msgVersionCatalog  = "spec.version must be one of 15, 16, 17, 18 for engine postgres"
+	msgVersionEOL      = "spec.version: PostgreSQL 14 reached its end of life on 2026-11-12 and gets no more fixes"
 	msgVersionImmut    = "spec.version is immutable"
 	msgSizePositive    = "size must be greater than zero"
 	msgSizeGrow        = "size may only grow: a volume cannot be shrunk"
@@ -159,6 +160,11 @@ func TestCreateRefused(t *testing.T) {
 			name: "version not in catalog",
 			spec: map[string]any{"version": "13"},
 			want: []string{"spec: Invalid value", msgVersionCatalog},
+		},
+		{
+			name: "version past its end of life",
+			spec: map[string]any{"version": "14"},
+			want: []string{"spec.version: Invalid value", msgVersionEOL, "new Databases use 15, 16, 17 or 18"},
 		},
 		{
 			name: "version not in catalog, minor version",
@@ -834,9 +840,10 @@ func TestValidCreateAccepted(t *testing.T) {
 		dbName string
 		spec   map[string]any
 	}{
-		{name: "version 14", spec: map[string]any{"version": "14"}},
 		{name: "version 15", spec: map[string]any{"version": "15"}},
 		{name: "version 16", spec: map[string]any{"version": "16"}},
+		{name: "version 17", spec: map[string]any{"version": "17"}},
+		{name: "version 18", spec: map[string]any{"version": "18"}},
 		{name: "image with digest", spec: map[string]any{"image": "docker.io/library/postgres@sha256:" + strings.Repeat("0", 64)}},
 		{name: "replicas 0", spec: map[string]any{"replicas": int64(0)}},
 		{name: "replicas 1", spec: map[string]any{"replicas": int64(1)}},

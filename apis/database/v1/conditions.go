@@ -103,6 +103,12 @@ const (
 	// (too little CPU or memory) or spec.storage (a claim that is not
 	// bound).
 	ReasonUnschedulable = "Unschedulable"
+	// ReasonVersionEndOfLife: every replica is ready (the condition is
+	// True), but spec.version is past its end of life: the engine's
+	// community publishes no more fixes for it, security ones included,
+	// and new Databases cannot use it. The message names the day and how
+	// to move the data to a supported version.
+	ReasonVersionEndOfLife = "VersionEndOfLife"
 )
 
 // Reasons of ServiceReady.

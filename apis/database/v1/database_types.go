@@ -77,7 +77,8 @@ type Database struct {
 
 // DatabaseSpec is the desired state of a Database.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.version) || self.engine != 'postgres' || self.version in ['14', '15', '16', '17']",message="spec.version must be one of 14, 15, 16, 17 for engine postgres"
+// +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.version) || self.engine != 'postgres' || self.version in ['14', '15', '16', '17', '18']",message="spec.version must be one of 15, 16, 17, 18 for engine postgres"
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || !has(self.engine) || !has(self.version) || self.engine != 'postgres' || self.version != '14'",message="spec.version: PostgreSQL 14 reached its end of life on 2026-11-12 and gets no more fixes, security ones included: new Databases use 15, 16, 17 or 18 (Databases of 14 created before keep running)",fieldPath=".version",optionalOldSelf=true
 // +kubebuilder:validation:XValidation:rule="!has(self.highAvailability) || !has(self.highAvailability.synchronous) || self.highAvailability.synchronous.dataDurability == 'Preferred' || (has(self.replicas) ? self.replicas : 1) == 0 || self.highAvailability.synchronous.number < (has(self.replicas) ? self.replicas : 1)",message="spec.highAvailability.synchronous.number must be below spec.replicas with dataDurability Required: every commit would wait for standbys that do not exist"
 // +kubebuilder:validation:XValidation:rule="!has(self.backup) || !has(self.backup.volumeRepository) || self.backup.volumeRepository != 'Enabled' || !has(self.tls) || self.tls.mode != 'Disabled'",message="spec.backup.volumeRepository Enabled needs TLS: the repository's S3 server serves the Database's certificate, and spec.tls.mode is Disabled"
 // +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(self.bootstrap.recovery) || !has(self.backup) || has(self.backup.objectStore) || !has(self.backup.volumeRepository) || self.backup.volumeRepository == 'Enabled'",message="spec.bootstrap.recovery needs a repository of the new Database's own, which it archives into from its first promotion: spec.backup.objectStore, or the repository on its backup volume (spec.backup.volumeRepository unset or Enabled), and spec.backup.volumeRepository is Disabled"
@@ -100,8 +101,10 @@ type DatabaseSpec struct {
 	Engine Engine `json:"engine,omitempty"`
 
 	// Version is the engine's major version; it picks the image from the
-	// engine's catalog (PostgreSQL: 14, 15, 16, 17). A major version cannot
-	// change in place, because the data directory is tied to it.
+	// engine's catalog (PostgreSQL: 15, 16, 17, 18; 14 is past its end of
+	// life, refused for new Databases and kept running for existing ones).
+	// A major version cannot change in place, because the data directory
+	// is tied to it.
 	// +kubebuilder:default="17"
 	// +kubebuilder:validation:MaxLength=8
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.version is immutable: a major-version upgrade needs a dump and restore into a new Database"

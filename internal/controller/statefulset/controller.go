@@ -32,7 +32,6 @@ import (
 	dbv1ac "github.com/dbkeeper/dbkeeper/apis/applyconfiguration/database/v1"
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/apply"
-	"github.com/dbkeeper/dbkeeper/internal/conditions"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -274,42 +273,6 @@ func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyCon
 		WithReadyReplicas(db.Status.ReadyReplicas)
 	sel := labels.SelectorFromSet(resources.PodSelectorLabels(db)).String()
 	return st.WithSelector(sel)
-}
-
-// observe reads the StatefulSetReady condition off the StatefulSet as it
-// was before this sync; after a write the rollout has not started yet.
-// While replicas are not ready, the engine pods (pods) may say why: see
-// diagnose.
-func observe(db *dbv1.Database, sts *appsv1.StatefulSet, changed bool, pods []corev1.Pod) metav1.Condition {
-	want := resources.Instances(db)
-	t := dbv1.ConditionStatefulSetReady
-	switch {
-	case sts == nil:
-		return conditions.False(t, dbv1.ReasonProgressing, "created the StatefulSet; waiting for its pods")
-	case changed:
-		return conditions.False(t, dbv1.ReasonProgressing, "updated the StatefulSet; waiting for the rollout")
-	case sts.Status.ObservedGeneration < sts.Generation:
-		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("waiting for the StatefulSet controller to observe generation %d", sts.Generation))
-	case want == 0 && sts.Status.Replicas == 0:
-		return conditions.True(t, dbv1.ReasonScaledToZero, "spec.replicas is 0: no pod runs, the data is kept")
-	case sts.Status.UpdatedReplicas < want || (sts.Status.UpdateRevision != "" && sts.Status.CurrentRevision != sts.Status.UpdateRevision):
-		if stuck, ok := diagnose(db, sts.Status.UpdateRevision, pods); ok {
-			return stuck
-		}
-		msg := fmt.Sprintf("rolling out: %d of %d replicas updated", sts.Status.UpdatedReplicas, want)
-		if sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
-			msg += "; the replication controller restarts the others in order (standbys, then the primary after a switchover)"
-		}
-		return conditions.False(t, dbv1.ReasonProgressing, msg)
-	case sts.Status.ReadyReplicas < want:
-		if stuck, ok := diagnose(db, sts.Status.UpdateRevision, pods); ok {
-			return stuck
-		}
-		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("%d of %d replicas ready", sts.Status.ReadyReplicas, want))
-	case sts.Status.Replicas > want:
-		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("scaling down: %d replicas, %d wanted", sts.Status.Replicas, want))
-	}
-	return conditions.True(t, dbv1.ReasonStatefulSetReady, fmt.Sprintf("%d of %d replicas ready", sts.Status.ReadyReplicas, want))
 }
 
 // primaryChanged lets through the Database updates whose current or

@@ -69,6 +69,14 @@ func TestObserve(t *testing.T) {
 		// until the replication controller switched over to ordinal 0.
 		{"scaled down under the primary", primaryAt(db(1), 2), sts(func(s *appsv1.StatefulSetStatus) { s.Replicas, s.ReadyReplicas, s.UpdatedReplicas = 3, 3, 3 }), false,
 			metav1.ConditionTrue, dbv1.ReasonStatefulSetReady, "3 of 3 replicas ready"},
+		// A version past its end of life still runs, and says so once it
+		// is ready; while it is not, what is wrong comes first.
+		{"ready on an end-of-life version", version(db(1), "14"), sts(nil), false, metav1.ConditionTrue, dbv1.ReasonVersionEndOfLife,
+			"1 of 1 replicas ready; postgres 14 reached its end of life on 2026-11-12 and gets no more fixes, security ones included; " +
+				"move the data to a Database of a supported version (15, 16, 17, 18) with spec.bootstrap.fromBackup"},
+		{"not ready on an end-of-life version", version(db(1), "14"), sts(func(s *appsv1.StatefulSetStatus) { s.ReadyReplicas = 0 }), false,
+			metav1.ConditionFalse, dbv1.ReasonProgressing, "0 of 1 replicas ready"},
+		{"ready on a supported version", version(db(1), "18"), sts(nil), false, metav1.ConditionTrue, dbv1.ReasonStatefulSetReady, "1 of 1 replicas ready"},
 		{"OnDelete rollout waits for the replication controller", db(2), onDelete(sts(func(s *appsv1.StatefulSetStatus) {
 			s.Replicas, s.ReadyReplicas, s.UpdatedReplicas, s.UpdateRevision = 2, 2, 1, "r3"
 		})), false, metav1.ConditionFalse, dbv1.ReasonProgressing, "1 of 2 replicas updated; the replication controller restarts the others in order"},
@@ -85,6 +93,12 @@ func TestObserve(t *testing.T) {
 			assert.Contains(t, got.Message, tc.message)
 		})
 	}
+}
+
+// version sets the engine and its major version.
+func version(db *dbv1.Database, v string) *dbv1.Database {
+	db.Spec.Engine, db.Spec.Version = dbv1.EnginePostgres, v
+	return db
 }
 
 // primaryAt records the instance of ordinal as the current primary.

@@ -21,8 +21,10 @@ type DatabaseSpecApplyConfiguration struct {
 	// Engine is the database engine. It cannot change after creation.
 	Engine *databasev1.Engine `json:"engine,omitempty"`
 	// Version is the engine's major version; it picks the image from the
-	// engine's catalog (PostgreSQL: 14, 15, 16, 17). A major version cannot
-	// change in place, because the data directory is tied to it.
+	// engine's catalog (PostgreSQL: 15, 16, 17, 18; 14 is past its end of
+	// life, refused for new Databases and kept running for existing ones).
+	// A major version cannot change in place, because the data directory
+	// is tied to it.
 	Version *string `json:"version,omitempty"`
 	// Image overrides the catalog image for the version, for example to pin a
 	// digest or use a mirror. It must run the same engine and major version.
