@@ -8,6 +8,7 @@
 #   postgres:15  Debian bookworm's postgresql-15 and pgaudit + images/postgres/docker-entrypoint.sh
 #                (bookworm packages no pgvector for 15)
 #   postgres:17  Debian trixie's postgresql-17, pgaudit and pgvector + the same entrypoint
+#   postgres:18  Debian forky's postgresql-18, pgaudit and pgvector + the same entrypoint
 #   manager      the dbkeeper manager and versitygw, static, as the Dockerfile describes it
 #
 # Every image is cached by content under ~/.cache/dbkeeper/images: its
@@ -17,7 +18,7 @@
 # filesystems are the slow part (about 3 minutes each, cold).
 #
 #   images/build.sh             build what is missing; print `key ref tarball` per image
-#   images/build.sh KEY...      only these (pause, postgres:15, postgres:17, manager)
+#   images/build.sh KEY...      only these (pause, postgres:15, postgres:17, postgres:18, manager)
 #
 # Needs root for mmdebstrap (the postgres images) and the packages mmdebstrap,
 # umoci, skopeo.
@@ -115,7 +116,13 @@ build_postgres() { # suite major [extension package...]
 		local sources=("deb http://deb.debian.org/debian $suite main"
 			"deb http://deb.debian.org/debian $suite-updates main"
 			"deb http://deb.debian.org/debian-security $suite-security main")
-		nice -n 10 mmdebstrap --quiet --mode=root --variant=minbase --format=tar \
+		# Debian testing (forky) signs Release files valid for a week only;
+		# a mirror that syncs less often serves them expired, which apt
+		# refuses. The packages are still checked against the signed
+		# Release file's hashes.
+		local aptopts=()
+		[[ $suite != forky ]] || aptopts=(--aptopt='Acquire::Check-Valid-Until "false"')
+		nice -n 10 mmdebstrap --quiet --mode=root --variant=minbase --format=tar "${aptopts[@]}" \
 			--include="$packages" \
 			--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
 			--dpkgopt='path-include=/usr/share/doc/*/copyright' --dpkgopt='path-exclude=/usr/share/locale/*' \
@@ -203,13 +210,14 @@ build_manager() {
 }
 
 keys=("$@")
-((${#keys[@]})) || keys=(pause postgres:15 postgres:17 manager)
+((${#keys[@]})) || keys=(pause postgres:15 postgres:17 postgres:18 manager)
 for k in "${keys[@]}"; do
 	case $k in
 	pause) build_pause ;;
 	postgres:15) build_postgres bookworm 15 postgresql-15-pgaudit ;;
 	postgres:17) build_postgres trixie 17 postgresql-17-pgaudit postgresql-17-pgvector ;;
+	postgres:18) build_postgres forky 18 postgresql-18-pgaudit postgresql-18-pgvector ;;
 	manager) build_manager ;;
-	*) log "unknown image $k (pause, postgres:15, postgres:17, manager)"; exit 2 ;;
+	*) log "unknown image $k (pause, postgres:15, postgres:17, postgres:18, manager)"; exit 2 ;;
 	esac
 done

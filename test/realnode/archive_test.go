@@ -433,12 +433,13 @@ func archiveGaps(t *testing.T, keys []string) []string {
 // this copy does not survive the cluster), its dump CronJob suspended; a
 // new Database of the same namespace, with the default too, recovers to
 // the commit time of a row, has exactly the rows committed at or before
-// it, and archives into a repository of its own.
+// it, and archives into a repository of its own. Both run PostgreSQL 18
+// (pgBackRest's archive and restore on the newest major).
 func TestPointInTimeRecoveryFromTheBackupVolume(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
 	startOperator(t, ns)
-	src := newDatabase(ns, "journal", "17", func(d *dbv1.Database) {
+	src := newDatabase(ns, "journal", "18", func(d *dbv1.Database) {
 		d.Spec.Backup.VolumeRepository = "" // the default
 		d.Spec.Backup.ArchiveTimeout = &metav1.Duration{Duration: 10 * time.Second}
 	})
@@ -464,7 +465,7 @@ func TestPointInTimeRecoveryFromTheBackupVolume(t *testing.T) {
 	assert.True(t, *cron.Spec.Suspend, "the archive and base backups replace the scheduled dumps")
 
 	dbtest.AllowRestoresInto(t, k8s, src, ns)
-	restored := newDatabase(ns, "journal-restored", "17", func(d *dbv1.Database) {
+	restored := newDatabase(ns, "journal-restored", "18", func(d *dbv1.Database) {
 		d.Spec.Backup.VolumeRepository = ""
 		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Recovery: &dbv1.BootstrapRecovery{Database: src.Name,
 			Target: &dbv1.RecoveryTarget{Time: mark.Format(time.RFC3339Nano)}}}

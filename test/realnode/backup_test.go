@@ -57,7 +57,9 @@ func backupNow(t *testing.T, db *dbv1.Database, token string) (*dbv1.Database, b
 // TestBackupRestoresIntoANewDatabase: an on-demand backup writes a real
 // dump of the rows; a new Database bootstrapped from it serves the same
 // rows, owned by its application's role (not a superuser), and says what
-// it restored.
+// it restored. The source runs PostgreSQL 15 and the new Database 18: the
+// way a Database moves to a newer major without pg_upgrade
+// (docs/user-guide/upgrades.md).
 func TestBackupRestoresIntoANewDatabase(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
@@ -71,7 +73,7 @@ func TestBackupRestoresIntoANewDatabase(t *testing.T) {
 	require.False(t, failed, "backup failed: %s", done.Status.Backup.LastFailureMessage)
 
 	dbtest.AllowRestoresInto(t, k8s, src, ns)
-	dst := newDatabase(ns, "dst", "15", func(d *dbv1.Database) {
+	dst := newDatabase(ns, "dst", "18", func(d *dbv1.Database) {
 		d.Spec.Bootstrap = &dbv1.BootstrapSpec{FromBackup: &dbv1.BootstrapFromBackup{Database: src.Name}}
 	})
 	create(t, dst)
@@ -79,6 +81,7 @@ func TestBackupRestoresIntoANewDatabase(t *testing.T) {
 	require.NotNil(t, restored.Status.Backup)
 	assert.Contains(t, restored.Status.Backup.RestoredFrom, src.Name+"/", "status names the dump")
 	assert.Equal(t, rows, countItems(t, generated(dst)), "the restored Database has the source's rows")
+	assert.Equal(t, "18", query(t, generated(dst), "SHOW server_version_num")[:2], "the new Database runs the newer major")
 	// Restored logged in as the application's role: it owns what was
 	// restored, and can change it.
 	assert.Equal(t, "app|f", query(t, generated(dst), "SELECT tableowner, (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) "+

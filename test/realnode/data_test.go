@@ -35,21 +35,27 @@ func countItems(t *testing.T, conn dbtest.Conn) string {
 
 // TestReadyMeansServing: a Database of each major Debian ships is Ready only
 // when its server answers through the client Service, and it is the major
-// asked for.
+// asked for. The newest runs a primary and a streaming standby.
 func TestReadyMeansServing(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
 	startOperator(t, ns)
-	for _, version := range []string{"15", "17"} {
+	for _, version := range []string{"15", "17", "18"} {
 		t.Run("postgres-"+version, func(t *testing.T) {
 			t.Parallel()
 			db := newDatabase(ns, "pg"+version, version)
+			if version == "18" {
+				db.Spec.Replicas = ptr.To[int32](2)
+			}
 			create(t, db)
 			waitReady(t, db)
 			// no retry: Ready must mean the server answers now
 			out, err := psql.Query(context.Background(), generated(db), "SHOW server_version_num", queryTimeout)
 			require.NoError(t, err)
 			assert.Equal(t, version, out[:2], "server_version_num %s", out)
+			if version == "18" {
+				waitTopology(t, db, "", 2)
+			}
 		})
 	}
 }

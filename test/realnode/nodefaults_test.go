@@ -14,14 +14,17 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
+	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
 )
 
 // The node faults (issue 31) run on a cluster of three real nodes, each
 // in its own network namespace with its own kubelet, containerd and
 // kube-proxy (realnode.Options.Nodes): `make test-nodes`.
+// They run PostgreSQL 17 only, so each node imports that image alone.
 func init() {
 	realNodes = 3
+	realImages = []string{cluster.ImagePause, "postgres:17", cluster.ImageManager}
 	extraFaultKinds = append(extraFaultKinds, nodeFaultKinds...)
 }
 

@@ -48,6 +48,9 @@ var (
 	// realNodes is how many real nodes the suite's cluster runs: one, or
 	// three for the node faults (nodefaults_test.go, build tag nodes).
 	realNodes = 1
+	// realImages are the images built and imported into each node (keys
+	// of images/build.sh); all when nil.
+	realImages []string
 	// theNode is the cluster's real node(s), for the node faults.
 	theNode *realnode.Node
 	local   *cluster.Cluster
@@ -62,7 +65,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("skipping the real-node suite under -short: it starts a cluster with a kubelet")
 		return
 	}
-	theNode = realnode.New(realnode.Options{LockWait: 20 * time.Minute, Nodes: realNodes})
+	theNode = realnode.New(realnode.Options{LockWait: 20 * time.Minute, Nodes: realNodes, Images: realImages})
 	cluster.RunTestsWith(m, "realnode", cluster.Options{Node: theNode}, func(c *cluster.Cluster) {
 		local, k8s = c, c.Client
 		var err error

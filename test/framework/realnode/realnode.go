@@ -38,7 +38,8 @@ type Options struct {
 	// machine to stop; without it, it refuses at once.
 	LockWait time.Duration
 	// Images are the keys of images/build.sh to build and import
-	// ("pause", "postgres:15", "postgres:17", "manager"); all when empty.
+	// ("pause", "postgres:15", "postgres:17", "postgres:18", "manager");
+	// all when empty.
 	// The pause image is always needed.
 	Images []string
 	// Nodes is how many kubelet nodes to run: 0 or 1 for the single node
