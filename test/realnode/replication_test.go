@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
+	"github.com/dbkeeper/dbkeeper/internal/engine"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
 	"github.com/dbkeeper/dbkeeper/internal/sqlconn"
 	"github.com/dbkeeper/dbkeeper/test/framework/dbtest"
@@ -369,14 +370,15 @@ func (p *primaries) Stop() []string {
 	return <-p.done
 }
 
-// TestRolloutCostsOneSwitchover: a pod template change (here the engine's
-// memory request) restarts the standbys first, then switches over once,
-// then restarts the former primary; a writer running through <name>
-// loses no acknowledged id.
+// TestRolloutCostsOneSwitchover: a pod template change, here the catalog
+// moving to a new minor release as a new dbkeeper release does (the
+// operator restarted with another image for version 17), restarts the
+// standbys first, then switches over once, then restarts the former
+// primary; a writer running through <name> loses no acknowledged id.
 func TestRolloutCostsOneSwitchover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, _ := startReplicated(t, "rolled", 3)
+	db, op := startReplicated(t, "rolled", 3)
 	rw := serviceTarget(t, db, resources.ClientServiceName(db))
 	w, err := dbtest.StartWriter(ctx, rw, "acks")
 	require.NoError(t, err)
@@ -386,17 +388,30 @@ func TestRolloutCostsOneSwitchover(t *testing.T) {
 		before[p.Name] = string(p.UID)
 	}
 
+	// The next minor: the same content under another tag, as the
+	// catalog of the next release names it.
+	current, err := images.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	image, err := current.Image("17")
+	require.NoError(t, err)
+	next := image[:strings.LastIndex(image, ":")] + ":17-next-minor"
+	require.NoError(t, theNode.TagImage(image, next))
+	catalog, err := engine.NewCatalog("", "postgres:17="+next)
+	require.NoError(t, err)
+	opts := operatorOptions(t, db.Namespace)
+	opts.Engines = catalog
+
 	watch := watchPrimaries(t, db)
 	start := time.Now()
-	dbtest.Patch(t, k8s, db, func(d *dbv1.Database) {
-		d.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resourceQuantity("96Mi")}
-	})
+	op.Stop()
+	operator.Start(t, local.Config, opts)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		for _, p := range podsOf(t, db) {
 			assert.NotEqual(ct, before[p.Name], string(p.UID), "%s restarted", p.Name)
 			assert.True(ct, podReady(&p), "%s ready", p.Name)
+			assert.Equal(ct, next, p.Spec.Containers[0].Image, "%s runs the new minor (its engine container)", p.Name)
 		}
-	}, 2*timeout, time.Second, "every pod restarted on the new template")
+	}, 2*timeout, time.Second, "every pod restarted on the new image")
 	live := waitReady(t, db)
 	seen := watch.Stop()
 	t.Logf("MEASURED rollout of 3 instances: %s, primaries in order %v, writes unavailable at most %s",

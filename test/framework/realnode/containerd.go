@@ -195,6 +195,18 @@ func (n *Node) ImportImage(ref, tarball string) (bool, error) {
 	return imported, nil
 }
 
+// TagImage gives an imported image another reference on every node, as a
+// registry serves the same content under a new tag: in a test, a catalog
+// that moved to another minor release.
+func (n *Node) TagImage(ref, tag string) error {
+	for _, m := range n.members {
+		if _, err := n.ctr(m, "images", "tag", "--force", ref, tag); err != nil {
+			return fmt.Errorf("tagging %s as %s on %s: %w", ref, tag, m.name, err)
+		}
+	}
+	return nil
+}
+
 // importAll imports the images into every node's containerd, the nodes
 // side by side.
 func (n *Node) importAll() error {
