@@ -205,6 +205,9 @@ build_manager() {
 		oci_to_archive "$oci" "$archive" "$ref"
 		rm -rf "$oci" "$work/manager-layer.tar"
 		log "built $ref"
+		# Each build of the manager is ~100 MB: drop those of earlier days
+		# (a run still importing one started today).
+		find "$cache" -maxdepth 1 -name 'manager-*.tar' -mtime +0 -delete
 	fi
 	echo "manager $ref $archive"
 }
