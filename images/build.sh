@@ -18,7 +18,8 @@
 # filesystems are the slow part (about 3 minutes each, cold).
 #
 #   images/build.sh             build what is missing; print `key ref tarball` per image
-#   images/build.sh KEY...      only these (pause, postgres:15, postgres:17, postgres:18, manager)
+#   images/build.sh KEY...      only these (pause, postgres:15, postgres:17, postgres:18, manager,
+#                               manager-next: the same source as version "next", not built by default)
 #
 # Needs root for mmdebstrap (the postgres images) and the packages mmdebstrap,
 # umoci, skopeo.
@@ -166,16 +167,21 @@ build_postgres() { # suite major [extension package...]
 dockerfile_value() { # instruction: the rest of the Dockerfile's last such line
 	awk -v k="$1" 'toupper($1) == k { $1 = ""; v = substr($0, 2) } END { print v }' "$root/Dockerfile"
 }
-build_manager() {
+# With a variant (manager-next), the same source is built as another
+# version (agentapi.buildVersion): a second build of dbkeeper to upgrade
+# to in a test, without a second checkout.
+build_manager() { # [variant]
+	local variant=${1:-} name=manager${1:+-$1} ldflags='-s -w'
+	[[ -z $variant ]] || ldflags+=" -X github.com/dbkeeper/dbkeeper/internal/agentapi.buildVersion=$variant"
 	local user entrypoint path
 	user=$(dockerfile_value USER)
 	entrypoint=$(dockerfile_value ENTRYPOINT | tr -d '[]" ')
 	path=$(awk 'toupper($1) == "COPY" && $2 ~ /^--from=/ { print $4 }' "$root/Dockerfile" | tail -1)
 	[[ -n $user && -n $entrypoint && -n $path ]] || { log "cannot read USER, ENTRYPOINT and COPY --from from $root/Dockerfile"; exit 1; }
-	local layer=$work/manager-root
+	local layer=$work/$name-root
 	rm -rf "$layer"
 	mkdir -p "$layer/etc" "$layer/tmp" "$(dirname "$layer$path")"
-	(cd "$root" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o "$layer$path" ./cmd/manager)
+	(cd "$root" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags="$ldflags" -o "$layer$path" ./cmd/manager)
 	# the other static binaries of the final stage: versitygw, built from
 	# the module its COPY --from stage copies (test/tools/versitygw).
 	local vgw_path vgw_dir
@@ -191,25 +197,25 @@ build_manager() {
 	key=$(cat "$layer$path" "$layer$vgw_path" "$root/Dockerfile" "${BASH_SOURCE[0]}" | hash_of)
 	local ref=localhost/dbkeeper/manager:$key archive=$cache/manager-$key.tar
 	if [[ ! -s $archive ]]; then
-		tar -C "$layer" --owner=0 --group=0 --mtime=@0 -cf "$work/manager-layer.tar" .
-		local oci=$work/manager-oci labels=()
+		tar -C "$layer" --owner=0 --group=0 --mtime=@0 -cf "$work/$name-layer.tar" .
+		local oci=$work/$name-oci labels=()
 		while read -r label; do labels+=(--config.label "$label"); done < <(
 			awk '/^LABEL/ { on = 1; sub(/^LABEL[ \t]+/, "") } on { line = $0; sub(/[ \t]*\\$/, "", line); print line; if ($0 !~ /\\$/) on = 0 }' "$root/Dockerfile" |
 				sed -E 's/^[ \t]+//; s/"//g')
 		rm -rf "$oci"
 		umoci init --layout "$oci"
 		umoci new --image "$oci:img"
-		umoci raw add-layer --image "$oci:img" "$work/manager-layer.tar"
+		umoci raw add-layer --image "$oci:img" "$work/$name-layer.tar"
 		umoci config --image "$oci:img" --config.entrypoint "$entrypoint" --config.user "$user" \
 			"${labels[@]}" --architecture amd64 --os linux
 		oci_to_archive "$oci" "$archive" "$ref"
-		rm -rf "$oci" "$work/manager-layer.tar"
-		log "built $ref"
+		rm -rf "$oci" "$work/$name-layer.tar"
+		log "built $ref${variant:+ (version $variant)}"
 		# Each build of the manager is ~100 MB: drop those of earlier days
 		# (a run still importing one started today).
 		find "$cache" -maxdepth 1 -name 'manager-*.tar' -mtime +0 -delete
 	fi
-	echo "manager $ref $archive"
+	echo "$name $ref $archive"
 }
 
 keys=("$@")
@@ -221,6 +227,7 @@ for k in "${keys[@]}"; do
 	postgres:17) build_postgres trixie 17 postgresql-17-pgaudit postgresql-17-pgvector ;;
 	postgres:18) build_postgres forky 18 postgresql-18-pgaudit postgresql-18-pgvector ;;
 	manager) build_manager ;;
-	*) log "unknown image $k (pause, postgres:15, postgres:17, postgres:18, manager)"; exit 2 ;;
+	manager-next) build_manager next ;;
+	*) log "unknown image $k (pause, postgres:15, postgres:17, postgres:18, manager, manager-next)"; exit 2 ;;
 	esac
 done

@@ -86,15 +86,7 @@ func helmInstall(t *testing.T, system, apps string, set ...string) {
 	require.True(t, ok, "manager image ref %q has a tag", local.Images["manager"])
 	overrides, err := json.Marshal(local.EngineImageMap())
 	require.NoError(t, err)
-	helm := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(filepath.Join(local.Bin, "helm"), append(args, "--kubeconfig="+local.Kubeconfig)...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		require.NoError(t, cmd.Run(), "helm %s:\n%s", strings.Join(args, " "), out.String())
-		return out.String()
-	}
-	helm(append([]string{"install", "dbkeeper", filepath.Join(root, "config", "charts", "dbkeeper"), "--namespace=" + system,
+	helm(t, append([]string{"install", "dbkeeper", filepath.Join(root, "config", "charts", "dbkeeper"), "--namespace=" + system,
 		"--wait", "--timeout=3m",
 		// --set-string: a content tag of only digits (420744954915) is
 		// otherwise a number, which the chart's schema refuses.
@@ -103,7 +95,7 @@ func helmInstall(t *testing.T, system, apps string, set ...string) {
 		"--set=watchNamespaces={" + apps + "}",
 		"--set=crds.enabled=false"}, // the cluster installed the CRD
 		set...)...)
-	t.Cleanup(func() { helm("uninstall", "dbkeeper", "--namespace="+system, "--wait") })
+	t.Cleanup(func() { helm(t, "uninstall", "dbkeeper", "--namespace="+system, "--wait") })
 	// before the uninstall (cleanups run last first): a failed test keeps
 	// the managers' logs, as an in-process operator's
 	t.Cleanup(func() {
@@ -111,6 +103,30 @@ func helmInstall(t *testing.T, system, apps string, set ...string) {
 			saveManagerLogs(t, system, "the test failed")
 		}
 	})
+}
+
+// helm runs the cluster's helm with args and returns what it printed.
+func helm(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(local.Bin, "helm"), append(args, "--kubeconfig="+local.Kubeconfig)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Run(), "helm %s:\n%s", strings.Join(args, " "), out.String())
+	return out.String()
+}
+
+// helmUpgrade upgrades helmInstall's release in namespace system to the
+// manager image ref, keeping every other value, and waits until its
+// Deployment is available again.
+func helmUpgrade(t *testing.T, system, ref string) {
+	t.Helper()
+	root, err := envtest.RepoRoot()
+	require.NoError(t, err)
+	repo, tag, ok := strings.Cut(ref, ":")
+	require.True(t, ok, "manager image ref %q has a tag", ref)
+	helm(t, "upgrade", "dbkeeper", filepath.Join(root, "config", "charts", "dbkeeper"), "--namespace="+system,
+		"--reuse-values", "--wait", "--timeout=3m",
+		"--set=image.repository="+repo, "--set-string=image.tag="+tag)
 }
 
 // saveManagerLogs writes the logs of every manager pod of the release in

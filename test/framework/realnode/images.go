@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/dbkeeper/dbkeeper/test/framework/cluster"
+	"github.com/dbkeeper/dbkeeper/test/framework/envtest"
 )
 
 // image is one line of the manifest images/build.sh prints.
@@ -40,10 +40,31 @@ func buildImages(root string, keys []string, say func(string)) ([]image, error) 
 		}
 		images = append(images, image{key: f[0], ref: f[1], tarball: f[2]})
 	}
-	if !hasKey(images, cluster.ImagePause) {
-		return nil, fmt.Errorf("images/build.sh printed no %q image:\n%s", cluster.ImagePause, out.String())
-	}
 	return images, nil
+}
+
+// BuildImage builds an image of images/build.sh the cluster did not start
+// with (manager-next: another build of dbkeeper to upgrade to) and
+// imports it into every node; it returns the image's reference.
+func (n *Node) BuildImage(key string) (string, error) {
+	root, err := envtest.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	images, err := buildImages(root, []string{key}, n.c.Say)
+	if err != nil {
+		return "", err
+	}
+	for _, img := range images {
+		if img.key != key {
+			continue
+		}
+		if _, err := n.ImportImage(img.ref, img.tarball); err != nil {
+			return "", err
+		}
+		return img.ref, nil
+	}
+	return "", fmt.Errorf("images/build.sh %s printed no image of that key", key)
 }
 
 func hasKey(images []image, key string) bool {

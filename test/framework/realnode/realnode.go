@@ -137,6 +137,9 @@ func (n *Node) startHost() error {
 	if n.images, err = buildImages(root, n.o.Images, c.Say); err != nil {
 		return err
 	}
+	if !hasKey(n.images, cluster.ImagePause) {
+		return fmt.Errorf("images/build.sh printed no %q image", cluster.ImagePause)
+	}
 	c.Images = map[string]string{}
 	for _, img := range n.images {
 		c.Images[img.key] = img.ref
