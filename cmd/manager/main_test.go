@@ -65,8 +65,8 @@ func TestEngineImageFlags(t *testing.T) {
 		args []string
 		errs []string
 	}{
-		{name: "unknown version", args: []string{"--engine-images=postgres:18=registry.example.com/postgres:18.0"},
-			errs: []string{`invalid entry "postgres:18=registry.example.com/postgres:18.0" in --engine-images`, "14, 15, 16, 17"}},
+		{name: "unknown version", args: []string{"--engine-images=postgres:19=registry.example.com/postgres:19.0"},
+			errs: []string{`invalid entry "postgres:19=registry.example.com/postgres:19.0" in --engine-images`, "14, 15, 16, 17, 18"}},
 		{name: "unknown engine", args: []string{"--engine-images=mysql:8=registry.example.com/mysql:8.4"},
 			errs: []string{`invalid entry "mysql:8=registry.example.com/mysql:8.4" in --engine-images`, `unknown engine "mysql"`}},
 		{name: "malformed image", args: []string{"--engine-images=postgres:15=Registry/Postgres:15"},

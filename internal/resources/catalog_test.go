@@ -55,7 +55,7 @@ func TestCatalogImages(t *testing.T) {
 	}
 
 	db := sample("orders", bootstrap)
-	assert.Equal(t, every("mirror.example.com/dockerhub/postgres:17.6"), podImages(t, db, eng), "the prefix moves the built-in image")
+	assert.Equal(t, every("mirror.example.com/dockerhub/postgres:17.12"), podImages(t, db, eng), "the prefix moves the built-in image")
 
 	db = sample("orders", func(db *dbv1.Database) { bootstrap(db); db.Spec.Version = "15" })
 	assert.Equal(t, every("localhost/dbkeeper/postgres:15"), podImages(t, db, eng), "the version's own image wins over the prefix")
@@ -66,7 +66,7 @@ func TestCatalogImages(t *testing.T) {
 	// The zero catalog is the built-in one: the golden files' images.
 	builtIn, err := engine.Catalog{}.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
-	assert.Equal(t, every("docker.io/library/postgres:17.6"), podImages(t, sample("orders", bootstrap), builtIn))
+	assert.Equal(t, every("docker.io/library/postgres:17.12"), podImages(t, sample("orders", bootstrap), builtIn))
 
 	// A version without an image names the field to fix.
 	_, err = resources.StatefulSet(sample("x", func(db *dbv1.Database) { db.Spec.Version = "9" }), eng, resources.TLSOff, testAgentImage)
@@ -89,7 +89,7 @@ func TestCatalogChangesOnlyTheImage(t *testing.T) {
 	require.NoError(t, err)
 	got, err := resources.StatefulSet(samples["default"], moved, resources.TLSOff, testAgentImage)
 	require.NoError(t, err)
-	assert.Equal(t, "mirror.example.com/dockerhub/postgres:17.6", *got.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, "mirror.example.com/dockerhub/postgres:17.12", *got.Spec.Template.Spec.Containers[0].Image)
 	got.Spec.Template.Spec.Containers[0].Image = want.Spec.Template.Spec.Containers[0].Image
 	assert.Equal(t, want, got)
 }

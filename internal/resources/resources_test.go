@@ -221,7 +221,7 @@ func TestImageOverride(t *testing.T) {
 	require.NoError(t, err)
 	sts, err := resources.StatefulSet(samples["default"], eng, resources.TLSOff, testAgentImage)
 	require.NoError(t, err)
-	assert.Equal(t, "docker.io/library/postgres:17.6", *sts.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, "docker.io/library/postgres:17.12", *sts.Spec.Template.Spec.Containers[0].Image)
 	sts, err = resources.StatefulSet(samples["custom"], eng, resources.TLSOff, testAgentImage)
 	require.NoError(t, err)
 	assert.Equal(t, "registry.example.com/postgres:15.14@sha256:0123", *sts.Spec.Template.Spec.Containers[0].Image)

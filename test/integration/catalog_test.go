@@ -31,7 +31,7 @@ func TestEngineCatalog(t *testing.T) {
 		Engines:    catalog,
 	})
 	want := map[string]string{
-		"moved":  "mirror.example.com/dockerhub/postgres:17.6",
+		"moved":  "mirror.example.com/dockerhub/postgres:17.12",
 		"pinned": "localhost/dbkeeper/postgres:15",
 		"own":    "registry.example.com/postgres:16.10-custom",
 	}

@@ -35,5 +35,5 @@ func TestFinalBackupWithCatalog(t *testing.T) {
 	require.NotNil(t, wait, "the final backup has not run yet")
 	job := &batchv1.Job{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: resources.FinalBackupJobName(db)}, job))
-	assert.Equal(t, "mirror.example.com/dockerhub/postgres:17.6", job.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, "mirror.example.com/dockerhub/postgres:17.12", job.Spec.Template.Spec.Containers[0].Image)
 }

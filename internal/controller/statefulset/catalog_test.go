@@ -34,7 +34,7 @@ func TestSyncWithCatalog(t *testing.T) {
 
 	_, err = s.Sync(ctx, db)
 	require.NoError(t, err)
-	assert.Equal(t, "mirror.example.com/dockerhub/postgres:17.6", image())
+	assert.Equal(t, "mirror.example.com/dockerhub/postgres:17.12", image())
 
 	db.Spec.Image = "registry.example.com/postgres:17.6-custom"
 	_, err = s.Sync(ctx, db)
