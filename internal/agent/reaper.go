@@ -36,6 +36,14 @@ func (r *reaper) start(cmd *exec.Cmd) error {
 	return nil
 }
 
+// adopt remembers pid, a child an earlier agent started in this process
+// (a takeover), as the agent's own: its exec.Cmd waits for it.
+func (r *reaper) adopt(pid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mine[pid] = true
+}
+
 // wait waits for cmd, started by start.
 func (r *reaper) wait(cmd *exec.Cmd) error {
 	err := cmd.Wait()
