@@ -209,4 +209,3 @@ func (k *leaseKeeper) continueHolding(l *handoverLease) {
 	// l.LastRenew has no monotonic reading: the wall clock says how long ago
 	k.lastRenew = k.now().Add(-time.Since(l.LastRenew))
 }
-

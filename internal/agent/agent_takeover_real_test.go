@@ -1,0 +1,184 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
+)
+
+// buildAgent builds this package's test binary (which runs the agent
+// under childEnv) with version linked in as agentapi's build version, to
+// dir/<version>.
+func buildAgent(t *testing.T, dir, version string) string {
+	t.Helper()
+	out := filepath.Join(dir, version)
+	cmd := exec.Command("go", "test", "-c", "-o", out,
+		"-ldflags", "-X github.com/dbkeeper/dbkeeper/internal/agentapi.buildVersion="+version, ".")
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "building the agent %s: %s", version, b)
+	return out
+}
+
+// installAgent puts binary where the cluster's agents run it from: a
+// directory of their own, which they may write (as the pod's emptyDir).
+func (c *cluster) installAgent(binary string) {
+	c.t.Helper()
+	dir := filepath.Join(c.dir, "bin")
+	c.mkdir(dir, 0o755)
+	b, err := os.ReadFile(binary)
+	require.NoError(c.t, err)
+	c.bin = filepath.Join(dir, "manager")
+	require.NoError(c.t, os.WriteFile(c.bin, b, 0o755))
+	require.NoError(c.t, os.Chown(c.bin, c.uid, c.gid))
+}
+
+// pushBinary sends binary to in's agent as version, with the SHA-256 sum
+// (its own when empty).
+func (c *cluster) pushBinary(in *instance, binary []byte, version, sum string) (agentapi.TakeoverAnswer, error) {
+	c.t.Helper()
+	if sum == "" {
+		h := sha256.Sum256(binary)
+		sum = hex.EncodeToString(h[:])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return c.client.PushBinary(ctx, in.url, version, sum, bytes.NewReader(binary), int64(len(binary)))
+}
+
+// TestTakeoverKeepsTheServer: a primary holding the primary Lease runs
+// agent v1; v2 (another build of the binary) is pushed to it. A body
+// whose SHA-256 differs, a binary whose --check-takeover fails and one
+// that says another version are refused (409) and change nothing. Then
+// v2 takes over in place: the same postmaster (pid and
+// pg_postmaster_start_time), a session opened before answers on, the
+// server's log lines after the switch still reach the agent's output,
+// /status says v2 and that it adopted the server, the Lease stays with
+// db-0 and is renewed, never fenced; the handover's files are gone.
+func TestTakeoverKeepsTheServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the agent twice, starts PostgreSQL and a kube-apiserver; skipped under -short")
+	}
+	leases, restCfg := startLeaseAPI(t)
+	renewTime := func() time.Time {
+		l, err := leases.Get(context.Background(), leaseName, metav1.GetOptions{})
+		require.NoError(t, err)
+		if l.Spec.RenewTime == nil {
+			return time.Time{}
+		}
+		return l.Spec.RenewTime.Time
+	}
+	c := newCluster(t)
+	builds := t.TempDir()
+	v1, v2 := buildAgent(t, builds, "v1-test"), buildAgent(t, builds, "v2-test")
+	c.installAgent(v1)
+	a := c.start("db-0", c.leaseEnv(t, restCfg)...)
+	ctx := context.Background()
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
+	require.NoError(t, err)
+	s := c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
+	require.NotNil(t, s.Agent)
+	assert.Equal(t, "v1-test", s.Agent.Version)
+	assert.Equal(t, agentapi.Level, s.Agent.Level)
+	assert.Nil(t, s.Agent.LastTakeover)
+
+	pa := sql(t, a)
+	startedAt := stringQuery(t, pa, "SELECT pg_postmaster_start_time()::text")
+	backend := stringQuery(t, pa, "SELECT pg_backend_pid()::text")
+	pid := postmasterPID(a.pgdata)
+	mustExec(t, pa, "CREATE TABLE t (id int)")
+	binDir := filepath.Dir(c.bin)
+
+	// Refused, nothing changed: a bad sum, a failing check, another version.
+	newBin, err := os.ReadFile(v2)
+	require.NoError(t, err)
+	_, err = c.pushBinary(a, newBin, "v2-test", strings.Repeat("0", 64))
+	assert.Equal(t, http.StatusConflict, agentCode(err), "a bad sum: %v", err)
+	assert.ErrorContains(t, err, "SHA-256")
+	failing := []byte("#!/bin/sh\necho 'the check says no' >&2\nexit 3\n")
+	_, err = c.pushBinary(a, failing, "v2-test", "")
+	assert.Equal(t, http.StatusConflict, agentCode(err), "a failing check: %v", err)
+	assert.ErrorContains(t, err, "the check says no")
+	_, err = c.pushBinary(a, newBin, "v3-test", "")
+	assert.Equal(t, http.StatusConflict, agentCode(err), "another version: %v", err)
+	assert.ErrorContains(t, err, `not "v3-test"`)
+	entries, err := os.ReadDir(binDir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "only the agent's binary: %v", entries)
+	s = c.status(a)
+	assert.Equal(t, "v1-test", s.Agent.Version)
+	assert.Equal(t, agentapi.StateRunning, s.State)
+
+	// The takeover.
+	renewedBefore := renewTime()
+	switched := time.Now()
+	ans, err := c.pushBinary(a, newBin, "v2-test", "")
+	require.NoError(t, err)
+	assert.Equal(t, agentapi.TakeoverAnswer{From: "v1-test", Version: "v2-test"}, ans)
+	// the new agent listens again once it adopted the server
+	waitFor(t, func() bool {
+		_, err := agentapi.Client{Token: token}.Status(ctx, a.url)
+		return err == nil
+	}, 30*time.Second, "the new agent serving /status")
+	s = c.waitStatus(a, 30*time.Second, "v2 running", func(s agentapi.Status) bool {
+		return s.Agent != nil && s.Agent.Version == "v2-test" && s.State == agentapi.StateRunning && s.Ready
+	})
+	t.Logf("v2 serves %s after the push", time.Since(switched).Round(time.Millisecond))
+	require.NotNil(t, s.Agent.LastTakeover)
+	assert.True(t, s.Agent.LastTakeover.Adopted, "%+v", s.Agent.LastTakeover)
+	assert.Equal(t, "v1-test", s.Agent.LastTakeover.From)
+	assert.Equal(t, agentapi.RolePrimary, s.Role)
+	require.NotNil(t, s.Lease)
+	assert.True(t, s.Lease.Held, "%+v", s.Lease)
+
+	assert.Equal(t, pid, postmasterPID(a.pgdata), "the same postmaster")
+	assert.Equal(t, startedAt, stringQuery(t, pa, "SELECT pg_postmaster_start_time()::text"), "the server never restarted")
+	assert.Equal(t, backend, stringQuery(t, pa, "SELECT pg_backend_pid()::text"), "the session opened before answers")
+	mustExec(t, pa, "INSERT INTO t VALUES (1)")
+	mustExec(t, pa, "DO $$BEGIN RAISE LOG 'after the takeover: %', 'marker-7f3a'; END$$")
+	waitFor(t, func() bool {
+		b, _ := os.ReadFile(a.logPath)
+		return bytes.Contains(b, []byte("marker-7f3a"))
+	}, 20*time.Second, "the server's log line after the takeover in the agent's output")
+
+	// the Lease: still db-0's, renewed since, never fenced
+	waitFor(t, func() bool { return renewTime().After(renewedBefore.Add(agentapi.LeaseRetryPeriod)) },
+		3*agentapi.LeaseRetryPeriod+5*time.Second, "the lease renewed by v2")
+	assert.Equal(t, "db-0", leaseHolder(t, leases)())
+	log, err := os.ReadFile(a.logPath)
+	require.NoError(t, err)
+	assert.NotContains(t, strings.ToLower(string(log)), "fencing", "no fence across the takeover")
+	assert.Contains(t, string(log), "Adopted the running server")
+
+	entries, err = os.ReadDir(binDir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.ElementsMatch(t, []string{"manager", "manager.old"}, names, "the handover's files removed")
+
+	// The adopted server stops as the agent's own on SIGTERM.
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-a.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the agent did not exit after SIGTERM")
+	}
+	assert.Zero(t, postmasterPID(a.pgdata), "the adopted server stopped with its agent")
+	assert.False(t, running(pid), "the postmaster exited")
+}
