@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -181,4 +182,84 @@ func TestTakeoverKeepsTheServer(t *testing.T) {
 	}
 	assert.Zero(t, postmasterPID(a.pgdata), "the adopted server stopped with its agent")
 	assert.False(t, running(pid), "the postmaster exited")
+}
+
+// writeHandoverFile writes a handover file (and, when failed, the marker
+// of an adoption begun) beside the cluster's agent binary, as a former
+// agent would have, of a server of pid; it returns its path.
+func (c *cluster) writeHandoverFile(pid int, failed bool) string {
+	c.t.Helper()
+	dir := filepath.Dir(c.bin)
+	path := filepath.Join(dir, "handover.json")
+	b, err := json.Marshal(map[string]any{"pid": pid, "output": []int{3, 4}, "state": agentapi.StateRunning,
+		"from": "v0-test", "at": time.Now().Add(-time.Minute)})
+	require.NoError(c.t, err)
+	require.NoError(c.t, os.WriteFile(path, b, 0o600))
+	require.NoError(c.t, os.Chown(path, c.uid, c.gid))
+	if failed {
+		marker := filepath.Join(dir, "handover.failed")
+		require.NoError(c.t, os.WriteFile(marker, []byte("1\n"), 0o600))
+		require.NoError(c.t, os.Chown(marker, c.uid, c.gid))
+	}
+	return path
+}
+
+// stopAgent stops in's agent, and so its server.
+func (c *cluster) stopAgent(in *instance) {
+	c.t.Helper()
+	require.NoError(c.t, in.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-in.exited:
+	case <-time.After(60 * time.Second):
+		c.t.Fatalf("%s: the agent did not exit within 60s of SIGTERM", in.name)
+	}
+}
+
+// TestTakeoverNotAdoptedStartsAnew: an agent that finds a handover it
+// cannot adopt starts the server as after any restart, says why in its
+// status and removes the handover: a handover of a process that is not
+// its child; one whose adoption began before (handover.failed: the agent
+// restarted while adopting, as a crash would), with the handover's
+// variable set or not (a restarted container's environment has none).
+func TestTakeoverNotAdoptedStartsAnew(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	c := newCluster(t)
+	c.installAgent(c.bin)
+	a := c.start("db-0")
+	_, err := c.client.Bootstrap(context.Background(), a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
+	require.NoError(t, err)
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
+	binDir := filepath.Dir(c.bin)
+
+	for _, tc := range []struct {
+		name   string
+		failed bool
+		env    bool
+		says   string
+	}{
+		{"not its child", false, true, "is not the agent's child"},
+		{"adoption begun before", true, true, "restarted while adopting"},
+		{"adoption begun before, a new environment", true, false, "restarted while adopting"},
+	} {
+		c.stopAgent(a)
+		// the test process: no agent's child
+		path := c.writeHandoverFile(os.Getpid(), tc.failed)
+		var env []string
+		if tc.env {
+			env = append(env, agentapi.EnvHandover+"="+path)
+		}
+		a = c.start("db-0", env...)
+		s := c.waitStatus(a, 90*time.Second, tc.name+": a running primary", runningAs(agentapi.RolePrimary))
+		require.NotNil(t, s.Agent, tc.name)
+		require.NotNil(t, s.Agent.LastTakeover, tc.name)
+		assert.False(t, s.Agent.LastTakeover.Adopted, tc.name)
+		assert.Contains(t, s.Agent.LastTakeover.Message, tc.says, tc.name)
+		if tc.env {
+			assert.Equal(t, "v0-test", s.Agent.LastTakeover.From, tc.name)
+		}
+		assert.NoFileExists(t, path, tc.name)
+		assert.NoFileExists(t, filepath.Join(binDir, "handover.failed"), tc.name)
+	}
 }
