@@ -133,6 +133,10 @@ func (a *Agent) argsPrefix() []string {
 // the endpoint and the backup server. It returns only when the switch
 // failed, after putting the former binary back; the caller then resumes.
 func (a *Agent) handOver(t takeover) error {
+	// a parameters request the endpoint's shutdown did not wait out ends
+	// first
+	a.parameters.Lock()
+	defer a.parameters.Unlock()
 	h, files, err := a.handoverRecord()
 	if err == nil {
 		err = setCloseOnExec(files, false)
