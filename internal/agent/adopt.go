@@ -179,6 +179,8 @@ func reopenCollector(dir string) *collector {
 // adopted server answers, and then removes the handover and its marker.
 func (a *Agent) watchAdopted(srv *server, h handover) {
 	defer a.op.Unlock()
+	// the readers read the collector's pipes by now
+	defer closeFDs(h.CollectorFDs)
 	for {
 		if a.ping(a.ctx) == nil {
 			break

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -124,8 +125,26 @@ func TestTakeoverKeepsTheServer(t *testing.T) {
 	assert.Equal(t, "v1-test", s.Agent.Version)
 	assert.Equal(t, agentapi.StateRunning, s.State)
 
-	// The takeover.
+	// The takeover, while a session logs a numbered line every 10 ms.
 	renewedBefore := renewTime()
+	logger := sql(t, a)
+	stopLogging := make(chan struct{})
+	logged := make(chan int)
+	go func() {
+		n := 0
+		defer func() { logged <- n }()
+		for {
+			select {
+			case <-stopLogging:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			if _, err := logger.Exec(ctx, fmt.Sprintf("DO $$BEGIN RAISE LOG 'numbered line %d.'; END$$", n)); err != nil {
+				return
+			}
+			n++
+		}
+	}()
 	switched := time.Now()
 	ans, err := c.pushBinary(a, newBin, "v2-test", "")
 	require.NoError(t, err)
@@ -150,6 +169,22 @@ func TestTakeoverKeepsTheServer(t *testing.T) {
 	assert.Equal(t, startedAt, stringQuery(t, pa, "SELECT pg_postmaster_start_time()::text"), "the server never restarted")
 	assert.Equal(t, backend, stringQuery(t, pa, "SELECT pg_backend_pid()::text"), "the session opened before answers")
 	mustExec(t, pa, "INSERT INTO t VALUES (1)")
+	close(stopLogging)
+	lines := <-logged
+	require.Positive(t, lines)
+	waitFor(t, func() bool {
+		b, _ := os.ReadFile(a.logPath)
+		return bytes.Contains(b, fmt.Appendf(nil, "numbered line %d.", lines-1))
+	}, 20*time.Second, "the last numbered line in the agent's output")
+	out, err := os.ReadFile(a.logPath)
+	require.NoError(t, err)
+	var lost []int
+	for i := range lines {
+		if !bytes.Contains(out, fmt.Appendf(nil, "numbered line %d.", i)) {
+			lost = append(lost, i)
+		}
+	}
+	assert.Empty(t, lost, "of %d lines logged across the takeover, these never reached the agent's output", lines)
 	mustExec(t, pa, "DO $$BEGIN RAISE LOG 'after the takeover: %', 'marker-7f3a'; END$$")
 	waitFor(t, func() bool {
 		b, _ := os.ReadFile(a.logPath)

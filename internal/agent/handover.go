@@ -36,6 +36,9 @@ type handover struct {
 	// CollectorDir is the directory of the logging collector's pipes
 	// (PostgreSQL 15 and later), empty when the server logs to stderr.
 	CollectorDir string `json:"collectorDir,omitempty"`
+	// CollectorFDs hold the collector's pipes open across the exec
+	// (holdFIFOs); the new agent closes them once its readers read.
+	CollectorFDs []int `json:"collectorFDs,omitempty"`
 	// State is the agent's state; Standby says the server is a standby.
 	State   agentapi.State `json:"state"`
 	Standby bool           `json:"standby"`

@@ -110,6 +110,7 @@ func (a *Agent) beginOrAdopt(h *handover) {
 			return
 		}
 		a.op.Unlock()
+		closeFDs(h.CollectorFDs)
 		path, _ := handoverPaths(a.self)
 		if p := os.Getenv(agentapi.EnvHandover); p != "" {
 			path = p

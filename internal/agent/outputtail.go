@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,6 +31,9 @@ type outputTail struct {
 	// their read ends, which a takeover passes to the new agent.
 	writers []*os.File
 	readers []*os.File
+	// paused says the copies stopped for a takeover (pause): they leave
+	// the readers open.
+	paused atomic.Bool
 	// done is closed once every process that held the pipes closed them
 	// and the collector's readers ended.
 	done chan struct{}
@@ -87,7 +91,11 @@ func (t *outputTail) copy(readers []*os.File, stdout, stderr io.Writer, env *env
 	for i, dst := range []io.Writer{stdout, stderr} {
 		r := readers[i]
 		copies.Go(func() {
-			defer r.Close()
+			defer func() {
+				if !t.paused.Load() {
+					_ = r.Close()
+				}
+			}()
 			if env == nil {
 				_, _ = io.Copy(io.MultiWriter(streamTail{t, i}, dst), r)
 				return

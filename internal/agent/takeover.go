@@ -137,8 +137,17 @@ func (a *Agent) handOver(t takeover) error {
 	// first
 	a.parameters.Lock()
 	defer a.parameters.Unlock()
-	h, files, err := a.handoverRecord()
+	h, srv, err := a.handoverRecord()
+	var files []*os.File
 	if err == nil {
+		files = srv.output.readers
+		if h.CollectorDir != "" {
+			h.CollectorFDs, err = holdFIFOs(h.CollectorDir)
+		}
+	}
+	if err == nil {
+		// what the server writes from here on waits in its pipes
+		srv.output.pause(pauseWait)
 		err = setCloseOnExec(files, false)
 	}
 	path, _ := handoverPaths(a.self)
@@ -152,6 +161,10 @@ func (a *Agent) handOver(t takeover) error {
 		err = fmt.Errorf("executing the new binary: %w", err)
 	}
 	_ = setCloseOnExec(files, true)
+	closeFDs(h.CollectorFDs)
+	if srv != nil && srv.output.paused.Load() {
+		a.resumeOutput(srv)
+	}
 	_ = os.Remove(path)
 	if rerr := t.stage.rollback(); rerr != nil {
 		err = fmt.Errorf("%w; %w", err, rerr)
@@ -163,17 +176,15 @@ func (a *Agent) handOver(t takeover) error {
 	return err
 }
 
-// handoverRecord is the handover of the running server, and the files of
-// its output the exec passes.
-func (a *Agent) handoverRecord() (handover, []*os.File, error) {
+// handoverRecord is the handover of the running server srv.
+func (a *Agent) handoverRecord() (handover, *server, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	srv := a.srv
 	if srv == nil || srv.output == nil || len(srv.output.readers) != 2 {
 		return handover{}, nil, fmt.Errorf("handing over: no server runs")
 	}
-	files := srv.output.readers
-	fds, err := fdsOf(files)
+	fds, err := fdsOf(srv.output.readers)
 	if err != nil {
 		return handover{}, nil, err
 	}
@@ -185,7 +196,7 @@ func (a *Agent) handoverRecord() (handover, []*os.File, error) {
 	if a.keeper != nil {
 		h.Lease = a.keeper.handover()
 	}
-	return h, files, nil
+	return h, srv, nil
 }
 
 // handover is the lease this keeper holds, for the agent it hands over
