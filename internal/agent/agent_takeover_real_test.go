@@ -70,7 +70,9 @@ func (c *cluster) pushBinary(in *instance, binary []byte, version, sum string) (
 // pg_postmaster_start_time), a session opened before answers on, the
 // server's log lines after the switch still reach the agent's output,
 // /status says v2 and that it adopted the server, the Lease stays with
-// db-0 and is renewed, never fenced; the handover's files are gone.
+// db-0 and is renewed, never fenced; the handover's files are gone; no
+// line logged every 10 ms through the switch is lost. The adopted server
+// is handed over again (back to v1), and stops with its agent.
 func TestTakeoverKeepsTheServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the agent twice, starts PostgreSQL and a kube-apiserver; skipped under -short")
@@ -207,6 +209,24 @@ func TestTakeoverKeepsTheServer(t *testing.T) {
 		names = append(names, e.Name())
 	}
 	assert.ElementsMatch(t, []string{"manager", "manager.old"}, names, "the handover's files removed")
+
+	// An adopted server is handed over again: back to v1.
+	oldBin, err := os.ReadFile(v1)
+	require.NoError(t, err)
+	_, err = c.pushBinary(a, oldBin, "v1-test", "")
+	require.NoError(t, err)
+	waitFor(t, func() bool {
+		s, err := agentapi.Client{Token: token}.Status(ctx, a.url)
+		return err == nil && s.Agent != nil && s.Agent.Version == "v1-test" && s.State == agentapi.StateRunning &&
+			s.Agent.LastTakeover != nil && s.Agent.LastTakeover.Adopted && s.Agent.LastTakeover.From == "v2-test"
+	}, 30*time.Second, "v1 adopting the server from v2")
+	assert.Equal(t, pid, postmasterPID(a.pgdata), "the same postmaster after two takeovers")
+	assert.Equal(t, startedAt, stringQuery(t, pa, "SELECT pg_postmaster_start_time()::text"))
+	mustExec(t, pa, "DO $$BEGIN RAISE LOG 'after the second takeover: %', 'marker-9c1d'; END$$")
+	waitFor(t, func() bool {
+		b, _ := os.ReadFile(a.logPath)
+		return bytes.Contains(b, []byte("marker-9c1d"))
+	}, 20*time.Second, "the server's log line after the second takeover in the agent's output")
 
 	// The adopted server stops as the agent's own on SIGTERM.
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
