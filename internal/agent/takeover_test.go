@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +22,7 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 )
 
-func sum(b []byte) string {
+func sumOf(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }
@@ -33,7 +35,7 @@ func TestBinaryStageReceive(t *testing.T) {
 	assert.ErrorContains(t, err, "incomplete or altered")
 	assert.NoFileExists(t, s.newPath(), "a bad sum leaves nothing")
 
-	require.NoError(t, s.receive(bytes.NewReader(body), strings.ToUpper(sum(body))))
+	require.NoError(t, s.receive(bytes.NewReader(body), strings.ToUpper(sumOf(body))))
 	fi, err := os.Stat(s.newPath())
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
@@ -197,4 +199,80 @@ func readString(t *testing.T, path string) string {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// handleBinaryFixture is an agent whose "server" is the test process
+// (postmaster.pid says so), running, with its binary in a directory of
+// its own.
+func handleBinaryFixture(t *testing.T) (*Agent, binaryStage) {
+	t.Helper()
+	dir := t.TempDir()
+	pgdata := filepath.Join(dir, "data")
+	require.NoError(t, os.Mkdir(pgdata, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(pgdata, "postmaster.pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600))
+	stage := binaryStage{current: filepath.Join(dir, "manager")}
+	require.NoError(t, os.WriteFile(stage.current, []byte("old"), 0o755))
+	self, err := os.FindProcess(os.Getpid())
+	require.NoError(t, err)
+	a := newAgent(t.Context(), Config{PGData: pgdata, Token: "tok", Args: []string{"--port=1"}}, logr.Discard())
+	a.self = stage.current
+	a.srv = &server{cmd: &exec.Cmd{Process: self}, accepted: true}
+	a.state = agentapi.StateRunning
+	return a, stage
+}
+
+// putBinary sends body to a's endpoint handler as version, with its sum
+// unless sum is set, and the token.
+func putBinary(a *Agent, body, version, sum string) *httptest.ResponseRecorder {
+	if sum == "" {
+		sum = sumOf([]byte(body))
+	}
+	req := httptest.NewRequest(http.MethodPut, agentapi.BinaryPath, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set(agentapi.HeaderVersion, version)
+	req.Header.Set(agentapi.HeaderSHA256, sum)
+	rec := httptest.NewRecorder()
+	a.authenticated(a.handleBinary).ServeHTTP(rec, req)
+	return rec
+}
+
+// The endpoint: headers required; refused (409, nothing changed) while
+// the server does not run, while another operation holds the agent, for
+// a bad sum; accepted (202) once the binary is checked and installed,
+// handing Main the switch.
+func TestHandleBinary(t *testing.T) {
+	script := "#!/bin/sh\n" + `echo '{"version":"v2","level":1}'` + "\n"
+	a, stage := handleBinaryFixture(t)
+
+	rec := putBinary(a, script, "", "")
+	assert.Equal(t, http.StatusBadRequest, rec.Code)
+
+	a.state = agentapi.StateStarting
+	rec = putBinary(a, script, "v2", "")
+	assert.Equal(t, http.StatusConflict, rec.Code)
+	assert.Contains(t, rec.Body.String(), "the server is not running")
+	a.state = agentapi.StateRunning
+
+	rec = putBinary(a, script, "v2", strings.Repeat("0", 64))
+	assert.Equal(t, http.StatusConflict, rec.Code)
+	assert.Contains(t, rec.Body.String(), "incomplete or altered")
+
+	a.op.Lock()
+	rec = putBinary(a, script, "v2", "")
+	assert.Equal(t, http.StatusConflict, rec.Code, rec.Body.String())
+	assert.Contains(t, rec.Body.String(), "another bootstrap, demote or promote is running")
+	a.op.Unlock()
+	assert.Equal(t, "old", readString(t, stage.current), "nothing changed")
+	assert.NoFileExists(t, stage.newPath())
+	assert.NoFileExists(t, stage.oldPath())
+	assert.Empty(t, a.takeovers)
+
+	rec = putBinary(a, script, "v2", "")
+	require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+	assert.JSONEq(t, `{"from":"`+agentapi.Version()+`","version":"v2"}`, rec.Body.String())
+	assert.Equal(t, script, readString(t, stage.current))
+	assert.Equal(t, "old", readString(t, stage.oldPath()))
+	require.Len(t, a.takeovers, 1)
+	assert.Equal(t, "v2", (<-a.takeovers).version)
+	assert.False(t, a.op.TryLock(), "the operation lock is the switch's")
 }
