@@ -221,6 +221,9 @@ func TestTakeoverKeepsTheServer(t *testing.T) {
 			s.Agent.LastTakeover != nil && s.Agent.LastTakeover.Adopted && s.Agent.LastTakeover.From == "v2-test"
 	}, 30*time.Second, "v1 adopting the server from v2")
 	assert.Equal(t, pid, postmasterPID(a.pgdata), "the same postmaster after two takeovers")
+	log, err = os.ReadFile(a.logPath)
+	require.NoError(t, err)
+	assert.NotContains(t, string(log), "reading the server's log", "no pipe of the server's log failed across the takeovers")
 	assert.Equal(t, startedAt, stringQuery(t, pa, "SELECT pg_postmaster_start_time()::text"))
 	mustExec(t, pa, "DO $$BEGIN RAISE LOG 'after the second takeover: %', 'marker-9c1d'; END$$")
 	waitFor(t, func() bool {

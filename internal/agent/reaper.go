@@ -44,6 +44,14 @@ func (r *reaper) adopt(pid int) {
 	r.mine[pid] = true
 }
 
+// startAndWait starts cmd as the agent's own and waits for it.
+func (r *reaper) startAndWait(cmd *exec.Cmd) error {
+	if err := r.start(cmd); err != nil {
+		return err
+	}
+	return r.wait(cmd)
+}
+
 // wait waits for cmd, started by start.
 func (r *reaper) wait(cmd *exec.Cmd) error {
 	err := cmd.Wait()

@@ -39,7 +39,7 @@ func (a *Agent) handleBinary(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(binaryReadTimeout))
-	stage := binaryStage{current: a.self}
+	stage := binaryStage{current: a.self, run: a.reaper.startAndWait}
 	if err := stage.receive(http.MaxBytesReader(w, r.Body, agentapi.MaxBinarySize), sum); err != nil {
 		a.log.Error(err, "Refused a new binary", "version", version)
 		writeError(w, conflict("%s", err))

@@ -27,6 +27,9 @@ const checkTakeoverTimeout = 30 * time.Second
 type binaryStage struct {
 	// current is the running agent's binary (/dbkeeper/bin/manager).
 	current string
+	// run runs the check to its end (the reaper's, so that the agent as
+	// PID 1 does not reap it first); nil: exec.Cmd.Run.
+	run func(*exec.Cmd) error
 }
 
 func (s binaryStage) newPath() string { return s.current + ".new" }
@@ -76,7 +79,11 @@ func (s binaryStage) check(ctx context.Context, prefix, args, env []string, vers
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	var info agentapi.BuildInfo
-	if err := cmd.Run(); err != nil {
+	run := s.run
+	if run == nil {
+		run = (*exec.Cmd).Run
+	}
+	if err := run(cmd); err != nil {
 		return info, fmt.Errorf("the new binary's --%s failed: %w: %s", agentapi.CheckTakeoverFlag, err, lastBytes(stderr.String(), 2048))
 	}
 	if err := json.Unmarshal(lastLine(stdout.Bytes()), &info); err != nil {
