@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -151,7 +152,15 @@ func (a *Agent) handOver(t takeover) error {
 		err = setCloseOnExec(files, false)
 	}
 	path, _ := handoverPaths(a.self)
+	if err == nil && a.ctx.Err() != nil {
+		// a SIGTERM the exec would lose: the agent stops as it is
+		err = errors.New("the agent is shutting down")
+	}
 	if err == nil {
+		// the lease as late as can be: the new agent renews at once
+		if a.keeper != nil {
+			h.Lease = a.keeper.handover()
+		}
 		err = writeHandover(path, h)
 	}
 	if err == nil {
@@ -181,8 +190,8 @@ func (a *Agent) handoverRecord() (handover, *server, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	srv := a.srv
-	if srv == nil || srv.output == nil || len(srv.output.readers) != 2 {
-		return handover{}, nil, fmt.Errorf("handing over: no server runs")
+	if srv == nil || srv.output == nil || len(srv.output.readers) != 2 || a.state != agentapi.StateRunning || a.stopping {
+		return handover{}, nil, fmt.Errorf("handing over: the server no longer runs (%s)", a.state)
 	}
 	fds, err := fdsOf(srv.output.readers)
 	if err != nil {
@@ -192,9 +201,6 @@ func (a *Agent) handoverRecord() (handover, *server, error) {
 		Accepted: srv.accepted, From: agentapi.Version(), At: time.Now()}
 	if c := srv.output.collector; c != nil {
 		h.CollectorDir = c.dir
-	}
-	if a.keeper != nil {
-		h.Lease = a.keeper.handover()
 	}
 	return h, srv, nil
 }

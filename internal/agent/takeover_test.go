@@ -143,7 +143,7 @@ func TestHandOverThatCannotExecResumes(t *testing.T) {
 	}
 	self, err := os.FindProcess(os.Getpid())
 	require.NoError(t, err)
-	a := &Agent{cfg: Config{PGData: filepath.Join(dir, "data")}, log: logr.Discard(), self: stage.current, state: agentapi.StateRunning,
+	a := &Agent{ctx: t.Context(), cfg: Config{PGData: filepath.Join(dir, "data")}, log: logr.Discard(), self: stage.current, state: agentapi.StateRunning,
 		srv: &server{cmd: &exec.Cmd{Process: self}, output: &outputTail{readers: readers}, accepted: true}}
 	var seen handover
 	var env []string
