@@ -321,3 +321,51 @@ func TestTakeoverNotAdoptedStartsAnew(t *testing.T) {
 		assert.NoFileExists(t, filepath.Join(binDir, "handover.failed"), tc.name)
 	}
 }
+
+// TestTakeoverOfAStandby: a streaming standby's agent is replaced in
+// place: the same postmaster and WAL receiver, still streaming, and what
+// the primary commits after the switch reaches it.
+func TestTakeoverOfAStandby(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the agent, starts PostgreSQL; skipped under -short")
+	}
+	c := newCluster(t)
+	v2 := buildAgent(t, t.TempDir(), "v2-test")
+	c.installAgent(c.bin)
+	ctx := context.Background()
+	a, b := c.start("db-0"), c.start("db-1")
+	_, err := c.client.Bootstrap(ctx, a.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapInitdb})
+	require.NoError(t, err)
+	c.waitStatus(a, 90*time.Second, "a running primary", runningAs(agentapi.RolePrimary))
+	pa := sql(t, a)
+	mustExec(t, pa, fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD '%s'", agentapi.ReplicationUser, strings.ReplaceAll(replPassword, "'", "''")))
+	mustExec(t, pa, "SELECT pg_create_physical_replication_slot($1)", agentapi.SlotName(b.name))
+	mustExec(t, pa, "CREATE TABLE t (id int)")
+	c.proxy.target.Store(int32(a.port))
+	_, err = c.client.Bootstrap(ctx, b.url, agentapi.BootstrapRequest{Mode: agentapi.BootstrapClone})
+	require.NoError(t, err)
+	streaming := func(s agentapi.Status) bool {
+		return runningAs(agentapi.RoleReplica)(s) && s.WALReceiver == "streaming"
+	}
+	c.waitStatus(b, 90*time.Second, "a streaming standby", streaming)
+	pb := sql(t, b)
+	pid := postmasterPID(b.pgdata)
+	receiver := stringQuery(t, pb, "SELECT pid::text FROM pg_stat_wal_receiver")
+	startedAt := stringQuery(t, pb, "SELECT pg_postmaster_start_time()::text")
+
+	newBin, err := os.ReadFile(v2)
+	require.NoError(t, err)
+	_, err = c.pushBinary(b, newBin, "v2-test", "")
+	require.NoError(t, err)
+	waitFor(t, func() bool {
+		s, err := agentapi.Client{Token: token}.Status(ctx, b.url)
+		return err == nil && s.Agent != nil && s.Agent.Version == "v2-test" && streaming(s) &&
+			s.Agent.LastTakeover != nil && s.Agent.LastTakeover.Adopted
+	}, 30*time.Second, "v2 adopting the streaming standby")
+	assert.Equal(t, pid, postmasterPID(b.pgdata), "the same postmaster")
+	assert.Equal(t, startedAt, stringQuery(t, pb, "SELECT pg_postmaster_start_time()::text"))
+	assert.Equal(t, receiver, stringQuery(t, pb, "SELECT pid::text FROM pg_stat_wal_receiver"), "the same WAL receiver")
+	mustExec(t, pa, "INSERT INTO t VALUES (42)")
+	waitFor(t, func() bool { return count(t, pb, "SELECT count(*) FROM t WHERE id = 42") == 1 }, 20*time.Second, "the primary's commit on the standby")
+	assert.NotEqual(t, "v2-test", c.status(a).Agent.Version, "the primary's agent is left alone")
+}
