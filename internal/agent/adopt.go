@@ -155,11 +155,15 @@ func handedFiles(fds []int) ([]*os.File, error) {
 	var files []*os.File
 	for i, fd := range fds {
 		var st syscall.Stat_t
-		if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		err := syscall.Fstat(fd, &st)
+		if err == nil && st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+			err = fmt.Errorf("fd %d is not a pipe", fd)
+		}
+		if err != nil {
 			for _, f := range files {
 				_ = f.Close()
 			}
-			return nil, fmt.Errorf("adopting the server: fd %d is not the pipe of its output (%v)", fd, err)
+			return nil, fmt.Errorf("adopting the server: the server's output: %w", err)
 		}
 		syscall.CloseOnExec(fd)
 		files = append(files, os.NewFile(uintptr(fd), []string{"server-stdout", "server-stderr"}[i]))

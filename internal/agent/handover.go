@@ -2,7 +2,6 @@ package agent
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -171,7 +170,3 @@ func withEnv(env []string, name, value string) []string {
 	}
 	return append(out, name+"="+value)
 }
-
-// errNoHandover says the environment names no handover file, or it is
-// gone (an adoption that finished).
-var errNoHandover = errors.New("no handover")

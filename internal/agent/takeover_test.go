@@ -123,7 +123,7 @@ func TestHandedFiles(t *testing.T) {
 	fds, err := fdsOf([]*os.File{f})
 	require.NoError(t, err)
 	_, err = handedFiles(fds)
-	assert.ErrorContains(t, err, "is not the pipe of its output")
+	assert.ErrorContains(t, err, "is not a pipe")
 }
 
 // An exec that fails puts the former binary back, closes the passed fds
