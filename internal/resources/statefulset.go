@@ -69,7 +69,9 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 		WithSecurityContext(restrictedContainer(eng.User())).
 		WithVolumeMounts(
 			corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(eng.DataMountPath()),
-			corev1ac.VolumeMount().WithName(agentVolume).WithMountPath(agentapi.BinDir).WithReadOnly(true))
+			// writable: the agent receives a new build of itself there and
+			// renames it into place (docs/design/upgrades.md)
+			corev1ac.VolumeMount().WithName(agentVolume).WithMountPath(agentapi.BinDir))
 
 	// The agent reads and renews the primary Lease with the pod's
 	// ServiceAccount token (InstanceRole: that one Lease, nothing else).
