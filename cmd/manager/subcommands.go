@@ -69,6 +69,11 @@ func runAgent(args []string) error {
 		return err
 	}
 	if err := agent.Main(cfg, agentLogger(&zapOpts)); err != nil {
+		if cfg.CheckTakeover {
+			// a check the running agent runs: its own container's
+			// termination message is not this one's to write
+			return err
+		}
 		writeTerminationMessage(terminationMessagePath, err)
 		return loggedError{err}
 	}

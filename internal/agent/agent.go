@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -73,11 +75,28 @@ type Agent struct {
 	// lastOutput (under mu) is the output of the server last started,
 	// whose last lines the agent writes before it exits.
 	lastOutput *outputTail
+
+	// self is the agent's binary as it started (a takeover renames it);
+	// empty when unknown: no takeover then.
+	self string
+	// execve replaces the process (syscall.Exec; tests fake it).
+	execve func(path string, argv, envv []string) error
+	// takeoverMu is held while a new binary is received and checked;
+	// takeovers hands Main the installed one to switch to.
+	takeoverMu sync.Mutex
+	takeovers  chan takeover
+	// lastTakeover (under mu) is how this agent came to run after an
+	// in-place takeover, or how its last attempt failed.
+	lastTakeover *agentapi.TakeoverReport
 }
 
 // newAgent returns an agent for cfg.
 func newAgent(ctx context.Context, cfg Config, log logr.Logger) *Agent {
-	a := &Agent{cfg: cfg, log: log, reaper: newReaper(), ctx: ctx, fatal: make(chan error, 1)}
+	a := &Agent{cfg: cfg, log: log, reaper: newReaper(), ctx: ctx, fatal: make(chan error, 1),
+		execve: syscall.Exec, takeovers: make(chan takeover, 1)}
+	if self, err := os.Executable(); err == nil {
+		a.self = self
+	}
 	a.ready = &sharedCheck{fresh: readyFresh, check: a.ping}
 	return a
 }

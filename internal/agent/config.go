@@ -85,6 +85,14 @@ type Config struct {
 	// directory, socket and port (--peers, a JSON object): the tests run
 	// every instance on one host.
 	Peers map[string]Peer
+
+	// Args are the words the agent was started with, after `agent`: a
+	// new binary's takeover check runs with them.
+	Args []string
+	// CheckTakeover (--check-takeover) makes Main check that this binary
+	// could take over from the agent running with the same flags and
+	// environment, print its build and exit (checkTakeover).
+	CheckTakeover bool
 }
 
 // Peer is how the primary's pgBackRest reaches a standby for a base
@@ -117,9 +125,11 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 	fs.Func("peers", "A JSON object of pod name to {host, port, pgdata, socketDir, pgPort}: how to reach each standby for a base backup from it, instead of <pod>.$"+agentapi.EnvPeerDomain+" (tests).", func(v string) error {
 		return json.Unmarshal([]byte(v), &c.Peers)
 	})
+	fs.BoolVar(&c.CheckTakeover, agentapi.CheckTakeoverFlag, false, "Check that this binary can take over from the agent running with the same flags and environment, print its build as JSON and exit.")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	c.Args = append([]string(nil), args...)
 	c.Command = fs.Args()
 	if len(c.Command) == 0 {
 		return c, errors.New("agent: no server command: manager agent [flags] -- docker-entrypoint.sh postgres ...")

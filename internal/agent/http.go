@@ -34,6 +34,7 @@ func (a *Agent) listen() (*http.Server, error) {
 	mux.Handle("POST "+agentapi.ParametersPath, a.authenticated(a.handleParameters))
 	mux.Handle("POST "+agentapi.RestartPath, a.authenticated(a.handleRestart))
 	mux.Handle("POST "+agentapi.BackupPath, a.authenticated(a.notDuringExpiry(a.handleBackup)))
+	mux.Handle("PUT "+agentapi.BinaryPath, a.authenticated(a.handleBinary))
 	mux.Handle("GET "+agentapi.MetricsPath, a.authenticated(a.metricsHandler().ServeHTTP))
 	// every request's whole life is bounded: a client that sends slowly
 	// or never reads holds no goroutine for ever (the longest handler,

@@ -30,6 +30,9 @@ import (
 // kubelet then restarts the container), except during a restore's
 // recovery, whose server it starts again itself (recoveryExited).
 func Main(cfg Config, log logr.Logger) (err error) {
+	if cfg.CheckTakeover {
+		return checkTakeover(cfg, os.Stdout)
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
 	// every line names the instance, as the server's JSON lines do
@@ -41,11 +44,16 @@ func Main(cfg Config, log logr.Logger) (err error) {
 	}()
 	a := newAgent(ctx, cfg, log)
 	a.loadRefusedStarts()
+	// a server a former agent of this process runs, to adopt
+	h := a.takeHandover()
 	if a.keeper, err = newLeaseKeeper(cfg, log); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	if a.keeper != nil {
 		a.keeper.onFence = a.fence
+		if h != nil && h.Lease != nil {
+			a.keeper.continueHolding(h.Lease)
+		}
 		// the lease outlives the agent's context: a SIGTERM stops the
 		// server first, renewing meanwhile, then releases it.
 		leaseCtx, leaseCancel := context.WithCancel(context.Background())
@@ -64,30 +72,95 @@ func Main(cfg Config, log logr.Logger) (err error) {
 	if err := a.setUpArchive(ctx); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	// pgBackRest's TLS server stops once the agent stops.
-	backupServerCtx, stopBackupServer := context.WithCancel(ctx)
-	defer stopBackupServer()
-	backupServerDone := make(chan struct{})
-	go a.runBackupServer(backupServerCtx, backupServerDone)
-
-	hs, err := a.listen()
-	if err != nil {
+	svc := &services{a: a, ctx: ctx}
+	if err := svc.start(); err != nil {
 		return err
 	}
-	log.Info("Starting the agent", "listen", hs.Addr, "pgdata", cfg.PGData, "tls", cfg.TLSDir != "", "apiTLS", cfg.apiTLSDir() != "")
-	httpErr := make(chan error, 1)
-	go func() { httpErr <- a.serve(hs) }()
+	log.Info("Starting the agent", "listen", svc.hs.Addr, "pgdata", cfg.PGData, "tls", cfg.TLSDir != "", "apiTLS", cfg.apiTLSDir() != "", "version", agentapi.Version())
 
-	a.begin()
+	a.beginOrAdopt(h)
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("Shutting down")
-	case runErr = <-a.fatal:
-	case runErr = <-httpErr:
+	for {
+		var runErr error
+		select {
+		case <-ctx.Done():
+			log.Info("Shutting down")
+		case runErr = <-a.fatal:
+		case runErr = <-svc.httpErr:
+		case t := <-a.takeovers:
+			svc.stop()
+			log.Error(a.handOver(t), "The switch to the new binary failed: the agent goes on")
+			if err := svc.start(); err != nil {
+				runErr = err
+				break
+			}
+			continue
+		}
+		return a.shutDown(runErr, svc.hs, svc.stopBackupServer, svc.backupServerDone)
 	}
-	return a.shutDown(runErr, hs, stopBackupServer, backupServerDone)
+}
+
+// beginOrAdopt adopts the server of handover h (when set and it can),
+// else begins as after any start.
+func (a *Agent) beginOrAdopt(h *handover) {
+	if h != nil {
+		a.op.Lock()
+		err := a.adopt(h)
+		if err == nil {
+			return
+		}
+		a.op.Unlock()
+		closeFDs(h.CollectorFDs)
+		path, _ := handoverPaths(a.self)
+		if p := os.Getenv(agentapi.EnvHandover); p != "" {
+			path = p
+		}
+		a.ignoreHandover(path, err.Error())
+	}
+	a.begin()
+}
+
+// services are what the agent serves besides the server: its endpoint and
+// the backup server; a takeover stops them and, when it fails, starts
+// them again.
+type services struct {
+	a   *Agent
+	ctx context.Context
+	hs  *http.Server
+	// httpErr receives the endpoint's end.
+	httpErr          chan error
+	stopBackupServer context.CancelFunc
+	backupServerDone chan struct{}
+}
+
+// start starts the backup server and the endpoint.
+func (s *services) start() error {
+	// pgBackRest's TLS server stops once the agent stops.
+	backupServerCtx, stop := context.WithCancel(s.ctx)
+	s.stopBackupServer, s.backupServerDone = stop, make(chan struct{})
+	go s.a.runBackupServer(backupServerCtx, s.backupServerDone)
+	hs, err := s.a.listen()
+	if err != nil {
+		stop()
+		return err
+	}
+	s.hs, s.httpErr = hs, make(chan error, 1)
+	go func() { s.httpErr <- s.a.serve(hs) }()
+	return nil
+}
+
+// stop stops the backup server and then the endpoint, once the answers
+// being written are sent.
+func (s *services) stop() {
+	s.stopBackupServer()
+	select {
+	case <-s.backupServerDone:
+	case <-time.After(backupServerStopGrace + time.Second):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.hs.Shutdown(ctx)
+	<-s.httpErr
 }
 
 // shutDown stops the agent after runErr (nil: a signal): the server, then

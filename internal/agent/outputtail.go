@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,8 +27,13 @@ type outputTail struct {
 	// bufs are the ends of stdout, stderr and the collector's records (as
 	// text lines).
 	bufs [3][]byte
-	// writers are the agent's copies of the pipes' write ends.
+	// writers are the agent's copies of the pipes' write ends; readers
+	// their read ends, which a takeover passes to the new agent.
 	writers []*os.File
+	readers []*os.File
+	// paused says the copies stopped for a takeover (pause): they leave
+	// the readers open.
+	paused atomic.Bool
 	// done is closed once every process that held the pipes closed them
 	// and the collector's readers ended.
 	done chan struct{}
@@ -57,16 +63,39 @@ func teeOutput(cmd *exec.Cmd, stdout, stderr io.Writer) (*outputTail, error) {
 // on as they are.
 func teeServerOutput(cmd *exec.Cmd, stdout, stderr io.Writer, env *envelope, col *collector) (*outputTail, error) {
 	t := &outputTail{done: make(chan struct{}), collector: col}
-	var copies sync.WaitGroup
-	for i, dst := range []io.Writer{stdout, stderr} {
+	var readers []*os.File
+	for range 2 {
 		r, w, err := os.Pipe()
 		if err != nil {
 			t.closeWriters()
+			for _, r := range readers {
+				_ = r.Close()
+			}
 			return nil, fmt.Errorf("making a pipe for the server's output: %w", err)
 		}
 		t.writers = append(t.writers, w)
+		readers = append(readers, r)
+	}
+	t.copy(readers, stdout, stderr, env)
+	cmd.Stdout, cmd.Stderr = t.writers[0], t.writers[1]
+	return t, nil
+}
+
+// copy copies readers, the read ends of the server's stdout and stderr,
+// to stdout and stderr and to the tail (as teeServerOutput says), and
+// starts the collector's readers; each reader is closed once every
+// writer closed its pipe.
+func (t *outputTail) copy(readers []*os.File, stdout, stderr io.Writer, env *envelope) {
+	t.readers = readers
+	var copies sync.WaitGroup
+	for i, dst := range []io.Writer{stdout, stderr} {
+		r := readers[i]
 		copies.Go(func() {
-			defer r.Close()
+			defer func() {
+				if !t.paused.Load() {
+					_ = r.Close()
+				}
+			}()
 			if env == nil {
 				_, _ = io.Copy(io.MultiWriter(streamTail{t, i}, dst), r)
 				return
@@ -81,12 +110,10 @@ func teeServerOutput(cmd *exec.Cmd, stdout, stderr io.Writer, env *envelope, col
 			})
 		})
 	}
-	if col != nil && env != nil {
-		col.start(t, *env, stdout, &copies)
+	if t.collector != nil && env != nil {
+		t.collector.start(t, *env, stdout, &copies)
 	}
 	go func() { copies.Wait(); close(t.done) }()
-	cmd.Stdout, cmd.Stderr = t.writers[0], t.writers[1]
-	return t, nil
 }
 
 // serverExited has the collector's readers end once the collector closed

@@ -36,6 +36,22 @@ func (r *reaper) start(cmd *exec.Cmd) error {
 	return nil
 }
 
+// adopt remembers pid, a child an earlier agent started in this process
+// (a takeover), as the agent's own: its exec.Cmd waits for it.
+func (r *reaper) adopt(pid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mine[pid] = true
+}
+
+// startAndWait starts cmd as the agent's own and waits for it.
+func (r *reaper) startAndWait(cmd *exec.Cmd) error {
+	if err := r.start(cmd); err != nil {
+		return err
+	}
+	return r.wait(cmd)
+}
+
 // wait waits for cmd, started by start.
 func (r *reaper) wait(cmd *exec.Cmd) error {
 	err := cmd.Wait()

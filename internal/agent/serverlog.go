@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -166,8 +167,9 @@ type fifoReader struct {
 	stoppedAt time.Time
 	// f is the pipe while the reader has it open.
 	f *os.File
-	// stopCh is closed by stop.
+	// stopCh is closed by stop; paused ends the reader at once (pause).
 	stopCh chan struct{}
+	paused atomic.Bool
 	done   chan struct{}
 }
 
@@ -199,11 +201,14 @@ const (
 // the reader to open it.
 func (r *fifoReader) run(handle func([]byte), failed func(error)) {
 	defer close(r.done)
-	for {
+	for !r.paused.Load() {
 		f, err := os.OpenFile(r.path, os.O_RDWR, 0)
 		if err == nil {
 			r.mu.Lock()
 			r.f = f
+			if r.paused.Load() {
+				_ = f.SetReadDeadline(time.Now())
+			}
 			stopped := r.stopped
 			r.mu.Unlock()
 			if stopped {
@@ -222,6 +227,9 @@ func (r *fifoReader) run(handle func([]byte), failed func(error)) {
 			stopped = r.stopped
 			r.mu.Unlock()
 			_ = f.Close()
+			if r.paused.Load() {
+				return
+			}
 			if stopped && (err == nil || errors.Is(err, os.ErrDeadlineExceeded)) {
 				return
 			}

@@ -222,6 +222,9 @@ type Status struct {
 	// Recovering says the server replays a restored archive up to its
 	// target and accepts no connections until it is promoted.
 	Recovering bool `json:"recovering,omitempty"`
+	// Agent is the agent's build and API level (nil from an agent built
+	// before it reported them).
+	Agent *BuildInfo `json:"agent,omitempty"`
 }
 
 // BootstrapMode is how an empty data directory is filled.

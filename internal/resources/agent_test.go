@@ -76,7 +76,8 @@ func TestEnginePodRunsTheAgent(t *testing.T) {
 			}
 		}
 		require.NotEmpty(t, bin, "no emptyDir mounted at %s in the init container", agentapi.BinDir)
-		assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: bin, MountPath: agentapi.BinDir, ReadOnly: true})
+		// writable: a new build of the agent is received and renamed there
+		assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: bin, MountPath: agentapi.BinDir})
 
 		env := envOf(c)
 		assert.Equal(t, "metadata.name", env[agentapi.EnvPodName].ValueFrom.FieldRef.FieldPath)

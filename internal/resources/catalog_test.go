@@ -76,7 +76,7 @@ func TestCatalogImages(t *testing.T) {
 }
 
 // Only the image changes: a StatefulSet built with a catalog is the
-// built-in one with another image.
+// built-in one with another image (and so another restart hash).
 func TestCatalogChangesOnlyTheImage(t *testing.T) {
 	catalog, err := engine.NewCatalog("mirror.example.com/dockerhub", "")
 	require.NoError(t, err)
@@ -91,5 +91,8 @@ func TestCatalogChangesOnlyTheImage(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "mirror.example.com/dockerhub/postgres:17.12", *got.Spec.Template.Spec.Containers[0].Image)
 	got.Spec.Template.Spec.Containers[0].Image = want.Spec.Template.Spec.Containers[0].Image
+	// another engine image restarts the pods
+	assert.NotEqual(t, want.Spec.Template.Annotations[resources.AnnotationRestartHash], got.Spec.Template.Annotations[resources.AnnotationRestartHash])
+	got.Spec.Template.Annotations[resources.AnnotationRestartHash] = want.Spec.Template.Annotations[resources.AnnotationRestartHash]
 	assert.Equal(t, want, got)
 }

@@ -69,7 +69,9 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 		WithSecurityContext(restrictedContainer(eng.User())).
 		WithVolumeMounts(
 			corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(eng.DataMountPath()),
-			corev1ac.VolumeMount().WithName(agentVolume).WithMountPath(agentapi.BinDir).WithReadOnly(true))
+			// writable: the agent receives a new build of itself there and
+			// renames it into place (docs/design/upgrades.md)
+			corev1ac.VolumeMount().WithName(agentVolume).WithMountPath(agentapi.BinDir))
 
 	// The agent reads and renews the primary Lease with the pod's
 	// ServiceAccount token (InstanceRole: that one Lease, nothing else).
@@ -102,6 +104,10 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 	addCustomQueries(db, pod, container)
 	pod.WithContainers(container)
 
+	template, err := podTemplate(db, podLabels, pod)
+	if err != nil {
+		return nil, err
+	}
 	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
 		WithOwnerReferences(OwnerReference(db)).
@@ -111,7 +117,7 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 			WithPodManagementPolicy(appsv1.OrderedReadyPodManagement).
 			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().WithType(appsv1.OnDeleteStatefulSetStrategyType)).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(PodSelectorLabels(db))).
-			WithTemplate(podTemplate(db, podLabels, pod)).
+			WithTemplate(template).
 			WithVolumeClaimTemplates(DataVolumeClaimTemplate(db))), nil
 }
 
@@ -123,13 +129,20 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 const AnnotationRestartRevision = "database.dbkeeper.io/restart-revision"
 
 // podTemplate is the pods' template: their labels, the restart revision of
-// the Database's parameters when there is one, and spec.
-func podTemplate(db *dbv1.Database, labels map[string]string, spec *corev1ac.PodSpecApplyConfiguration) *corev1ac.PodTemplateSpecApplyConfiguration {
+// the Database's parameters when there is one, the restart hash
+// (RestartHash), and spec.
+func podTemplate(db *dbv1.Database, labels map[string]string, spec *corev1ac.PodSpecApplyConfiguration) (*corev1ac.PodTemplateSpecApplyConfiguration, error) {
 	t := corev1ac.PodTemplateSpec().WithLabels(labels).WithSpec(spec)
+	revision := ""
 	if c := db.Status.Configuration; c != nil && c.RestartRevision != "" {
-		t.WithAnnotations(map[string]string{AnnotationRestartRevision: c.RestartRevision})
+		revision = c.RestartRevision
+		t.WithAnnotations(map[string]string{AnnotationRestartRevision: revision})
 	}
-	return t
+	hash, err := RestartHash(spec, revision)
+	if err != nil {
+		return nil, err
+	}
+	return t.WithAnnotations(map[string]string{AnnotationRestartHash: hash}), nil
 }
 
 // customQueriesVolume holds the ConfigMap of spec.monitoring.customQueries.

@@ -173,20 +173,52 @@ func secretRef(name, secret, key string, optional bool) corev1.EnvVar {
 
 // TestRestartRevisionOnTheTemplate: status.configuration.restartRevision
 // is an annotation of the pods' template (a new one restarts the
-// instances); without one the template has no annotation, as before
-// parameters existed, so that an upgrade restarts nothing for them.
+// instances); without one the template has no such annotation, as before
+// parameters existed. The restart hash covers it.
 func TestRestartRevisionOnTheTemplate(t *testing.T) {
 	eng, err := engine.Catalog{}.For(dbv1.EnginePostgres)
 	require.NoError(t, err)
 	db := sample("x", nil)
 	sts, err := resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
 	require.NoError(t, err)
-	assert.Empty(t, sts.Spec.Template.Annotations)
+	assert.NotContains(t, sts.Spec.Template.Annotations, resources.AnnotationRestartRevision)
+	before := sts.Spec.Template.Annotations[resources.AnnotationRestartHash]
+	assert.NotEmpty(t, before)
 
 	db.Status.Configuration = &dbv1.ConfigurationStatus{RestartRevision: "fa094d537e890b5e"}
 	sts, err = resources.StatefulSet(db, eng, resources.TLSOff, testAgentImage)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]string{resources.AnnotationRestartRevision: "fa094d537e890b5e"}, sts.Spec.Template.Annotations)
+	assert.Equal(t, "fa094d537e890b5e", sts.Spec.Template.Annotations[resources.AnnotationRestartRevision])
+	assert.NotEqual(t, before, sts.Spec.Template.Annotations[resources.AnnotationRestartHash], "a new restart revision restarts")
+}
+
+// TestRestartHashLeavesOutTheAgentImage (docs/design/upgrades.md, part
+// 1): another agent image changes the template but not its restart hash
+// (the agents replace themselves in place); another engine image or
+// resources change both.
+func TestRestartHashLeavesOutTheAgentImage(t *testing.T) {
+	eng, err := engine.Catalog{}.For(dbv1.EnginePostgres)
+	require.NoError(t, err)
+	db := sample("x", nil)
+	hash := func(db *dbv1.Database, agentImage string) (string, string) {
+		sts, err := resources.StatefulSet(db, eng, resources.TLSOff, agentImage)
+		require.NoError(t, err)
+		return sts.Spec.Template.Annotations[resources.AnnotationRestartHash], *sts.Spec.Template.Spec.InitContainers[0].Image
+	}
+	h1, img1 := hash(db, testAgentImage)
+	h2, img2 := hash(db, testAgentImage+"-next")
+	assert.NotEqual(t, img1, img2, "the template names the new agent image")
+	assert.Equal(t, h1, h2, "no restart for the agent image alone")
+	assert.Len(t, h1, 16)
+
+	other := db.DeepCopy()
+	other.Spec.Image = "registry.example/postgres:16-custom"
+	h3, _ := hash(other, testAgentImage)
+	assert.NotEqual(t, h1, h3, "another engine image restarts")
+	other = db.DeepCopy()
+	other.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("3Gi")}
+	h4, _ := hash(other, testAgentImage)
+	assert.NotEqual(t, h1, h4, "other resources restart")
 }
 
 // TestCustomQueriesMounted: the ConfigMap of spec.monitoring.customQueries

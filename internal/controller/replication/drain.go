@@ -95,7 +95,7 @@ func leaveDrainingNode(p *Plan, s *serving) bool {
 	if prim.NodeDrain == "" || s.n < 2 {
 		return false
 	}
-	if target := bestStandby(s.in.DB, s.in.Instances, s.byName, prim, ""); target != "" && s.byName[target].NodeDrain == "" {
+	if target := bestStandby(s.in.DB, s.in.Instances, s.byName, prim, nil); target != "" && s.byName[target].NodeDrain == "" {
 		startSwitchover(p, target, fmt.Sprintf("the primary's node %s %s", prim.Node, prim.NodeDrain))
 		return true
 	}

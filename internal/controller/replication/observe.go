@@ -22,11 +22,14 @@ import (
 // agent does not answer it also reads the primary Lease. lostNow are
 // primaries found lost in this reconcile: asked briefly.
 func (s *syncer) observe(ctx context.Context, db *dbv1.Database, lostNow ...string) (Input, map[string]*corev1.Pod, error) {
-	pods, count, revision, err := s.readPods(ctx, db)
+	pods, count, sts, err := s.readPods(ctx, db)
 	if err != nil {
 		return Input{}, nil, err
 	}
-	in := Input{DB: db, Now: s.now(), UpdateRevision: revision}
+	in := Input{DB: db, Now: s.now()}
+	if sts != nil {
+		in.UpdateRevision, in.RestartHash = sts.Status.UpdateRevision, sts.Spec.Template.Annotations[resources.AnnotationRestartHash]
+	}
 	in.Instances = make([]Instance, count)
 	s.askAll(ctx, db, in.Instances, pods, s.brief(db, count, lostNow))
 	if err := s.readNodes(ctx, in.Instances, pods); err != nil {
@@ -43,19 +46,15 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database, lostNow ...stri
 
 // readPods lists db's pods by name, how many instances there are
 // (spec.replicas, or more while a pod of a higher ordinal exists), and the
-// StatefulSet's update revision.
-func (s *syncer) readPods(ctx context.Context, db *dbv1.Database) (map[string]*corev1.Pod, int, string, error) {
+// StatefulSet (nil when there is none).
+func (s *syncer) readPods(ctx context.Context, db *dbv1.Database) (map[string]*corev1.Pod, int, *appsv1.StatefulSet, error) {
 	list := &corev1.PodList{}
 	if err := s.client.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingLabels(resources.PodSelectorLabels(db))); err != nil {
-		return nil, 0, "", fmt.Errorf("listing the pods: %w", err)
+		return nil, 0, nil, fmt.Errorf("listing the pods: %w", err)
 	}
 	sts, err := apply.Live(ctx, s.client, client.ObjectKey{Namespace: db.Namespace, Name: resources.StatefulSetName(db)}, &appsv1.StatefulSet{})
 	if err != nil {
-		return nil, 0, "", fmt.Errorf("getting StatefulSet %s: %w", resources.StatefulSetName(db), err)
-	}
-	revision := ""
-	if sts != nil {
-		revision = sts.Status.UpdateRevision
+		return nil, 0, nil, fmt.Errorf("getting StatefulSet %s: %w", resources.StatefulSetName(db), err)
 	}
 	pods := map[string]*corev1.Pod{}
 	count := replicas(db)
@@ -66,7 +65,7 @@ func (s *syncer) readPods(ctx context.Context, db *dbv1.Database) (map[string]*c
 			count = max(count, ord+1)
 		}
 	}
-	return pods, count, revision, nil
+	return pods, count, sts, nil
 }
 
 // brief are the instances asked within lostStatusTimeout, as each step
@@ -111,6 +110,7 @@ func (s *syncer) askAll(ctx context.Context, db *dbv1.Database, insts []Instance
 		}
 		inst.Exists, inst.Terminating, inst.PodReady = true, !pod.DeletionTimestamp.IsZero(), instance.PodReady(pod)
 		inst.Revision, inst.Label = pod.Labels[appsv1.ControllerRevisionHashLabelKey], pod.Labels[dbv1.LabelRole]
+		inst.RestartHash = pod.Annotations[resources.AnnotationRestartHash]
 		switch {
 		case resources.PodPredatesAgent(pod) && !inst.Terminating:
 			// made before dbkeeper had replication: the only instance,

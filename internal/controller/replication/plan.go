@@ -20,8 +20,10 @@ type Instance struct {
 	Exists, Terminating bool
 	// PodReady is the pod's Ready condition.
 	PodReady bool
-	// Revision is the pod's controller-revision-hash.
-	Revision string
+	// Revision is the pod's controller-revision-hash, RestartHash its
+	// resources.AnnotationRestartHash (empty on a pod made before it).
+	Revision    string
+	RestartHash string
 	// Label is the pod's role label, empty when it has none.
 	Label string
 	// Agent is what the pod's agent answered, nil when it was not asked
@@ -47,8 +49,16 @@ type Input struct {
 	DB *dbv1.Database
 	// Instances are in ordinal order.
 	Instances []Instance
-	// UpdateRevision is the StatefulSet's status.updateRevision.
+	// UpdateRevision is the StatefulSet's status.updateRevision, and
+	// RestartHash its template's resources.AnnotationRestartHash.
 	UpdateRevision string
+	RestartHash    string
+	// AgentsTakeOver says the manager upgrades the agents in place: a pod
+	// whose restart hash is the template's is current whatever its
+	// revision (runsTemplate). Off until the manager sends its binary to
+	// the agents (docs/design/upgrades.md): else a new agent image would
+	// reach no running pod.
+	AgentsTakeOver bool
 	// Now is the time of the decision (primaryLostSince, failoverDelay).
 	Now time.Time
 	// Detached are the standbys detached from the lost primary in this

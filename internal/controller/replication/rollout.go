@@ -9,22 +9,32 @@ import (
 	"github.com/dbkeeper/dbkeeper/internal/conditions"
 )
 
-// outdated are the instances below spec.replicas whose pod runs another
-// revision than the StatefulSet's update revision, highest ordinal first;
-// none without an update revision.
+// outdated are the instances below spec.replicas whose pod does not run
+// the StatefulSet's template (runsTemplate), highest ordinal first.
 func outdated(in Input) []*Instance {
-	if in.UpdateRevision == "" {
-		return nil
-	}
 	n := replicas(in.DB)
 	var out []*Instance
 	for i := len(in.Instances) - 1; i >= 0; i-- {
 		inst := &in.Instances[i]
-		if inst.Exists && !inst.Terminating && inst.Ordinal < n && inst.Revision != "" && inst.Revision != in.UpdateRevision {
+		if inst.Exists && !inst.Terminating && inst.Ordinal < n && !in.runsTemplate(inst) {
 			out = append(out, inst)
 		}
 	}
 	return out
+}
+
+// runsTemplate says inst's pod runs what the StatefulSet's template says
+// as far as only a restart changes it. When the agents take over in place
+// (AgentsTakeOver) and both the template and the pod carry a restart
+// hash (resources.AnnotationRestartHash), those are compared: another
+// agent image alone restarts nothing (docs/design/upgrades.md, part 1).
+// Otherwise the pod's revision is compared with the update revision (a
+// pod or a StatefulSet without one counts as current).
+func (in Input) runsTemplate(inst *Instance) bool {
+	if in.AgentsTakeOver && in.RestartHash != "" && inst.RestartHash != "" {
+		return inst.RestartHash == in.RestartHash
+	}
+	return in.UpdateRevision == "" || inst.Revision == "" || inst.Revision == in.UpdateRevision
 }
 
 // rollOut is a rollout's step (OnDelete): standbys first, then a
@@ -54,7 +64,7 @@ func rollOut(p *Plan, s *serving) bool {
 		p.Action = Action{Kind: ActDeletePod, Pod: s.prim.Name, Why: "rollout to revision " + rev + " (the only instance)"}
 		return true
 	}
-	if target := bestStandby(s.in.DB, s.in.Instances, s.byName, s.prim, rev); target != "" {
+	if target := bestStandby(s.in.DB, s.in.Instances, s.byName, s.prim, s.in.runsTemplate); target != "" {
 		startSwitchover(p, target, "rollout to revision "+rev)
 		p.Condition = conditions.False(dbv1.ConditionReplicationReady, dbv1.ReasonRollingUpdate, msg+fmt.Sprintf("; switching over to %s before the primary restarts", target))
 		return true

@@ -123,7 +123,7 @@ func handOverOnScaleDown(p *Plan, s *serving) bool {
 	if prim.Ordinal < n {
 		return false
 	}
-	if target := bestStandby(s.in.DB, s.in.Instances, s.byName, prim, ""); target != "" {
+	if target := bestStandby(s.in.DB, s.in.Instances, s.byName, prim, nil); target != "" {
 		startSwitchover(p, target, fmt.Sprintf("spec.replicas is %d, so %s must go", n, prim.Name))
 		return true
 	}

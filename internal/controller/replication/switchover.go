@@ -205,11 +205,11 @@ func switchoverRefusal(db *dbv1.Database, byName map[string]*Instance, prim *Ins
 }
 
 // bestStandby is the streaming standby with an ordinal below
-// spec.replicas (and of revision, when not empty) that lags least.
-func bestStandby(db *dbv1.Database, insts []Instance, byName map[string]*Instance, prim *Instance, revision string) string {
+// spec.replicas (and current, when current is set) that lags least.
+func bestStandby(db *dbv1.Database, insts []Instance, byName map[string]*Instance, prim *Instance, current func(*Instance) bool) string {
 	best, bestLag := "", int64(-1)
 	for _, inst := range insts {
-		if inst.Name == prim.Name || (revision != "" && inst.Revision != revision) {
+		if inst.Name == prim.Name || (current != nil && !current(&inst)) {
 			continue
 		}
 		if switchoverRefusal(db, byName, prim, inst.Name) != "" {
