@@ -24,6 +24,7 @@ type flags struct {
 	engineRegistry  string
 	engineImages    listFlag
 	tlsServerProbe  *bool
+	agentTakeover   *bool
 	managerLabels   *string
 	zap             zap.Options
 }
@@ -45,6 +46,10 @@ func bindFlags(fs *flag.FlagSet) *flags {
 		"Lifetime of the server certificates dbkeeper issues from a Database's own CA; each is renewed at two thirds of it and the server reloads it without a restart.")
 	fs.StringVar(&f.options.AgentImage, "agent-image", "",
 		"The manager's own image: every engine pod's init container runs its /manager copy-self to bring the instance agent into the pod. Required.")
+	f.agentTakeover = fs.Bool("agent-takeover", true,
+		"Bring the agents of running engine pods to this build in place: each is sent the manager's executable and replaces itself with it, "+
+			"PostgreSQL running on (standbys first, one at a time); false: a pod runs a new agent only once it restarts, and a new build "+
+			"rolls every Database out (one switchover each, a restart for a single instance).")
 	f.tlsServerProbe = fs.Bool("tls-server-probe", true,
 		"Connect to each engine pod to learn which certificate it serves, and reload it after a renewal; false for nodes whose pods cannot be reached (a renewed certificate is then loaded only when the server restarts).")
 	fs.BoolVar(&f.options.NetworkPolicies, "network-policies", true,

@@ -21,6 +21,7 @@ import (
 
 	"github.com/dbkeeper/dbkeeper/internal/controller"
 	"github.com/dbkeeper/dbkeeper/internal/engine"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
 	"github.com/dbkeeper/dbkeeper/internal/logging"
 	"github.com/dbkeeper/dbkeeper/internal/manager"
 )
@@ -61,6 +62,13 @@ func run(args []string) error {
 		return err
 	}
 	o.SkipTLSServerProbe = !*f.tlsServerProbe
+	if *f.agentTakeover {
+		self, err := instance.SelfBinary()
+		if err != nil {
+			return fmt.Errorf("--agent-takeover: %w", err)
+		}
+		o.AgentBinary = &self
+	}
 	if o.Manager.PodLabels, err = labels.ConvertSelectorToLabelsMap(*f.managerLabels); err != nil {
 		return fmt.Errorf("invalid --manager-pod-labels %q: %w", *f.managerLabels, err)
 	}

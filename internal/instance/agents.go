@@ -49,6 +49,10 @@ type Agents interface {
 	// Restart asks the agent of pod to restart its server in place (same
 	// role, the primary lease kept) and answers once it runs again.
 	Restart(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (agentapi.Status, error)
+	// PushBinary sends the agent of pod the build b, which it checks and
+	// replaces itself with in place, its server running on; a 409 says it
+	// did not take it.
+	PushBinary(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, b AgentBinary) (agentapi.TakeoverAnswer, error)
 }
 
 // agentTimeout bounds one call to an agent; a demote or promote waits for

@@ -64,6 +64,10 @@ type Options struct {
 	// AgentImage is the image the engine pods copy the instance agent
 	// from (--agent-image): the manager's own. Required.
 	AgentImage string
+	// AgentBinary is the build the agents of running pods take over in
+	// place (--agent-takeover: the manager's own executable); nil: the
+	// pods run a new agent only once they restart.
+	AgentBinary *instance.AgentBinary
 	// NetworkPolicies keeps a NetworkPolicy for every Database that does
 	// not turn it off (--network-policies); Manager is how those policies
 	// name the manager's pods (--manager-namespace, --manager-pod-labels).
@@ -208,7 +212,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := controller.Setup(mgr, o.Controllers, facet.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles, Engines: o.Engines,
 		Instances: instances, Agents: o.Agents, SecretMetadata: secrets, Secrets: secretData,
 		TLSCertDuration: o.TLSCertDuration, SkipTLSServerProbe: o.SkipTLSServerProbe, AgentImage: o.AgentImage,
-		NetworkPolicies: o.NetworkPolicies, Manager: o.Manager, MarkerKey: key, AllowPrivilegedRoles: o.AllowPrivilegedRoles}); err != nil {
+		AgentBinary: o.AgentBinary, NetworkPolicies: o.NetworkPolicies, Manager: o.Manager, MarkerKey: key, AllowPrivilegedRoles: o.AllowPrivilegedRoles}); err != nil {
 		return nil, err
 	}
 	if err := addInstanceMetrics(mgr, o, secretData); err != nil {

@@ -74,6 +74,12 @@ type Options struct {
 	// init container runs to copy the instance agent into the pod: the
 	// manager's own image (--agent-image).
 	AgentImage string
+	// AgentBinary is the build the replication controller brings the
+	// running agents to in place (docs/design/upgrades.md): the manager's
+	// own executable; nil: never, and a pod runs the template only once
+	// it restarted on it (a manager whose executable is no agent, such as
+	// a test binary, or --agent-takeover=false).
+	AgentBinary *instance.AgentBinary
 	// NetworkPolicies makes the service controller keep a NetworkPolicy
 	// for every Database that does not turn it off
 	// (spec.networkPolicy.enabled); Manager is how it names the manager's

@@ -68,7 +68,7 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 	a := plan.Action
 	pod := pods[a.Pod]
 	switch a.Kind {
-	case ActBootstrapInitdb, ActBootstrapClone, ActDemote, ActPromote, ActRejoin, ActDeletePod:
+	case ActBootstrapInitdb, ActBootstrapClone, ActDemote, ActPromote, ActRejoin, ActDeletePod, ActUpgradeAgent:
 		if pod == nil {
 			return fmt.Errorf("pod %s does not exist", a.Pod)
 		}
@@ -90,6 +90,8 @@ func (s *syncer) act(ctx context.Context, db *dbv1.Database, plan *Plan, pods ma
 		return s.removeAnnotation(ctx, db, a.Pod)
 	case ActDeletePod:
 		return s.actDeletePod(ctx, db, a, pod)
+	case ActUpgradeAgent:
+		return s.actUpgradeAgent(ctx, db, a, pod)
 	}
 	return nil
 }

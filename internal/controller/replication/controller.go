@@ -58,6 +58,12 @@ const (
 	// transitionTimeout, or another instance took the lease; the failover
 	// goes on to another.
 	ReasonFailoverRetargeted = "FailoverTargetReplaced"
+	// ReasonAgentUpgraded: an agent replaced itself in place with the
+	// manager's build, its server running on; ReasonAgentUpgradeRefused:
+	// it did not take the build (the message quotes why), tried again
+	// after agentRefusalTTL.
+	ReasonAgentUpgraded       = "AgentUpgraded"
+	ReasonAgentUpgradeRefused = "AgentUpgradeRefused"
 )
 
 // How often the agents are polled: while something changes, and when all
@@ -119,7 +125,8 @@ func (Controller) ConditionType() string { return dbv1.ConditionReplicationReady
 // SetupWithManager implements controller.Controller.
 func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
-	s := &syncer{client: mgr.GetClient(), reader: mgr.GetAPIReader(), writer: w, agents: o.AgentsOf(mgr), instances: o.Instances, now: time.Now}
+	s := &syncer{client: mgr.GetClient(), reader: mgr.GetAPIReader(), writer: w, agents: o.AgentsOf(mgr), instances: o.Instances, now: time.Now,
+		binary: o.AgentBinary}
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexPodNode, podNode); err != nil {
 		return fmt.Errorf("indexing pods by node: %w", err)
@@ -179,6 +186,11 @@ type syncer struct {
 	agents    instance.Agents
 	instances instance.Connector
 	now       func() time.Time
+	// binary is the build the agents are brought to in place, nil: none
+	// (facet.Options.AgentBinary); refused maps a pod's UID to the
+	// agentRefusal of its agent (lost on restart).
+	binary  *instance.AgentBinary
+	refused sync.Map
 	// ensured maps each Database to the fingerprint of the SQL state last
 	// ensured on its primary (primary, password, slots).
 	ensured sync.Map

@@ -41,6 +41,10 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database, lostNow ...stri
 		in.SettledAt = v.(time.Time)
 	}
 	in.SyncApplied = s.syncApplied(db, in.Instances)
+	if s.binary != nil {
+		in.AgentsTakeOver, in.AgentVersion = true, s.binary.Version
+		in.AgentRefused = s.agentRefusals(pods)
+	}
 	return in, pods, nil
 }
 

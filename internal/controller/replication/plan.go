@@ -59,6 +59,11 @@ type Input struct {
 	// the agents (docs/design/upgrades.md): else a new agent image would
 	// reach no running pod.
 	AgentsTakeOver bool
+	// AgentVersion is the build the agents are brought to in place
+	// (upgradeAgents), "" when they are not; AgentRefused maps the pods
+	// whose agent refused it lately to why.
+	AgentVersion string
+	AgentRefused map[string]string
 	// Now is the time of the decision (primaryLostSince, failoverDelay).
 	Now time.Time
 	// Detached are the standbys detached from the lost primary in this
@@ -101,6 +106,9 @@ const (
 	ActAbortFailover    ActionKind = "AbortFailover"
 	ActFinishFailover   ActionKind = "FinishFailover"
 	ActRejoin           ActionKind = "RejoinStandby"
+	// ActUpgradeAgent sends the agent of Action.Pod the manager's build,
+	// which it replaces itself with in place (upgradeAgents).
+	ActUpgradeAgent ActionKind = "UpgradeAgent"
 	// ActDetach detaches Action.Pods from the lost primary; the
 	// controller then reads their positions again and decides anew
 	// (Input.Detached), within the same reconcile.

@@ -27,7 +27,7 @@ type servingRule func(p *Plan, s *serving) bool
 // The rules of phaseSteady and phaseRollingUpdate, in priority order: the
 // last one always decides.
 var (
-	steadyRules        = []servingRule{cloneStandby, rejoinDiverged, askedSwitchover, leaveDrainingNode, handOverOnScaleDown, reportHealth}
+	steadyRules        = []servingRule{cloneStandby, rejoinDiverged, askedSwitchover, leaveDrainingNode, handOverOnScaleDown, upgradeAgents, reportHealth}
 	rollingUpdateRules = []servingRule{cloneStandby, rejoinDiverged, askedSwitchover, leaveDrainingNode, handOverOnScaleDown, rollOut, reportHealth}
 )
 

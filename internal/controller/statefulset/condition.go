@@ -18,7 +18,10 @@ import (
 // was before this sync; after a write the rollout has not started yet.
 // While replicas are not ready, the engine pods (pods) may say why: see
 // diagnose.
-func observe(db *dbv1.Database, sts *appsv1.StatefulSet, changed bool, pods []corev1.Pod) metav1.Condition {
+// inPlace says every pod runs the template but for the agent's image,
+// which their agents take over in place (runsTemplateInPlace): no
+// rollout is due.
+func observe(db *dbv1.Database, sts *appsv1.StatefulSet, changed bool, pods []corev1.Pod, inPlace bool) metav1.Condition {
 	want := resources.Instances(db)
 	t := dbv1.ConditionStatefulSetReady
 	switch {
@@ -30,7 +33,7 @@ func observe(db *dbv1.Database, sts *appsv1.StatefulSet, changed bool, pods []co
 		return conditions.False(t, dbv1.ReasonProgressing, fmt.Sprintf("waiting for the StatefulSet controller to observe generation %d", sts.Generation))
 	case want == 0 && sts.Status.Replicas == 0:
 		return conditions.True(t, dbv1.ReasonScaledToZero, "spec.replicas is 0: no pod runs, the data is kept")
-	case sts.Status.UpdatedReplicas < want || (sts.Status.UpdateRevision != "" && sts.Status.CurrentRevision != sts.Status.UpdateRevision):
+	case rollingOut(sts, want) && !inPlace:
 		if stuck, ok := diagnose(db, sts.Status.UpdateRevision, pods); ok {
 			return stuck
 		}
@@ -79,4 +82,33 @@ func supported(e engine.Engine) []string {
 		}
 	}
 	return out
+}
+
+// rollingOut says the StatefulSet has pods of an older revision.
+func rollingOut(sts *appsv1.StatefulSet, want int32) bool {
+	return sts.Status.UpdatedReplicas < want || (sts.Status.UpdateRevision != "" && sts.Status.CurrentRevision != sts.Status.UpdateRevision)
+}
+
+// runsTemplateInPlace says each of the want instances' pods carries the
+// template's restart hash (resources.AnnotationRestartHash): they run
+// what the template says but, at most, the agent's image, which the
+// replication controller brings them in place when the agents take over
+// (facet.Options.AgentBinary).
+func runsTemplateInPlace(db *dbv1.Database, sts *appsv1.StatefulSet, pods []corev1.Pod, want int32) bool {
+	hash := sts.Spec.Template.Annotations[resources.AnnotationRestartHash]
+	if hash == "" {
+		return false
+	}
+	current := int32(0)
+	for i := range pods {
+		ordinal, ok := resources.InstanceOrdinal(db, pods[i].Name)
+		if !ok || ordinal >= int(want) {
+			continue
+		}
+		if pods[i].Annotations[resources.AnnotationRestartHash] != hash {
+			return false
+		}
+		current++
+	}
+	return current == want
 }

@@ -72,7 +72,7 @@ func (c Controller) SetupWithManager(mgr ctrl.Manager, o facet.Options) error {
 	w := facet.NewWriter(mgr, Name)
 	s := newSyncer(mgr.GetClient(), w)
 	s.engines = o.Engines
-	s.agentImage = o.AgentImage
+	s.agentImage, s.agentsTakeOver = o.AgentImage, o.AgentBinary != nil
 	s.marks.Key = o.MarkerKey
 	r := facet.NewReconciler(mgr.GetClient(), w, c.ConditionType(), s, o)
 	return ctrl.NewControllerManagedBy(mgr).
@@ -137,6 +137,9 @@ type syncer struct {
 	engines engine.Catalog
 	// agentImage is the image the pods copy the agent from (--agent-image).
 	agentImage string
+	// agentsTakeOver says the agents of running pods are brought to a new
+	// build in place (facet.Options.AgentBinary).
+	agentsTakeOver bool
 	// marks verifies the superuser Secret before the first pods start
 	// (superuserMade).
 	marks facet.Marks
@@ -187,14 +190,18 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 		return facet.Outcome{}, err
 	}
 
-	// The pods are read only when a replica is not ready: they can say why.
+	// The pods are read only when a replica is not ready (they can say
+	// why), or pods of an older revision may run the template's all but
+	// the agent, which the agents take over in place.
 	var pods []corev1.Pod
-	if live != nil && !changed && live.Status.ReadyReplicas < resources.Instances(db) {
+	want := resources.Instances(db)
+	if live != nil && !changed && (live.Status.ReadyReplicas < want || s.agentsTakeOver && rollingOut(live, want)) {
 		if pods, err = s.enginePods(ctx, db); err != nil {
 			return facet.Outcome{}, err
 		}
 	}
-	out := facet.Outcome{Condition: observe(db, live, changed, pods), Status: s.CurrentStatus(db)}
+	inPlace := live != nil && s.agentsTakeOver && runsTemplateInPlace(db, live, pods, want)
+	out := facet.Outcome{Condition: observe(db, live, changed, pods, inPlace), Status: s.CurrentStatus(db)}
 	s.recordDiagnosis(db, out.Condition)
 	if live != nil {
 		out.Status.WithReplicas(live.Status.Replicas).WithReadyReplicas(live.Status.ReadyReplicas)

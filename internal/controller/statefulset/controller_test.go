@@ -86,7 +86,7 @@ func TestObserve(t *testing.T) {
 			if tc.db.Name == "" {
 				tc.db.Name = "orders"
 			}
-			got := observe(tc.db, tc.sts, tc.changed, nil)
+			got := observe(tc.db, tc.sts, tc.changed, nil, false)
 			assert.Equal(t, dbv1.ConditionStatefulSetReady, got.Type)
 			assert.Equal(t, tc.status, got.Status)
 			assert.Equal(t, tc.reason, got.Reason)
@@ -378,4 +378,33 @@ func (s *staleDatabase) Get(ctx context.Context, key client.ObjectKey, obj clien
 		return nil
 	}
 	return s.Client.Get(ctx, key, obj, opts...)
+}
+
+// TestObserveAgentsInPlace: a StatefulSet whose new revision changed only
+// the agent's image, while the agents take over in place, is not rolling
+// out once every pod carries the template's restart hash; a pod of
+// another hash, one missing, or a template without a hash, is.
+func TestObserveAgentsInPlace(t *testing.T) {
+	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "orders"}, Spec: dbv1.DatabaseSpec{Replicas: ptr.To[int32](2)}}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "orders", Generation: 3}}
+	sts.Spec.Template.Annotations = map[string]string{resources.AnnotationRestartHash: "h1"}
+	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: 3, Replicas: 2, ReadyReplicas: 2, UpdatedReplicas: 0,
+		CurrentRevision: "r1", UpdateRevision: "r2"}
+	pod := func(name, hash string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{resources.AnnotationRestartHash: hash}}}
+	}
+	current := []corev1.Pod{pod("orders-0", "h1"), pod("orders-1", "h1")}
+	assert.True(t, runsTemplateInPlace(db, sts, current, 2))
+	assert.False(t, runsTemplateInPlace(db, sts, []corev1.Pod{pod("orders-0", "h1"), pod("orders-1", "h0")}, 2), "a pod to restart")
+	assert.False(t, runsTemplateInPlace(db, sts, current[:1], 2), "a pod missing")
+	noHash := sts.DeepCopy()
+	noHash.Spec.Template.Annotations = nil
+	assert.False(t, runsTemplateInPlace(db, noHash, current, 2), "a template without the hash")
+
+	got := observe(db, sts, false, current, true)
+	assert.Equal(t, metav1.ConditionTrue, got.Status, got.Message)
+	assert.Equal(t, dbv1.ReasonStatefulSetReady, got.Reason)
+	got = observe(db, sts, false, current, false)
+	assert.Equal(t, dbv1.ReasonProgressing, got.Reason, "without the takeover the pods restart")
+	assert.Contains(t, got.Message, "rolling out: 0 of 2 replicas updated")
 }

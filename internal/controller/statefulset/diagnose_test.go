@@ -229,16 +229,16 @@ func TestObserveDiagnoses(t *testing.T) {
 		ObservedGeneration: 2, Replicas: 1, UpdatedReplicas: 1, CurrentRevision: "r2", UpdateRevision: "r2"}}
 	pods := []corev1.Pod{enginePod(waiting("ImagePullBackOff", ""))}
 
-	got := observe(db, sts, false, pods)
+	got := observe(db, sts, false, pods, false)
 	assert.Equal(t, dbv1.ReasonImagePullFailed, got.Reason)
 
 	rolling := sts.DeepCopy()
 	rolling.Status.UpdateRevision = "r3"
-	got = observe(db, rolling, false, pods)
+	got = observe(db, rolling, false, pods, false)
 	assert.Equal(t, dbv1.ReasonImagePullFailed, got.Reason)
 	assert.Contains(t, got.Message, "delete the pod")
 
-	got = observe(db, sts, true, pods)
+	got = observe(db, sts, true, pods, false)
 	assert.Equal(t, dbv1.ReasonProgressing, got.Reason)
 	assert.Contains(t, got.Message, "updated the StatefulSet")
 }

@@ -77,6 +77,11 @@ type member struct {
 	// (SetSlowPromote); slowPromoting: such a promotion goes on until
 	// CompletePromotion.
 	slowPromote, slowPromoting bool
+	// build is the agent's build (agentapi.Status.Agent), nil when it
+	// reports none (SetAgentVersion); refuseBinary makes PushBinary
+	// answer 409.
+	build        *agentapi.BuildInfo
+	refuseBinary bool
 }
 
 // renews says the member, as the lease's holder, keeps renewing it.
@@ -123,7 +128,7 @@ func (c *cluster) status(pod string) agentapi.Status {
 		c.takeOver(pod, m)
 	}
 	s := agentapi.Status{Pod: pod, State: agentapi.StateRunning, Role: m.role, SystemID: c.systemID, Timeline: m.timeline, Ready: true,
-		VolumeFull: m.volumeFull, LastRewind: m.lastRewind,
+		VolumeFull: m.volumeFull, LastRewind: m.lastRewind, Agent: m.build,
 		Lease: &agentapi.LeaseStatus{Holder: c.holder, Held: c.holder == pod && m.renews(), ConfirmedFailsafeOf: m.confirms,
 			UnchangedFor: metav1.Duration{Duration: m.leaseUnchanged}}}
 	if m.volumeFull {
@@ -177,6 +182,18 @@ func (c *cluster) takeOver(pod string, m *member) {
 	c.timeline++
 	c.wal = m.replayed + 0x60
 	m.promoting, m.role, m.timeline, m.paused = false, agentapi.RolePrimary, c.timeline, false
+}
+
+// SetAgentVersion makes the agent of pod report build version at the
+// current API level ("" reports no build, as agents before the in-place
+// takeover); refuse makes a binary pushed to it refused (409).
+func (a *Agents) SetAgentVersion(db *dbv1.Database, pod, version string, refuse bool) {
+	a.with(db, pod, func(m *member) {
+		m.build, m.refuseBinary = nil, refuse
+		if version != "" {
+			m.build = &agentapi.BuildInfo{Version: version, Level: agentapi.Level}
+		}
+	})
 }
 
 // SetDiverged makes the standby pod unable to follow the primary's

@@ -235,3 +235,26 @@ func (a *Agents) Restart(_ context.Context, db *dbv1.Database, pod *corev1.Pod) 
 	}
 	return c.status(pod.Name), nil
 }
+
+// PushBinary implements instance.Agents: the fake agent takes the build
+// at once (its server runs on), or refuses it (SetAgentVersion).
+func (a *Agents) PushBinary(_ context.Context, db *dbv1.Database, pod *corev1.Pod, b instance.AgentBinary) (agentapi.TakeoverAnswer, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.reach(db, pod)
+	if err != nil {
+		return agentapi.TakeoverAnswer{}, err
+	}
+	a.calls = append(a.calls, "push-binary "+pod.Name+" "+b.Version)
+	m := c.instances[pod.Name]
+	if m == nil || m.build == nil {
+		return agentapi.TakeoverAnswer{}, &agentapi.Error{Code: http.StatusNotFound, Message: "404 page not found"}
+	}
+	if m.refuseBinary {
+		return agentapi.TakeoverAnswer{}, &agentapi.Error{Code: http.StatusConflict, Message: "the check of the new binary failed"}
+	}
+	from := m.build.Version
+	m.build = &agentapi.BuildInfo{Version: b.Version, Level: agentapi.Level,
+		LastTakeover: &agentapi.TakeoverReport{From: from, Adopted: true}}
+	return agentapi.TakeoverAnswer{From: from, Version: b.Version}, nil
+}
