@@ -43,6 +43,7 @@ func Main(cfg Config, log logr.Logger) (err error) {
 		}
 	}()
 	a := newAgent(ctx, cfg, log)
+	go readExecutableSum(log)
 	a.loadRefusedStarts()
 	// a server a former agent of this process runs, to adopt
 	h := a.takeHandover()

@@ -22,7 +22,7 @@ import (
 func (a *Agent) status(ctx context.Context) agentapi.Status {
 	a.mu.Lock()
 	s := agentapi.Status{Pod: a.cfg.Pod, State: a.state, Message: a.message,
-		Agent: &agentapi.BuildInfo{Version: agentapi.Version(), Level: agentapi.Level, LastTakeover: a.lastTakeover}}
+		Agent: &agentapi.BuildInfo{Version: agentapi.Version(), Level: agentapi.Level, SHA256: buildSum(), LastTakeover: a.lastTakeover}}
 	pid := 0
 	if a.srv != nil {
 		pid = a.srv.cmd.Process.Pid

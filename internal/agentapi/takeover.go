@@ -2,10 +2,13 @@ package agentapi
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"time"
 )
@@ -96,6 +99,11 @@ type BuildInfo struct {
 	Version string `json:"version"`
 	// Level is the API level it speaks (Level).
 	Level int `json:"level"`
+	// SHA256 is the hex SHA-256 of the agent's executable: what tells two
+	// builds apart when their versions do not (two builds of a tree
+	// without VCS information both say "(devel)"); empty until the agent
+	// read it, shortly after it started.
+	SHA256 string `json:"sha256,omitempty"`
 	// LastTakeover is how this agent came to run, when it replaced an
 	// earlier one in place, or tried to; nil after an ordinary start.
 	LastTakeover *TakeoverReport `json:"lastTakeover,omitempty"`
@@ -146,4 +154,31 @@ func (c Client) PushBinary(ctx context.Context, baseURL, version, sum string, bo
 		return TakeoverAnswer{}, fmt.Errorf("PUT %s%s: decoding the answer: %w", baseURL, BinaryPath, err)
 	}
 	return a, nil
+}
+
+// BuildName names a build in messages: its version, and the start of its
+// executable's SHA-256 when known.
+func BuildName(version, sum string) string {
+	if len(sum) > 12 {
+		sum = sum[:12]
+	}
+	if sum == "" {
+		return version
+	}
+	return version + " (" + sum + ")"
+}
+
+// FileSHA256 is the hex SHA-256 of the file at path (an agent's
+// executable) and its size.
+func FileSHA256(path string) (sum string, size int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if size, err = io.Copy(h, f); err != nil {
+		return "", 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), size, nil
 }

@@ -2,10 +2,7 @@ package instance
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -40,17 +37,11 @@ func SelfBinary() (AgentBinary, error) {
 // ReadAgentBinary reads the executable at path, of build version, for its
 // size and SHA-256.
 func ReadAgentBinary(path, version string) (AgentBinary, error) {
-	f, err := os.Open(path)
+	sum, size, err := agentapi.FileSHA256(path)
 	if err != nil {
 		return AgentBinary{}, fmt.Errorf("reading the agent binary: %w", err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return AgentBinary{}, fmt.Errorf("reading the agent binary %s: %w", path, err)
-	}
-	return AgentBinary{Path: path, Version: version, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+	return AgentBinary{Path: path, Version: version, SHA256: sum, Size: size}, nil
 }
 
 // AgentVerdict is what the manager does with an agent of a given build.
@@ -71,19 +62,28 @@ const (
 	AgentPredatesTakeover AgentVerdict = "PredatesTakeover"
 )
 
-// AgentVerdictOf is what the manager of build version (and API level
-// agentapi.Level) does with the agent that reported s.
-func AgentVerdictOf(s agentapi.Status, version string) AgentVerdict {
+// AgentVerdictOf is what the manager of build b (at API level
+// agentapi.Level) does with the agent that reported s. Builds are told
+// apart by their executables' SHA-256 when the agent reports its own, by
+// version otherwise (an agent that has not read its executable yet).
+func AgentVerdictOf(s agentapi.Status, b AgentBinary) AgentVerdict {
 	switch {
 	case s.Agent == nil:
 		return AgentPredatesTakeover
 	case s.Agent.Level > agentapi.Level:
 		return AgentNewer
-	case s.Agent.Version == version:
+	case s.Agent.SHA256 != "" && b.SHA256 != "":
+		if s.Agent.SHA256 == b.SHA256 {
+			return AgentCurrent
+		}
+	case s.Agent.Version == b.Version:
 		return AgentCurrent
 	}
 	return AgentUpgrade
 }
+
+// Name names the build in messages (agentapi.BuildName).
+func (b AgentBinary) Name() string { return agentapi.BuildName(b.Version, b.SHA256) }
 
 // PushBinary sends b to the agent of pod, which checks it and replaces
 // itself with it, its server running on (agentapi.Client.PushBinary). A

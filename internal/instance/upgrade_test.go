@@ -39,20 +39,28 @@ func TestReadAgentBinary(t *testing.T) {
 
 // TestAgentVerdictOf: an agent of another build of the same or an older
 // level is upgraded; the manager's own build is current; a newer level is
-// left alone; an agent that reports no build predates the takeover.
+// left alone; an agent that reports no build predates the takeover. Two
+// builds of one version are told apart by their executables' sums, and
+// an agent that has not read its own yet goes by version.
 func TestAgentVerdictOf(t *testing.T) {
+	manager := instance.AgentBinary{Version: "v2", SHA256: "bbbb"}
 	for _, tc := range []struct {
 		agent *agentapi.BuildInfo
 		want  instance.AgentVerdict
 	}{
 		{nil, instance.AgentPredatesTakeover},
+		{&agentapi.BuildInfo{Version: "v2", Level: agentapi.Level, SHA256: "bbbb"}, instance.AgentCurrent},
 		{&agentapi.BuildInfo{Version: "v2", Level: agentapi.Level}, instance.AgentCurrent},
+		{&agentapi.BuildInfo{Version: "v2", Level: agentapi.Level, SHA256: "aaaa"}, instance.AgentUpgrade},
 		{&agentapi.BuildInfo{Version: "v1", Level: agentapi.Level}, instance.AgentUpgrade},
 		{&agentapi.BuildInfo{Version: "v1", Level: agentapi.Level - 1}, instance.AgentUpgrade},
 		{&agentapi.BuildInfo{Version: "v3", Level: agentapi.Level + 1}, instance.AgentNewer},
 	} {
-		assert.Equal(t, tc.want, instance.AgentVerdictOf(agentapi.Status{Agent: tc.agent}, "v2"), "%+v", tc.agent)
+		assert.Equal(t, tc.want, instance.AgentVerdictOf(agentapi.Status{Agent: tc.agent}, manager), "%+v", tc.agent)
 	}
+	assert.Equal(t, instance.AgentUpgrade, instance.AgentVerdictOf(agentapi.Status{Agent: &agentapi.BuildInfo{Version: "(devel)", SHA256: "aaaa"}},
+		instance.AgentBinary{Version: "(devel)", SHA256: "bbbb"}), "two builds without VCS information")
+	assert.Equal(t, "(devel) (0123456789ab)", instance.AgentBinary{Version: "(devel)", SHA256: "0123456789abcdef"}.Name())
 }
 
 // TestPushBinaryNeedsTheToken: no binary leaves without the agents'

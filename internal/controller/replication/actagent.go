@@ -21,8 +21,9 @@ const agentRefusalTTL = 2 * time.Minute
 
 // agentRefusal is an agent's last refusal of a build.
 type agentRefusal struct {
-	version, why string
-	at           time.Time
+	// sum is the refused build's SHA-256.
+	sum, why string
+	at       time.Time
 }
 
 // actUpgradeAgent sends the agent of pod the manager's build, which it
@@ -37,13 +38,13 @@ func (s *syncer) actUpgradeAgent(ctx context.Context, db *dbv1.Database, a Actio
 	ans, err := s.agents.PushBinary(ctx, db, pod, *s.binary)
 	var refusal *agentapi.Error
 	if errors.As(err, &refusal) && (refusal.Code == http.StatusConflict || refusal.Code == http.StatusNotFound) {
-		s.refused.Store(pod.UID, agentRefusal{version: s.binary.Version, why: refusal.Message, at: s.now()})
+		s.refused.Store(pod.UID, agentRefusal{sum: s.binary.SHA256, why: refusal.Message, at: s.now()})
 		s.writer.Eventf(db, pod, corev1.EventTypeWarning, ReasonAgentUpgradeRefused, "UpgradeAgent",
-			"The agent of %s did not take build %s: %s; sent again in %s", a.Pod, s.binary.Version, refusal.Message, agentRefusalTTL)
+			"The agent of %s did not take build %s: %s; sent again in %s", a.Pod, s.binary.Name(), refusal.Message, agentRefusalTTL)
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("sending build %s to the agent of %s: %w", s.binary.Version, a.Pod, err)
+		return fmt.Errorf("sending build %s to the agent of %s: %w", s.binary.Name(), a.Pod, err)
 	}
 	s.refused.Delete(pod.UID)
 	s.writer.Eventf(db, pod, corev1.EventTypeNormal, ReasonAgentUpgraded, "UpgradeAgent",
@@ -61,7 +62,7 @@ func (s *syncer) agentRefusals(pods map[string]*corev1.Pod) map[string]string {
 			continue
 		}
 		r := v.(agentRefusal)
-		if r.version != s.binary.Version || s.now().Sub(r.at) > agentRefusalTTL {
+		if r.sum != s.binary.SHA256 || s.now().Sub(r.at) > agentRefusalTTL {
 			s.refused.Delete(pod.UID)
 			continue
 		}

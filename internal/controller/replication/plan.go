@@ -7,6 +7,7 @@ import (
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agentapi"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
 )
 
 // StateUnreachable is the state of an instance whose agent did not answer.
@@ -59,10 +60,10 @@ type Input struct {
 	// the agents (docs/design/upgrades.md): else a new agent image would
 	// reach no running pod.
 	AgentsTakeOver bool
-	// AgentVersion is the build the agents are brought to in place
-	// (upgradeAgents), "" when they are not; AgentRefused maps the pods
+	// AgentBuild is the build the agents are brought to in place
+	// (upgradeAgents), nil when they are not; AgentRefused maps the pods
 	// whose agent refused it lately to why.
-	AgentVersion string
+	AgentBuild   *instance.AgentBinary
 	AgentRefused map[string]string
 	// Now is the time of the decision (primaryLostSince, failoverDelay).
 	Now time.Time

@@ -3,6 +3,7 @@ package replication
 import (
 	"fmt"
 
+	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/instance"
 )
 
@@ -16,9 +17,10 @@ import (
 // there is something to do or to say.
 func upgradeAgents(p *Plan, s *serving) bool {
 	in := s.in
-	if in.AgentVersion == "" || len(s.unhealthy(p.CurrentPrimary)) > 0 {
+	if in.AgentBuild == nil || len(s.unhealthy(p.CurrentPrimary)) > 0 {
 		return false
 	}
+	build := in.AgentBuild.Name()
 	var standby, primary *Instance
 	var notes []string
 	for i := len(in.Instances) - 1; i >= 0; i-- {
@@ -26,13 +28,13 @@ func upgradeAgents(p *Plan, s *serving) bool {
 		if inst.Ordinal >= s.n || inst.Agent == nil || inst.Terminating {
 			continue
 		}
-		switch instance.AgentVerdictOf(*inst.Agent, in.AgentVersion) {
+		switch instance.AgentVerdictOf(*inst.Agent, *in.AgentBuild) {
 		case instance.AgentNewer:
 			notes = append(notes, fmt.Sprintf("the agent of %s (build %s, API level %d) is newer than this manager's build %s: left as it is",
-				inst.Name, inst.Agent.Agent.Version, inst.Agent.Agent.Level, in.AgentVersion))
+				inst.Name, agentBuild(inst), inst.Agent.Agent.Level, build))
 		case instance.AgentUpgrade:
 			if why, refused := in.AgentRefused[inst.Name]; refused {
-				notes = append(notes, fmt.Sprintf("the agent of %s refused build %s (%s); tried again later", inst.Name, in.AgentVersion, why))
+				notes = append(notes, fmt.Sprintf("the agent of %s refused build %s (%s); tried again later", inst.Name, build, why))
 				continue
 			}
 			if inst.Name == p.CurrentPrimary {
@@ -53,11 +55,16 @@ func upgradeAgents(p *Plan, s *serving) bool {
 	if target != nil {
 		p.Changing = true
 		p.Action = Action{Kind: ActUpgradeAgent, Pod: target.Name,
-			Why: fmt.Sprintf("its agent runs build %s, the manager %s", target.Agent.Agent.Version, in.AgentVersion)}
-		p.Condition.Message += fmt.Sprintf("; upgrading the agent of %s in place to build %s (PostgreSQL runs on)", target.Name, in.AgentVersion)
+			Why: fmt.Sprintf("its agent runs build %s, the manager %s", agentBuild(target), build)}
+		p.Condition.Message += fmt.Sprintf("; upgrading the agent of %s in place to build %s (PostgreSQL runs on)", target.Name, build)
 	}
 	for _, n := range notes {
 		p.Condition.Message += "; " + n
 	}
 	return true
+}
+
+// agentBuild names the build the agent of inst reports.
+func agentBuild(inst *Instance) string {
+	return agentapi.BuildName(inst.Agent.Agent.Version, inst.Agent.Agent.SHA256)
 }

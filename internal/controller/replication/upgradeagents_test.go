@@ -10,6 +10,7 @@ import (
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/agentapi"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
 )
 
 // TestUpgradeAgents: the agents of another build are brought to the
@@ -18,7 +19,7 @@ import (
 // ReplicationReady stays True and says so. A refused agent is left (and
 // said) until its refusal ages out, an agent of a newer API level is left
 // alone, an agent that reports no build (it predates the takeover) is the
-// rollout's, and without a build to bring (AgentVersion "") nothing is
+// rollout's, and without a build to bring (AgentBuild nil) nothing is
 // sent.
 func TestUpgradeAgents(t *testing.T) {
 	db := facettest.Database()
@@ -36,7 +37,8 @@ func TestUpgradeAgents(t *testing.T) {
 		}
 	}
 	decide := func(insts []Instance, refused map[string]string) Plan {
-		return Decide(Input{DB: db, Instances: insts, UpdateRevision: "r1", Now: now, AgentsTakeOver: true, AgentVersion: "v2", AgentRefused: refused})
+		return Decide(Input{DB: db, Instances: insts, UpdateRevision: "r1", Now: now, AgentsTakeOver: true,
+			AgentBuild: &instance.AgentBinary{Version: "v2"}, AgentRefused: refused})
 	}
 
 	p := decide(healthy("v1", "v1", "v1"), nil)
