@@ -125,6 +125,9 @@ func (w *Writer) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if conn == nil {
 			c, err := w.connect(ctx)
+			if ctx.Err() != nil {
+				return // stopped: what Stop interrupted is no failure
+			}
 			if err != nil {
 				w.fail(err)
 				sleep(ctx, 50*time.Millisecond)
@@ -137,6 +140,9 @@ func (w *Writer) run(ctx context.Context) {
 		w.next++
 		w.mu.Unlock()
 		by, err := w.insert(ctx, conn, id)
+		if err != nil && ctx.Err() != nil {
+			return // stopped mid-INSERT: neither acknowledged nor failed
+		}
 		if err != nil {
 			w.fail(err)
 			conn.Close(context.Background())

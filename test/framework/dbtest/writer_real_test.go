@@ -44,3 +44,26 @@ func TestMissingWhileWriting(t *testing.T) {
 	assert.Empty(t, missing)
 	assert.Greater(t, w.AckCount(), 100, "writes acknowledged meanwhile")
 }
+
+// TestStopIsNoFailure: the statement a writer's Stop interrupts is
+// neither acknowledged nor failed; a test that asserts no write failed
+// (an operator upgrade) once failed on the "context canceled" of its own
+// Stop.
+func TestStopIsNoFailure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	srv := postgres.Start(t)
+	target := sqlconn.Target{Host: "127.0.0.1", Port: int32(srv.Port), User: postgres.Superuser, Password: srv.Password, Database: "postgres"}
+	ctx := context.Background()
+	for i := range 50 {
+		w, err := StartPacedWriter(ctx, target, fmt.Sprintf("acks_%d", i), 0, 0) // no pause: Stop almost always interrupts a statement
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return w.AckCount() > i%5 }, time.Minute, time.Millisecond)
+		w.Stop()
+		require.Zero(t, w.Failed(), "stop %d: %s", i, w.Describe())
+		missing, err := w.Missing(ctx, target)
+		require.NoError(t, err)
+		require.Empty(t, missing)
+	}
+}
