@@ -82,18 +82,24 @@ func (r *archiver) archiveErrorPath() string {
 }
 
 // makeRuntimeDir makes the directory of pgBackRest's configuration, logs,
-// locks and spool: cfg.RuntimeDir, or a new temporary one. The temporary
-// ones of earlier runs of the agent in the same pod (a container restart
-// keeps /tmp) go first: their configuration holds the store's key.
-func makeRuntimeDir(cfg Config) (string, error) {
+// locks and spool: cfg.RuntimeDir, or a temporary one. The temporary ones
+// of earlier runs of the agent in the same pod (a container restart keeps
+// /tmp) go first: their configuration holds the store's key. keep, when
+// not empty, is the directory of the agent this one took over from in
+// place, which the running server's archive_command and hba_file name: it
+// stays and is this agent's.
+func makeRuntimeDir(cfg Config, keep string) (string, error) {
 	dir := cfg.RuntimeDir
 	if dir == "" {
 		old, _ := filepath.Glob(filepath.Join(os.TempDir(), runtimeDirPrefix+"*"))
 		for _, o := range old {
-			_ = os.RemoveAll(o)
+			if o != keep {
+				_ = os.RemoveAll(o)
+			}
 		}
-		var err error
-		if dir, err = os.MkdirTemp("", runtimeDirPrefix); err != nil {
+		if fi, err := os.Stat(keep); keep != "" && err == nil && fi.IsDir() {
+			dir = keep
+		} else if dir, err = os.MkdirTemp("", runtimeDirPrefix); err != nil {
 			return "", fmt.Errorf("making pgBackRest's directory: %w", err)
 		}
 	}
@@ -106,11 +112,13 @@ func makeRuntimeDir(cfg Config) (string, error) {
 // runtimeDirPrefix begins the name of a temporary runtime directory.
 const runtimeDirPrefix = "dbkeeper-pgbackrest-"
 
-// setUpArchive makes the runtime directory, clears a restore that was cut
-// short and, with a Repository, makes the archiver: its configuration is written before the server can start
-// (archive_command reads it), and its loop runs until ctx ends.
-func (a *Agent) setUpArchive(ctx context.Context) error {
-	dir, err := makeRuntimeDir(a.cfg)
+// setUpArchive makes the runtime directory (keeping keep, the one of the
+// agent this one took over from: makeRuntimeDir), clears a restore that
+// was cut short and, with a Repository, makes the archiver: its
+// configuration is written before the server can start (archive_command
+// reads it), and its loop runs until ctx ends.
+func (a *Agent) setUpArchive(ctx context.Context, keep string) error {
+	dir, err := makeRuntimeDir(a.cfg, keep)
 	if err != nil {
 		return err
 	}

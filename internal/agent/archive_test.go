@@ -50,9 +50,36 @@ func TestMakeRuntimeDirRemovesEarlierOnes(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(stale, "pgbackrest.conf"), []byte("repo1-s3-key-secret=old"), 0o600))
 	other := filepath.Join(tmp, "someone-else")
 	require.NoError(t, os.MkdirAll(other, 0o700))
-	dir, err := makeRuntimeDir(Config{})
+	dir, err := makeRuntimeDir(Config{}, "")
 	require.NoError(t, err)
 	assert.DirExists(t, filepath.Join(dir, "lock"))
 	assert.NoDirExists(t, stale)
 	assert.DirExists(t, other, "only the agent's own")
+}
+
+// TestMakeRuntimeDirKeepsTheAdoptedServers: an agent that took over in
+// place keeps its predecessor's runtime directory, which the running
+// server's archive_command names (the demo's archiving failed with
+// "Directory nonexistent" after a takeover that made a new one), and
+// still removes the others.
+func TestMakeRuntimeDirKeepsTheAdoptedServers(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	kept := filepath.Join(tmp, runtimeDirPrefix+"running")
+	require.NoError(t, os.MkdirAll(kept, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(kept, "pgbackrest.conf"), []byte("repo1-s3-key-secret=current"), 0o600))
+	stale := filepath.Join(tmp, runtimeDirPrefix+"123")
+	require.NoError(t, os.MkdirAll(stale, 0o700))
+	dir, err := makeRuntimeDir(Config{}, kept)
+	require.NoError(t, err)
+	assert.Equal(t, kept, dir)
+	assert.FileExists(t, filepath.Join(kept, "pgbackrest.conf"))
+	assert.DirExists(t, filepath.Join(kept, "lock"))
+	assert.NoDirExists(t, stale)
+
+	// a handover naming a directory that is gone: a new one
+	dir, err = makeRuntimeDir(Config{}, filepath.Join(tmp, runtimeDirPrefix+"gone"))
+	require.NoError(t, err)
+	assert.NotEqual(t, kept, dir)
+	assert.DirExists(t, dir)
 }

@@ -38,6 +38,10 @@ type handover struct {
 	// CollectorFDs hold the collector's pipes open across the exec
 	// (holdFIFOs); the new agent closes them once its readers read.
 	CollectorFDs []int `json:"collectorFDs,omitempty"`
+	// RuntimeDir is pgBackRest's runtime directory (Agent.runtimeDir),
+	// which the running server's archive_command and hba_file name: the
+	// new agent keeps it rather than making its own.
+	RuntimeDir string `json:"runtimeDir,omitempty"`
 	// State is the agent's state; Standby says the server is a standby.
 	State   agentapi.State `json:"state"`
 	Standby bool           `json:"standby"`

@@ -70,7 +70,11 @@ func Main(cfg Config, log logr.Logger) (err error) {
 		return err
 	}
 	defer os.Remove(a.pgpass)
-	if err := a.setUpArchive(ctx); err != nil {
+	var keep string
+	if h != nil {
+		keep = h.RuntimeDir
+	}
+	if err := a.setUpArchive(ctx, keep); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	svc := &services{a: a, ctx: ctx}

@@ -198,7 +198,7 @@ func (a *Agent) handoverRecord() (handover, *server, error) {
 		return handover{}, nil, err
 	}
 	h := handover{PID: srv.cmd.Process.Pid, Output: fds, State: a.state, Standby: isStandby(a.cfg.PGData),
-		Accepted: srv.accepted, From: agentapi.Version(), At: time.Now()}
+		Accepted: srv.accepted, RuntimeDir: a.runtimeDir, From: agentapi.Version(), At: time.Now()}
 	if c := srv.output.collector; c != nil {
 		h.CollectorDir = c.dir
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
@@ -44,12 +45,18 @@ func TestOperatorUpgradeKeepsPostgresRunning(t *testing.T) {
 	}
 	var all []*watched
 	for _, db := range []*dbv1.Database{replicated(apps, "single", 1), replicated(apps, "trio", 3)} {
+		// archiving into the backup volume's repository: the running
+		// server's archive_command names the agent's runtime directory,
+		// which the new agent must keep
+		db.Spec.Backup.VolumeRepository = ""
+		db.Spec.Backup.ArchiveTimeout = &metav1.Duration{Duration: 10 * time.Second}
 		create(t, db)
 		all = append(all, &watched{db: db})
 	}
 	for _, w := range all {
 		waitReady(t, w.db)
 		waitTopology(t, w.db, "", int(*w.db.Spec.Replicas))
+		waitCondition(t, w.db, dbv1.ConditionBackupReady, metav1.ConditionTrue, dbv1.ReasonArchiving)
 		w.rw = serviceTarget(t, w.db, resources.ClientServiceName(w.db))
 		var err error
 		w.writer, err = dbtest.StartWriter(ctx, w.rw, "acks")
@@ -100,6 +107,22 @@ func TestOperatorUpgradeKeepsPostgresRunning(t *testing.T) {
 	assert.Greater(t, slices.Index(upgraded, "trio-0"), slices.Index(upgraded, "trio-1"), "the primary after its standbys")
 	assert.Greater(t, slices.Index(upgraded, "trio-0"), slices.Index(upgraded, "trio-2"), "the primary after its standbys")
 	time.Sleep(3 * time.Second) // writes after the last takeover too
+	settled := time.Now()
+
+	// the adopted servers still archive: WAL written after the last
+	// takeover reaches the repository, and no archiving failed since
+	for _, w := range all {
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			a := dbtest.Get(ct, k8s, w.db).Status.Backup.Archive
+			if assert.NotNil(ct, a, "%s: status.backup.archive", w.db.Name) && assert.NotNil(ct, a.LastArchivedTime) {
+				assert.True(ct, a.LastArchivedTime.After(settled), "%s: WAL archived after the upgrade (last %s)", w.db.Name, a.LastArchivedTime)
+			}
+		}, 2*time.Minute, 2*time.Second)
+		a := dbtest.Get(t, k8s, w.db).Status.Backup.Archive
+		if a.LastFailedTime != nil {
+			assert.True(t, a.LastFailedTime.Before(&metav1.Time{Time: start}), "%s: archiving failed at %s, after the upgrade began", w.db.Name, a.LastFailedTime)
+		}
+	}
 
 	for _, w := range all {
 		w.writer.Stop()
