@@ -19,11 +19,7 @@ import (
 // (the failover suite's "acknowledged id missing" of issue 19: the ids
 // were on every instance).
 func TestMissingWhileWriting(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL; skipped under -short")
-	}
-	srv := postgres.Start(t)
-	target := sqlconn.Target{Host: "127.0.0.1", Port: int32(srv.Port), User: postgres.Superuser, Password: srv.Password, Database: "postgres"}
+	target := localServer(t)
 	ctx := context.Background()
 	w, err := StartWriterWithTimeout(ctx, target, "acks", 3*time.Second)
 	require.NoError(t, err)
@@ -50,11 +46,7 @@ func TestMissingWhileWriting(t *testing.T) {
 // (an operator upgrade) once failed on the "context canceled" of its own
 // Stop.
 func TestStopIsNoFailure(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL; skipped under -short")
-	}
-	srv := postgres.Start(t)
-	target := sqlconn.Target{Host: "127.0.0.1", Port: int32(srv.Port), User: postgres.Superuser, Password: srv.Password, Database: "postgres"}
+	target := localServer(t)
 	ctx := context.Background()
 	for i := range 50 {
 		w, err := StartPacedWriter(ctx, target, fmt.Sprintf("acks_%d", i), 0, 0) // no pause: Stop almost always interrupts a statement
@@ -66,4 +58,15 @@ func TestStopIsNoFailure(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, missing)
 	}
+}
+
+// localServer starts PostgreSQL on loopback for the test and is its
+// superuser's target; skipped under -short.
+func localServer(t *testing.T) sqlconn.Target {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	srv := postgres.Start(t)
+	return sqlconn.Target{Host: "127.0.0.1", Port: int32(srv.Port), User: postgres.Superuser, Password: srv.Password, Database: "postgres"}
 }
