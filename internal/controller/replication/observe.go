@@ -42,7 +42,7 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database, lostNow ...stri
 	}
 	in.SyncApplied = s.syncApplied(db, in.Instances)
 	if s.binary != nil {
-		in.AgentsTakeOver, in.AgentBuild = true, s.binary
+		in.AgentBuild = s.binary
 		in.AgentRefused = s.agentRefusals(pods)
 	}
 	return in, pods, nil

@@ -54,15 +54,12 @@ type Input struct {
 	// RestartHash its template's resources.AnnotationRestartHash.
 	UpdateRevision string
 	RestartHash    string
-	// AgentsTakeOver says the manager upgrades the agents in place: a pod
-	// whose restart hash is the template's is current whatever its
-	// revision (runsTemplate). Off until the manager sends its binary to
-	// the agents (docs/design/upgrades.md): else a new agent image would
-	// reach no running pod.
-	AgentsTakeOver bool
 	// AgentBuild is the build the agents are brought to in place
-	// (upgradeAgents), nil when they are not; AgentRefused maps the pods
-	// whose agent refused it lately to why.
+	// (upgradeAgents), nil when they are not. With it, a pod whose restart
+	// hash is the template's is current whatever its revision
+	// (runsTemplate); without it a new agent image would reach no running
+	// pod that way (docs/design/upgrades.md). AgentRefused maps the pods
+	// whose agent refused the build lately to why.
 	AgentBuild   *instance.AgentBinary
 	AgentRefused map[string]string
 	// Now is the time of the decision (primaryLostSince, failoverDelay).

@@ -25,13 +25,13 @@ func outdated(in Input) []*Instance {
 
 // runsTemplate says inst's pod runs what the StatefulSet's template says
 // as far as only a restart changes it. When the agents take over in place
-// (AgentsTakeOver) and both the template and the pod carry a restart
+// (AgentBuild) and both the template and the pod carry a restart
 // hash (resources.AnnotationRestartHash), those are compared: another
 // agent image alone restarts nothing (docs/design/upgrades.md, part 1).
 // Otherwise the pod's revision is compared with the update revision (a
 // pod or a StatefulSet without one counts as current).
 func (in Input) runsTemplate(inst *Instance) bool {
-	if in.AgentsTakeOver && in.RestartHash != "" && inst.RestartHash != "" {
+	if in.AgentBuild != nil && in.RestartHash != "" && inst.RestartHash != "" {
 		return inst.RestartHash == in.RestartHash
 	}
 	return in.UpdateRevision == "" || inst.Revision == "" || inst.Revision == in.UpdateRevision

@@ -7,6 +7,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet/facettest"
+	"github.com/dbkeeper/dbkeeper/internal/instance"
 )
 
 // TestOutdatedByRestartHash (docs/design/upgrades.md, part 1): while the
@@ -30,13 +31,14 @@ func TestOutdatedByRestartHash(t *testing.T) {
 		}
 		return out
 	}
-	in := Input{DB: db, Instances: insts, UpdateRevision: "r2", RestartHash: "h1", AgentsTakeOver: true}
+	build := &instance.AgentBinary{Version: "v2"}
+	in := Input{DB: db, Instances: insts, UpdateRevision: "r2", RestartHash: "h1", AgentBuild: build}
 	assert.Equal(t, []string{"orders-2", "orders-1"}, names(in))
-	in.AgentsTakeOver = false
+	in.AgentBuild = nil
 	assert.Equal(t, []string{"orders-2", "orders-1", "orders-0"}, names(in), "by revision alone")
-	in.AgentsTakeOver, in.RestartHash = true, ""
+	in.AgentBuild, in.RestartHash = build, ""
 	assert.Equal(t, []string{"orders-2", "orders-1", "orders-0"}, names(in), "a template without the hash: by revision")
 	in.UpdateRevision = ""
 	assert.Empty(t, names(in), "no update revision: none")
-	assert.True(t, Input{AgentsTakeOver: true, RestartHash: "h1", UpdateRevision: "r2"}.runsTemplate(&insts[0]))
+	assert.True(t, Input{AgentBuild: build, RestartHash: "h1", UpdateRevision: "r2"}.runsTemplate(&insts[0]))
 }

@@ -37,7 +37,7 @@ func TestUpgradeAgents(t *testing.T) {
 		}
 	}
 	decide := func(insts []Instance, refused map[string]string) Plan {
-		return Decide(Input{DB: db, Instances: insts, UpdateRevision: "r1", Now: now, AgentsTakeOver: true,
+		return Decide(Input{DB: db, Instances: insts, UpdateRevision: "r1", Now: now,
 			AgentBuild: &instance.AgentBinary{Version: "v2"}, AgentRefused: refused})
 	}
 
