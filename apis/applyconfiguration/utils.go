@@ -66,6 +66,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &databasev1.InstanceStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("IssuerReference"):
 		return &databasev1.IssuerReferenceApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("MajorUpgradeStatus"):
+		return &databasev1.MajorUpgradeStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("MonitoringSpec"):
 		return &databasev1.MonitoringSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkPolicySpec"):

@@ -35,6 +35,15 @@ func subcommand(args []string) (ok bool, err error) {
 			fmt.Println("copied the manager to", dst)
 		}
 		return true, err
+	case agentapi.CopyEngineCommand:
+		if len(args) != 3 {
+			return true, errors.New("usage: manager " + agentapi.CopyEngineCommand + " MAJOR DIR")
+		}
+		msg, err := agent.CopyEngine(args[1], args[2])
+		if err == nil {
+			fmt.Println(msg)
+		}
+		return true, err
 	case "agent":
 		return true, runAgent(args[1:])
 	case reposerver.Command:

@@ -86,6 +86,11 @@ type Config struct {
 	// every instance on one host.
 	Peers map[string]Peer
 
+	// UpgradeFrom and UpgradeTo are the majors of an in-place major
+	// upgrade (agentapi.EnvUpgradeFrom, EnvUpgradeTo); empty without one.
+	UpgradeFrom string
+	UpgradeTo   string
+
 	// Args are the words the agent was started with, after `agent`: a
 	// new binary's takeover check runs with them.
 	Args []string
@@ -153,6 +158,8 @@ func ParseFlags(args []string, bind func(*flag.FlagSet)) (Config, error) {
 	}
 	c.Password = os.Getenv("POSTGRES_PASSWORD")
 	c.Namespace = os.Getenv(agentapi.EnvNamespace)
+	c.UpgradeFrom = os.Getenv(agentapi.EnvUpgradeFrom)
+	c.UpgradeTo = os.Getenv(agentapi.EnvUpgradeTo)
 	c.LeaseName = os.Getenv(agentapi.EnvLeaseName)
 	if c.LeaseName != "" && c.Namespace == "" {
 		return c, errors.New("agent: $" + agentapi.EnvLeaseName + " is set but $" + agentapi.EnvNamespace + " is not")

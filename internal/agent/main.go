@@ -227,6 +227,10 @@ func (a *Agent) shutDown(runErr error, hs *http.Server, stopBackupServer context
 // lease, see startPrimary), or waits for a bootstrap request when it is
 // empty.
 func (a *Agent) begin() {
+	if err := finishSwap(a.upgradeFiles()); err != nil {
+		a.fail(err)
+		return
+	}
 	if hasCluster(a.cfg.PGData) {
 		// standby.signal is written back only after a rejoin's rewind, and
 		// a standby fenced while promoting never wrote as a primary: a
@@ -236,6 +240,15 @@ func (a *Agent) begin() {
 				a.fail(err)
 				return
 			}
+		}
+		if a.oldMajorStandby() {
+			a.setState(agentapi.StateStarting, "asking the primary which major it runs")
+			go func() {
+				a.op.Lock()
+				defer a.op.Unlock()
+				a.startOldMajorStandby()
+			}()
+			return
 		}
 		if a.keeper != nil && !isStandby(a.cfg.PGData) {
 			a.setState(agentapi.StateStarting, "reading the primary lease")

@@ -85,18 +85,24 @@ func (a *Agent) otherPrimary(ctx context.Context) (string, string) {
 func (a *Agent) queryPrimaryHost(ctx context.Context) (recovery bool, systemID string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*connectTimeout)
 	defer cancel()
-	ci := fmt.Sprintf("host=%s port=%d user=%s passfile=%s dbname=postgres application_name=%s connect_timeout=%d",
-		conninfoValue(a.cfg.PrimaryHost), a.cfg.PrimaryPort, agentapi.ReplicationUser, conninfoValue(a.pgpass),
-		conninfoValue(a.cfg.Pod+"-check"), int(connectTimeout/time.Second))
-	cfg, err := pgx.ParseConfig(ci + a.sslConninfo())
-	if err != nil {
-		return false, "", err
-	}
-	c, err := pgx.ConnectConfig(ctx, cfg)
+	c, err := a.connectPrimaryHost(ctx)
 	if err != nil {
 		return false, "", err
 	}
 	defer c.Close(context.Background())
 	err = c.QueryRow(ctx, "SELECT pg_is_in_recovery(), (SELECT system_identifier::text FROM pg_control_system())").Scan(&recovery, &systemID)
 	return recovery, systemID, err
+}
+
+// connectPrimaryHost connects to the server behind PrimaryHost as the
+// replication role.
+func (a *Agent) connectPrimaryHost(ctx context.Context) (*pgx.Conn, error) {
+	ci := fmt.Sprintf("host=%s port=%d user=%s passfile=%s dbname=postgres application_name=%s connect_timeout=%d",
+		conninfoValue(a.cfg.PrimaryHost), a.cfg.PrimaryPort, agentapi.ReplicationUser, conninfoValue(a.pgpass),
+		conninfoValue(a.cfg.Pod+"-check"), int(connectTimeout/time.Second))
+	cfg, err := pgx.ParseConfig(ci + a.sslConninfo())
+	if err != nil {
+		return nil, err
+	}
+	return pgx.ConnectConfig(ctx, cfg)
 }

@@ -34,6 +34,10 @@ func (a *Agent) startPrimary() {
 					return
 				}
 				a.log.Info("Holding the primary lease: starting as the primary", "why", why)
+				if err := a.prepareMajor(); err != nil {
+					a.fail(err)
+					return
+				}
 				if err := a.startServer(agentapi.StateStarting); err != nil {
 					a.fail(err)
 				}

@@ -32,6 +32,8 @@ func (a *Agent) status(ctx context.Context) agentapi.Status {
 		s.Lease = a.keeper.status()
 	}
 	s.LastRewind = a.lastRewind()
+	s.DataVersion = dataVersion(a.cfg.PGData)
+	s.MajorUpgrade = a.upgradeReport()
 	if avail, err := volumeAvailable(filepath.Dir(a.cfg.PGData)); err == nil {
 		s.VolumeAvailableBytes, s.VolumeFull = avail, avail < volumeFullBelow
 	}

@@ -70,8 +70,12 @@ func (a *Agent) startServer(state agentapi.State) error {
 		e := a.logEnvelope()
 		env = &e
 	}
+	oldEnv, err := a.oldEngineEnv()
+	if err != nil {
+		return err
+	}
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), "PGPORT="+strconv.Itoa(a.cfg.Port))
+	cmd.Env = append(append(os.Environ(), "PGPORT="+strconv.Itoa(a.cfg.Port)), oldEnv...)
 	output, err := teeServerOutput(cmd, os.Stdout, os.Stderr, env, col)
 	if err != nil {
 		return err
@@ -172,6 +176,9 @@ func (a *Agent) watchReady(srv *server) {
 		}
 		a.mu.Unlock()
 		a.log.Info("The server accepts connections")
+		if r := a.upgradeReport(); r != nil && r.Phase == agentapi.UpgradeAnalyzing {
+			go a.afterMajorUpgrade()
+		}
 		a.finishRecovery()
 		a.pokeArchive()
 		// PostgreSQL's checkpointer, which enforces archive_timeout, first

@@ -225,6 +225,12 @@ type Status struct {
 	// Agent is the agent's build and API level (nil from an agent built
 	// before it reported them).
 	Agent *BuildInfo `json:"agent,omitempty"`
+	// DataVersion is the major of the data directory (its PG_VERSION),
+	// empty while it holds no cluster.
+	DataVersion string `json:"dataVersion,omitempty"`
+	// MajorUpgrade is this instance's last in-place major upgrade, nil
+	// when it never ran one.
+	MajorUpgrade *MajorUpgradeReport `json:"majorUpgrade,omitempty"`
 }
 
 // BootstrapMode is how an empty data directory is filled.

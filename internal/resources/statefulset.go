@@ -39,6 +39,12 @@ const (
 // the former primary). Switching an existing StatefulSet to OnDelete in
 // the same write as its new template restarts nothing either.
 func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage string) (*appsv1ac.StatefulSetApplyConfiguration, error) {
+	return UpgradingStatefulSet(db, eng, tls, agentImage, nil)
+}
+
+// UpgradingStatefulSet is StatefulSet whose pods upgrade their data
+// directories in place from up.From (nil: none; MajorUpgradeOf).
+func UpgradingStatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage string, up *MajorUpgrade) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 	image, err := engine.ImageFor(eng, db)
 	if err != nil {
 		return nil, err
@@ -102,6 +108,7 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 	}
 	addBackupServer(db, tls, container)
 	addCustomQueries(db, pod, container)
+	addMajorUpgrade(db, eng, up, pod, container)
 	pod.WithContainers(container)
 
 	template, err := podTemplate(db, podLabels, pod)
@@ -110,6 +117,7 @@ func StatefulSet(db *dbv1.Database, eng engine.Engine, tls ServerTLS, agentImage
 	}
 	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
+		WithAnnotations(upgradeAnnotations(db, up)).
 		WithOwnerReferences(OwnerReference(db)).
 		WithSpec(appsv1ac.StatefulSetSpec().
 			WithReplicas(Instances(db)).

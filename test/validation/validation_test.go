@@ -120,7 +120,7 @@ const (
 	msgEngineEnum      = `spec.engine: Unsupported value: "mysql"`
 	msgVersionCatalog  = "spec.version must be one of 15, 16, 17, 18 for engine postgres"
 	msgVersionEOL      = "spec.version: PostgreSQL 14 reached its end of life on 2026-11-12 and gets no more fixes"
-	msgVersionImmut    = "spec.version is immutable"
+	msgVersionDown     = "spec.version cannot go down"
 	msgSizePositive    = "size must be greater than zero"
 	msgSizeGrow        = "size may only grow: a volume cannot be shrunk"
 	msgClassImmut      = "storageClassName is immutable"
@@ -623,14 +623,14 @@ func TestUpdateRefused(t *testing.T) {
 			want:   []string{msgEngineEnum},
 		},
 		{
-			name:   "version change within the catalog",
+			name:   "version lowered within the catalog",
 			mutate: func(db *dbv1.Database) { db.Spec.Version = "16" },
-			want:   []string{"spec.version: Invalid value", msgVersionImmut},
+			want:   []string{"spec.version: Invalid value", msgVersionDown},
 		},
 		{
-			name:   "version change out of the catalog",
+			name:   "version lowered out of the catalog",
 			mutate: func(db *dbv1.Database) { db.Spec.Version = "13" },
-			want:   []string{msgVersionImmut, msgVersionCatalog},
+			want:   []string{msgVersionDown, msgVersionCatalog},
 		},
 		{
 			name:   "storage shrink",
@@ -964,4 +964,30 @@ func TestScaleUpToNine(t *testing.T) {
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(db), db))
 	assert.Equal(t, int32(0), *db.Spec.Replicas)
 	require.NoError(t, scale(1), "scaling back to one")
+}
+
+// TestMajorVersionRaisedOnly: spec.version goes up (an in-place upgrade),
+// never down, except back to the major an upgrade failed from, which the
+// status says.
+func TestMajorVersionRaisedOnly(t *testing.T) {
+	ctx, ns := setup(t)
+	require.NoError(t, k8s.Create(ctx, rawDatabase(ns, "raised", map[string]any{"version": "15"})))
+	var db dbv1.Database
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "raised"}, &db))
+	db.Spec.Version = "17"
+	require.NoError(t, k8s.Update(ctx, &db), "15 to 17 refused")
+
+	back := db.DeepCopy()
+	back.Spec.Version = "15"
+	assertInvalid(t, k8s.Update(ctx, back), "spec.version: Invalid value", msgVersionDown)
+
+	t.Log("the upgrade failed: 15 again is accepted, 16 is not")
+	db.Status.Replication = &dbv1.ReplicationStatus{MajorUpgrade: &dbv1.MajorUpgradeStatus{From: "15", To: "17",
+		Phase: dbv1.MajorUpgradeFailed, Primary: "raised-0", StartedAt: metav1.Now()}}
+	require.NoError(t, k8s.Status().Update(ctx, &db))
+	other := db.DeepCopy()
+	other.Spec.Version = "16"
+	assertInvalid(t, k8s.Update(ctx, other), msgVersionDown)
+	db.Spec.Version = "15"
+	require.NoError(t, k8s.Update(ctx, &db), "back to 15 after the failed upgrade refused")
 }

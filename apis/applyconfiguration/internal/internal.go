@@ -619,6 +619,32 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: name
       type:
         scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.MajorUpgradePhase
+  scalar: string
+- name: com.github.dbkeeper.dbkeeper.apis.database.v1.MajorUpgradeStatus
+  map:
+    fields:
+    - name: finishedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: from
+      type:
+        scalar: string
+    - name: message
+      type:
+        scalar: string
+    - name: phase
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.MajorUpgradePhase
+    - name: primary
+      type:
+        scalar: string
+    - name: startedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: to
+      type:
+        scalar: string
 - name: com.github.dbkeeper.dbkeeper.apis.database.v1.MonitoringSpec
   map:
     fields:
@@ -747,6 +773,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: lastFailover
       type:
         namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.FailoverStatus
+    - name: majorUpgrade
+      type:
+        namedType: com.github.dbkeeper.dbkeeper.apis.database.v1.MajorUpgradeStatus
     - name: primaryLostSince
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time

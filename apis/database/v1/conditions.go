@@ -375,6 +375,15 @@ const (
 	// ReasonInstanceUnhealthy: an instance is not ready, not streaming,
 	// or its agent does not answer; the message names it.
 	ReasonInstanceUnhealthy = "InstanceUnhealthy"
+	// ReasonMajorUpgrade: spec.version was raised: the primary upgrades
+	// its data directory in place (pg_upgrade) and the standbys are
+	// cloned from it again; the message names the step
+	// (status.replication.majorUpgrade).
+	ReasonMajorUpgrade = "MajorUpgrade"
+	// ReasonMajorUpgradeFailed: a check or pg_upgrade refused the
+	// in-place major upgrade; every instance serves the old major, its
+	// data as it was; the message says what failed.
+	ReasonMajorUpgradeFailed = "MajorUpgradeFailed"
 	// ReasonRollingUpdate: instances restart one by one on a new pod
 	// template, standbys first, the primary last after a switchover.
 	ReasonRollingUpdate = "RollingUpdate"

@@ -63,6 +63,7 @@ const (
 // +kubebuilder:printcolumn:name="Observed",type=integer,JSONPath=`.status.observedGeneration`,priority=1
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 45",message="metadata.name must be at most 45 characters: the names of the Database's children (such as <name>-backup and its Jobs) must fit in 63"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must start with a lower-case letter and contain only lower-case letters, digits and '-': it names Services, which must be DNS-1035 labels"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.version) || !has(oldSelf.spec.version) || self.spec.version == oldSelf.spec.version || (self.spec.version.matches('^[0-9]+$') && oldSelf.spec.version.matches('^[0-9]+$') && int(self.spec.version) > int(oldSelf.spec.version)) || (has(oldSelf.status) && has(oldSelf.status.replication) && has(oldSelf.status.replication.majorUpgrade) && oldSelf.status.replication.majorUpgrade.phase == 'Failed' && self.spec.version == oldSelf.status.replication.majorUpgrade.from)",message="spec.version cannot go down: a data directory of a major cannot be read by an older one (restore a backup into a new Database instead); only after a failed in-place upgrade may it go back to status.replication.majorUpgrade.from",fieldPath=".spec.version"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.credentials) || !has(self.spec.credentials.secretName) || self.spec.credentials.secretName != self.metadata.name + '-superuser'",message="spec.credentials.secretName may not be <metadata.name>-superuser: dbkeeper keeps the superuser's credentials in that Secret, which applications never get"
 type Database struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -103,11 +104,12 @@ type DatabaseSpec struct {
 	// Version is the engine's major version; it picks the image from the
 	// engine's catalog (PostgreSQL: 15, 16, 17, 18; 14 is past its end of
 	// life, refused for new Databases and kept running for existing ones).
-	// A major version cannot change in place, because the data directory
-	// is tied to it.
+	// Raising it upgrades the data directories in place (pg_upgrade on the
+	// primary, the standbys cloned again: status.replication.majorUpgrade);
+	// it never goes down, except back to the old major after an upgrade
+	// that failed.
 	// +kubebuilder:default="17"
 	// +kubebuilder:validation:MaxLength=8
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.version is immutable: a major-version upgrade needs a dump and restore into a new Database"
 	Version string `json:"version,omitempty"`
 
 	// Image overrides the catalog image for the version, for example to pin a
@@ -1053,6 +1055,52 @@ type ReplicationStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	Instances []InstanceStatus `json:"instances,omitempty"`
+
+	// MajorUpgrade is the running or the last in-place major upgrade
+	// (spec.version raised).
+	// +optional
+	MajorUpgrade *MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
+}
+
+// MajorUpgradePhase is how far an in-place major upgrade got.
+// +kubebuilder:validation:Enum=Running;Succeeded;Failed;RolledBack
+type MajorUpgradePhase string
+
+// The phases of an in-place major upgrade.
+const (
+	// MajorUpgradeRunning: the instances restart on the new major's image
+	// and the primary runs pg_upgrade; no failover meanwhile.
+	MajorUpgradeRunning MajorUpgradePhase = "Running"
+	// MajorUpgradeSucceeded: the primary runs the new major; the standbys
+	// are cloned from it again.
+	MajorUpgradeSucceeded MajorUpgradePhase = "Succeeded"
+	// MajorUpgradeFailed: a check or pg_upgrade failed; every instance
+	// serves the old major with its data as it was. Message says why.
+	// spec.version may go back to From.
+	MajorUpgradeFailed MajorUpgradePhase = "Failed"
+	// MajorUpgradeRolledBack: spec.version went back to From after a
+	// failure.
+	MajorUpgradeRolledBack MajorUpgradePhase = "RolledBack"
+)
+
+// MajorUpgradeStatus is an in-place major upgrade: pg_upgrade on the
+// primary's volume, the standbys cloned again from it.
+type MajorUpgradeStatus struct {
+	// From and To are the majors.
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Phase is how far it got.
+	Phase MajorUpgradePhase `json:"phase"`
+	// Primary is the instance whose data directory is upgraded.
+	Primary string `json:"primary"`
+	// Message says the step running, what failed, or what was done.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// StartedAt is when the first instance restarted for it; FinishedAt
+	// when it succeeded or failed.
+	StartedAt metav1.Time `json:"startedAt"`
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 }
 
 // FailoverStatus is a failover: the promotion of a standby because the

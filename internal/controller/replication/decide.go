@@ -28,6 +28,9 @@ const (
 	phaseSplitBrain
 	// phaseBootstrapping: no primary is recorded yet: bootstrap.go.
 	phaseBootstrapping
+	// phaseMajorUpgrade: an in-place major upgrade runs: no failover, the
+	// primary restarts first (majorupgrade.go).
+	phaseMajorUpgrade
 	// phasePrimaryLost: the recorded primary is not a healthy primary:
 	// waited for, or failed over once it is lost for failoverDelay:
 	// lost.go.
@@ -54,6 +57,8 @@ func (ph phase) String() string {
 		return "SplitBrain"
 	case phaseBootstrapping:
 		return "Bootstrapping"
+	case phaseMajorUpgrade:
+		return "MajorUpgrade"
 	case phasePrimaryLost:
 		return "PrimaryLost"
 	case phaseRollingUpdate:
@@ -107,6 +112,8 @@ func (v *view) phase() phase {
 		return phaseSplitBrain
 	case st.CurrentPrimary == "":
 		return phaseBootstrapping
+	case v.majorUpgrading():
+		return phaseMajorUpgrade
 	}
 	prim := v.byName[st.CurrentPrimary]
 	switch {
@@ -124,8 +131,12 @@ func (v *view) phase() phase {
 func Decide(in Input) Plan {
 	v := newView(in)
 	p := Plan{CurrentPrimary: v.st.CurrentPrimary, TargetPrimary: v.st.TargetPrimary, SwitchoverLSN: v.st.SwitchoverLSN,
-		SystemID: v.st.SystemID, LastFailover: v.st.LastFailover.DeepCopy(), Synchronous: v.st.Synchronous.DeepCopy()}
+		SystemID: v.st.SystemID, LastFailover: v.st.LastFailover.DeepCopy(), Synchronous: v.st.Synchronous.DeepCopy(),
+		MajorUpgrade: v.st.MajorUpgrade.DeepCopy()}
+	rolledBack(&p, in)
 	switch v.phase() {
+	case phaseMajorUpgrade:
+		decideMajorUpgrade(&p, v)
 	case phaseFailingOver:
 		decideFailover(&p, v)
 	case phaseSwitchingOver:
@@ -145,6 +156,7 @@ func Decide(in Input) Plan {
 	case phaseSteady:
 		decideServing(&p, v, steadyRules)
 	}
+	failedUpgradeCondition(&p, in)
 	complete(&p, v)
 	return p
 }

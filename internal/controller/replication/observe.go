@@ -29,6 +29,7 @@ func (s *syncer) observe(ctx context.Context, db *dbv1.Database, lostNow ...stri
 	in := Input{DB: db, Now: s.now()}
 	if sts != nil {
 		in.UpdateRevision, in.RestartHash = sts.Status.UpdateRevision, sts.Spec.Template.Annotations[resources.AnnotationRestartHash]
+		in.EngineVersion, in.UpgradeFrom = sts.Annotations[resources.AnnotationEngineVersion], sts.Annotations[resources.AnnotationUpgradeFrom]
 	}
 	in.Instances = make([]Instance, count)
 	s.askAll(ctx, db, in.Instances, pods, s.brief(db, count, lostNow))

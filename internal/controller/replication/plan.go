@@ -54,6 +54,11 @@ type Input struct {
 	// RestartHash its template's resources.AnnotationRestartHash.
 	UpdateRevision string
 	RestartHash    string
+	// EngineVersion is the major the StatefulSet's template runs, and
+	// UpgradeFrom the major it upgrades data directories from in place
+	// (resources.AnnotationEngineVersion, AnnotationUpgradeFrom); empty
+	// without them.
+	EngineVersion, UpgradeFrom string
 	// AgentBuild is the build the agents are brought to in place
 	// (upgradeAgents), nil when they are not. With it, a pod whose restart
 	// hash is the template's is current whatever its revision
@@ -159,6 +164,8 @@ type Plan struct {
 	PrimaryLostSince *metav1.Time
 	LastFailover     *dbv1.FailoverStatus
 	Synchronous      *dbv1.SynchronousStatus
+	// MajorUpgrade is status.replication.majorUpgrade after the action.
+	MajorUpgrade *dbv1.MajorUpgradeStatus
 	// WantSynchronous is the synchronous replication EnsureSQL sets on
 	// the primary (nil: none); Synchronous becomes SynchronousRecord once
 	// it is set, and SynchronousSet says it was.

@@ -217,6 +217,7 @@ func statusOf(p Plan) *dbv1ac.DatabaseStatusApplyConfiguration {
 		CurrentPrimary: p.CurrentPrimary, TargetPrimary: p.TargetPrimary, SwitchoverLSN: p.SwitchoverLSN,
 		SystemID: p.SystemID, Instances: p.Rows,
 		PrimaryLostSince: p.PrimaryLostSince, LastFailover: p.LastFailover, Synchronous: p.Synchronous,
+		MajorUpgrade: p.MajorUpgrade,
 	}))
 }
 
@@ -228,5 +229,6 @@ func (s *syncer) CurrentStatus(db *dbv1.Database) *dbv1ac.DatabaseStatusApplyCon
 	}
 	return statusOf(Plan{CurrentPrimary: r.CurrentPrimary, TargetPrimary: r.TargetPrimary, SwitchoverLSN: r.SwitchoverLSN,
 		SystemID: r.SystemID, Rows: r.Instances,
-		PrimaryLostSince: r.PrimaryLostSince, LastFailover: r.LastFailover, Synchronous: r.Synchronous})
+		PrimaryLostSince: r.PrimaryLostSince, LastFailover: r.LastFailover, Synchronous: r.Synchronous,
+		MajorUpgrade: r.MajorUpgrade})
 }

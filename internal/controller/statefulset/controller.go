@@ -163,7 +163,7 @@ func (s *syncer) Sync(ctx context.Context, db *dbv1.Database) (facet.Outcome, er
 	if err != nil {
 		return facet.Outcome{}, fmt.Errorf("getting StatefulSet: %w", err)
 	}
-	desired, err := resources.StatefulSet(db, eng, resources.TLSFor(db, live).On(), s.agentImage)
+	desired, err := resources.UpgradingStatefulSet(db, eng, resources.TLSFor(db, live).On(), s.agentImage, resources.MajorUpgradeOf(db, live))
 	if err != nil {
 		return facet.Outcome{}, reconcile.TerminalError(err)
 	}

@@ -23,8 +23,10 @@ type DatabaseSpecApplyConfiguration struct {
 	// Version is the engine's major version; it picks the image from the
 	// engine's catalog (PostgreSQL: 15, 16, 17, 18; 14 is past its end of
 	// life, refused for new Databases and kept running for existing ones).
-	// A major version cannot change in place, because the data directory
-	// is tied to it.
+	// Raising it upgrades the data directories in place (pg_upgrade on the
+	// primary, the standbys cloned again: status.replication.majorUpgrade);
+	// it never goes down, except back to the old major after an upgrade
+	// that failed.
 	Version *string `json:"version,omitempty"`
 	// Image overrides the catalog image for the version, for example to pin a
 	// digest or use a mirror. It must run the same engine and major version.

@@ -41,6 +41,9 @@ type ReplicationStatusApplyConfiguration struct {
 	// Instances lists each instance with its role and positions, in
 	// ordinal order.
 	Instances []InstanceStatusApplyConfiguration `json:"instances,omitempty"`
+	// MajorUpgrade is the running or the last in-place major upgrade
+	// (spec.version raised).
+	MajorUpgrade *MajorUpgradeStatusApplyConfiguration `json:"majorUpgrade,omitempty"`
 }
 
 // ReplicationStatusApplyConfiguration constructs a declarative configuration of the ReplicationStatus type for use with
@@ -115,5 +118,13 @@ func (b *ReplicationStatusApplyConfiguration) WithInstances(values ...*InstanceS
 		}
 		b.Instances = append(b.Instances, *values[i])
 	}
+	return b
+}
+
+// WithMajorUpgrade sets the MajorUpgrade field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MajorUpgrade field is set to the value of the last call.
+func (b *ReplicationStatusApplyConfiguration) WithMajorUpgrade(value *MajorUpgradeStatusApplyConfiguration) *ReplicationStatusApplyConfiguration {
+	b.MajorUpgrade = value
 	return b
 }
