@@ -48,7 +48,9 @@ func logUpgradeSteps(t *testing.T, db *dbv1.Database, pod string) {
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
 		var rec struct {
-			T, M, Step string
+			T    string `json:"ts"`
+			M    string `json:"msg"`
+			Step string `json:"step"`
 		}
 		if json.Unmarshal([]byte(line), &rec) != nil || rec.M == "" {
 			continue
