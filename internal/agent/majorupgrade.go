@@ -229,6 +229,13 @@ func (a *Agent) upgradeMajor(f upgradeFiles) error {
 		if rbErr := rollBackUpgrade(f); rbErr != nil {
 			err = fmt.Errorf("%w; and putting the old data directory back failed: %v", err, rbErr)
 		}
+		if a.ctx.Err() != nil {
+			// stopped (the pod is deleted), not failed: the next pod
+			// upgrades again from the old directory
+			rec.Message = "interrupted at " + rec.Step + ": " + err.Error()
+			a.writeUpgradeReport(rec)
+			return err
+		}
 		rec.Phase, rec.Message, rec.FinishedAt = agentapi.UpgradeFailed, err.Error(), time.Now().UTC().Format(time.RFC3339)
 		a.writeUpgradeReport(rec)
 		return err

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/resources"
@@ -175,5 +176,72 @@ func TestMajorUpgradeInPlace(t *testing.T) {
 		waitReady(t, db)
 		assert.Equal(t, "17", sqlValue(t, rw, "SHOW server_version_num")[:2], "17 after the retry")
 		assert.Equal(t, rows, countItems(t, generated(db)), "every row, on 17")
+	})
+
+	// 15 straight to 18 with a standby, the operator stopped and started
+	// again while the upgrade runs and after the primary upgraded, and
+	// the primary's pod killed while pg_upgrade links: the next pod puts
+	// the old data directory back and upgrades again; the Database ends
+	// on 18 with every acknowledged row, never without a serving
+	// version afterwards.
+	t.Run("15-to-18-killed", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		ns := newNamespace(t)
+		op := startOperator(t, ns)
+		db := newDatabase(ns, "killed", "15", func(d *dbv1.Database) { d.Spec.Replicas = ptr.To[int32](2) })
+		create(t, db)
+		waitReady(t, db)
+		primary := waitTopology(t, db, "", 2).Status.Replication.CurrentPrimary
+		fillItems(t, generated(db))
+		rw := serviceTarget(t, db, resources.ClientServiceName(db))
+		w, err := dbtest.StartWriterWithTimeout(ctx, rw, "acks", 2*time.Second)
+		require.NoError(t, err)
+		defer w.Stop()
+		first := getPod(t, db, primary).UID
+
+		dbtest.Patch(t, k8s, db, func(d *dbv1.Database) { d.Spec.Version = "18" })
+		waitMajorUpgrade(t, db, "18", dbv1.MajorUpgradeRunning)
+		op.Stop()
+		t.Log("operator stopped with the upgrade Running")
+		time.Sleep(2 * time.Second)
+		op = startOperator(t, ns)
+
+		t.Log("the primary's pod killed while pg_upgrade runs")
+		deadline := time.Now().Add(2 * timeout)
+		for {
+			require.True(t, time.Now().Before(deadline), "the primary's agent never ran pg_upgrade")
+			time.Sleep(50 * time.Millisecond)
+			pod := &corev1.Pod{}
+			if k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: primary}, pod) != nil || pod.UID == first {
+				continue
+			}
+			raw, err := psql.Clientset.CoreV1().Pods(ns).GetLogs(primary, &corev1.PodLogOptions{Container: resources.EngineContainer}).DoRaw(ctx)
+			if err != nil || !strings.Contains(string(raw), `"step":"pg_upgrade --link"`) {
+				continue
+			}
+			require.NoError(t, k8s.Delete(ctx, pod, client.GracePeriodSeconds(0)))
+			break
+		}
+
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			v, err := sqlOnce(rw, "SHOW server_version_num")
+			if assert.NoError(ct, err) {
+				assert.Equal(ct, "18", v[:2])
+			}
+		}, 2*timeout, 500*time.Millisecond, "the primary serves 18")
+		op.Stop()
+		t.Log("operator stopped with the primary on 18")
+		time.Sleep(2 * time.Second)
+		startOperator(t, ns)
+
+		done := waitMajorUpgrade(t, db, "18", dbv1.MajorUpgradeSucceeded)
+		waitTopology(t, db, "", 2)
+		w.Stop()
+		t.Logf("MEASURED killed major upgrade 15 to 18: %s; %s", w.Describe(), done.Status.Replication.MajorUpgrade.Message)
+		missing, err := w.Missing(ctx, rw)
+		require.NoError(t, err)
+		assert.Empty(t, missing, "acknowledged ids lost by the killed upgrade")
+		assert.Equal(t, rows, countItems(t, generated(db)), "every row on 18")
 	})
 }

@@ -32,10 +32,13 @@ func (v *view) majorUpgrading() bool {
 	if in.UpgradeFrom == "" || in.EngineVersion == "" || v.st.CurrentPrimary == "" {
 		return false
 	}
-	if mu := v.st.MajorUpgrade; mu != nil && mu.To == in.EngineVersion && mu.Phase != dbv1.MajorUpgradeRolledBack {
-		return mu.Phase == dbv1.MajorUpgradeRunning
-	}
 	prim := v.byName[v.st.CurrentPrimary]
+	if mu := v.st.MajorUpgrade; mu != nil && mu.To == in.EngineVersion && mu.Phase != dbv1.MajorUpgradeRolledBack {
+		// a failed upgrade whose primary upgraded after all (a new pod
+		// of it tried again) goes on
+		return mu.Phase == dbv1.MajorUpgradeRunning ||
+			mu.Phase == dbv1.MajorUpgradeFailed && prim != nil && prim.Name == mu.Primary && dataVersionOf(prim) == mu.To
+	}
 	return prim != nil && dataVersionOf(prim) == in.UpgradeFrom
 }
 
@@ -73,6 +76,9 @@ func decideMajorUpgrade(p *Plan, v *view) {
 			Primary: p.CurrentPrimary, StartedAt: metav1.NewTime(in.Now)}
 	} else {
 		mu = mu.DeepCopy()
+		if mu.Phase == dbv1.MajorUpgradeFailed {
+			mu.Phase, mu.FinishedAt = dbv1.MajorUpgradeRunning, nil
+		}
 	}
 	p.MajorUpgrade = mu
 	p.TargetPrimary = p.CurrentPrimary

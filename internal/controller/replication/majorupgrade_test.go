@@ -136,3 +136,26 @@ func TestMajorUpgradeFailed(t *testing.T) {
 	assert.Equal(t, dbv1.MajorUpgradeRunning, p.MajorUpgrade.Phase)
 	assert.Equal(t, dbv1.ReasonMajorUpgrade, p.Condition.Reason)
 }
+
+// TestMajorUpgradeFailedThenUpgraded: an upgrade recorded Failed whose
+// primary runs the new major after all (a new pod of it tried again, or
+// the failure was an interrupted agent's) goes on: its standbys are
+// cloned again and it ends Succeeded, with the new system identifier.
+func TestMajorUpgradeFailedThenUpgraded(t *testing.T) {
+	db := facettest.Database()
+	db.Spec.Replicas = ptr.To[int32](2)
+	db.Spec.Version = "18"
+	db.Status.Replication = &dbv1.ReplicationStatus{CurrentPrimary: "orders-0", TargetPrimary: "orders-0", SystemID: "7",
+		MajorUpgrade: &dbv1.MajorUpgradeStatus{From: "17", To: "18", Phase: dbv1.MajorUpgradeFailed, Primary: "orders-0", StartedAt: metav1.NewTime(now)}}
+	up := primaryAt("orders-0", "0/20")
+	up.SystemID, up.DataVersion = "9", "18"
+	up.MajorUpgrade = &agentapi.MajorUpgradeReport{From: "17", To: "18", Phase: agentapi.UpgradeSucceeded}
+	standby := standbyAt("orders-1", "0/10")
+	standby.DataVersion = "17"
+	insts := []Instance{inst(0, up, ""), inst(1, standby, "")}
+	insts[0].Revision, insts[1].Revision = "r18", "r17"
+	p := Decide(Input{DB: db, Instances: insts, UpdateRevision: "r18", EngineVersion: "18", UpgradeFrom: "17", Now: now})
+	assert.Equal(t, Action{Kind: ActDeletePod, Pod: "orders-1", Why: "clone it again from the primary upgraded to PostgreSQL 18"}, p.Action)
+	assert.Equal(t, dbv1.MajorUpgradeRunning, p.MajorUpgrade.Phase)
+	assert.Equal(t, "9", p.SystemID)
+}
