@@ -43,6 +43,9 @@ func replicated() *dbv1.Database {
 		Replication: &dbv1.ReplicationStatus{CurrentPrimary: "orders-1", TargetPrimary: "orders-1",
 			LastFailover: &dbv1.FailoverStatus{From: "orders-0", To: "orders-1", Reason: "the primary's agent does not answer",
 				StartedAt: *at(30 * time.Minute), FinishedAt: at(30*time.Minute - 5200*time.Millisecond), DiscardedTransactions: ptr.To[int64](0)},
+			MajorUpgrade: &dbv1.MajorUpgradeStatus{From: "17", To: "18", Phase: dbv1.MajorUpgradeSucceeded, Primary: "orders-1",
+				StartedAt: *at(20 * time.Minute), FinishedAt: at(20*time.Minute - 23*time.Second),
+				Message: "the primary orders-1 runs PostgreSQL 18 (pg_upgrade --link); the standbys are cloned from it again"},
 			Instances: []dbv1.InstanceStatus{
 				{Name: "orders-0", Role: "replica", State: "Running", Ready: true, Timeline: 2, ReplayedLSN: "0/5000060", LagBytes: ptr.To[int64](0), WALReceiver: "streaming"},
 				{Name: "orders-1", Role: "primary", State: "Running", Ready: true, Timeline: 2, CurrentLSN: "0/5000060"},

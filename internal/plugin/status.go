@@ -52,6 +52,9 @@ func Status(out io.Writer, db *dbv1.Database, now time.Time) error {
 		if f := r.LastFailover; f != nil {
 			w.printf("Last failover: %s\n", failoverLine(f))
 		}
+		if u := r.MajorUpgrade; u != nil {
+			w.printf("Major upgrade: %s\n", majorUpgradeLine(u, now))
+		}
 		if len(r.Instances) > 0 {
 			w.printf("\n")
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -217,4 +220,18 @@ func byteSize(n int64) string {
 		return fmt.Sprintf("%d B", n)
 	}
 	return fmt.Sprintf("%.1f %s", v, units[i])
+}
+
+// majorUpgradeLine says an in-place major upgrade in a line.
+func majorUpgradeLine(u *dbv1.MajorUpgradeStatus, now time.Time) string {
+	line := fmt.Sprintf("%s to %s on %s, %s", u.From, u.To, u.Primary, u.Phase)
+	if u.FinishedAt != nil {
+		line += fmt.Sprintf(" after %s", u.FinishedAt.Sub(u.StartedAt.Time).Round(time.Second))
+	} else {
+		line += fmt.Sprintf(" for %s", age(now, u.StartedAt.Time))
+	}
+	if u.Message != "" {
+		line += ": " + conditions.Quote(u.Message, 200)
+	}
+	return line
 }
