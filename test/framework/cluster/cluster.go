@@ -91,6 +91,8 @@ type Options struct {
 
 // Cluster is a running local cluster.
 type Cluster struct {
+	// onStop runs at the end of Stop (OnStop).
+	onStop []func() error
 	// Config is the admin (system:masters) client configuration.
 	Config *rest.Config
 	// Client is an admin client with dbkeeper's scheme.
@@ -246,9 +248,18 @@ func (c *Cluster) Stop() error {
 			errs = append(errs, err)
 		}
 	}
+	for i := len(c.onStop) - 1; i >= 0; i-- {
+		errs = append(errs, c.onStop[i]())
+	}
+	c.onStop = nil
 	c.Dir = ""
 	return errors.Join(errs...)
 }
+
+// OnStop registers f to run when the cluster stops, after its node and
+// control plane (last registered first), also when a signal stops it: a
+// suite's host-side helper (an object store) and its files go with it.
+func (c *Cluster) OnStop(f func() error) { c.onStop = append(c.onStop, f) }
 
 // Log returns the log of a component ("kube-controller-manager",
 // "kube-scheduler", "kwok"; on a real node also "containerd", "kubelet",
