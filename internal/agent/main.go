@@ -243,20 +243,12 @@ func (a *Agent) begin() {
 		}
 		if a.oldMajorStandby() {
 			a.setState(agentapi.StateStarting, "asking the primary which major it runs")
-			go func() {
-				a.op.Lock()
-				defer a.op.Unlock()
-				a.startOldMajorStandby()
-			}()
+			go a.underOp(a.startOldMajorStandby)
 			return
 		}
 		if a.keeper != nil && !isStandby(a.cfg.PGData) {
 			a.setState(agentapi.StateStarting, "reading the primary lease")
-			go func() {
-				a.op.Lock()
-				defer a.op.Unlock()
-				a.startPrimary()
-			}()
+			go a.underOp(a.startPrimary)
 			return
 		}
 		if err := a.startServer(agentapi.StateStarting); err != nil {
@@ -274,4 +266,11 @@ func (a *Agent) begin() {
 		a.log.Info("The data directory is empty: waiting for a bootstrap request")
 		a.setState(agentapi.StateWaiting, "")
 	}
+}
+
+// underOp runs f holding a.op.
+func (a *Agent) underOp(f func()) {
+	a.op.Lock()
+	defer a.op.Unlock()
+	f()
 }

@@ -221,6 +221,17 @@ func TestMajorUpgradeInPlace(t *testing.T) {
 				continue
 			}
 			require.NoError(t, k8s.Delete(ctx, pod, client.GracePeriodSeconds(0)))
+			killed := pod.UID
+			t.Cleanup(func() {
+				// whether the pod after it ran pg_upgrade again (killed
+				// before the swap) or started the swapped directory
+				again := &corev1.Pod{}
+				if k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: primary}, again) != nil || again.UID == killed {
+					return
+				}
+				raw, _ := psql.Clientset.CoreV1().Pods(ns).GetLogs(primary, &corev1.PodLogOptions{Container: resources.EngineContainer}).DoRaw(ctx)
+				t.Logf("MEASURED the pod after the killed one ran pg_upgrade again: %t", strings.Contains(string(raw), `"step":"pg_upgrade --link"`))
+			})
 			break
 		}
 
