@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -317,9 +316,9 @@ func (a *Agent) runUpgrade(f upgradeFiles, step func(string)) error {
 	step("pg_upgrade --link")
 	if out, err := a.runUpgradeTool(f, filepath.Join(newBinDir(to), "pg_upgrade"), append(common, "--link")...); err != nil {
 		if !strings.Contains(out, "Performing Upgrade") {
-			return fmt.Errorf("pg_upgrade's checks refused the upgrade: %s", upgradeFailure(f, out))
+			return fmt.Errorf("pg_upgrade's checks refused the upgrade: %s", upgradeFailure(out))
 		}
-		return fmt.Errorf("pg_upgrade failed: %s", upgradeFailure(f, out))
+		return fmt.Errorf("pg_upgrade failed: %s", upgradeFailure(out))
 	}
 	step("carrying the configuration over")
 	for _, name := range []string{"postgresql.conf", "postgresql.auto.conf", "pg_hba.conf", "pg_ident.conf"} {
@@ -330,6 +329,12 @@ func (a *Agent) runUpgrade(f upgradeFiles, step func(string)) error {
 		if err := copyFile(src, filepath.Join(f.next, name), 0o600); err != nil {
 			return err
 		}
+	}
+	// a setting the new major refuses would stop its server from
+	// starting after the swap, with no way back: the new server reads
+	// the configuration once here (-C prints a setting and exits)
+	if out, err := a.runUpgradeTool(f, filepath.Join(newBinDir(to), "postgres"), "-D", f.next, "-C", "data_directory"); err != nil {
+		return fmt.Errorf("PostgreSQL %s refuses the configuration carried over from %s (postgresql.conf, postgresql.auto.conf): %s", to, from, errorLine(out))
 	}
 	if err := syncDir(f.next); err != nil {
 		return err
@@ -390,7 +395,7 @@ func (a *Agent) linkOldLibraries(f upgradeFiles) error {
 
 // upgradeFailure is why pg_upgrade failed: its last lines, and the first
 // lines of the report files they name (such as the tables a check found).
-func upgradeFailure(f upgradeFiles, out string) string {
+func upgradeFailure(out string) string {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	var keep []string
 	for _, l := range lines {
@@ -465,6 +470,14 @@ func (a *Agent) inspectOld(f upgradeFiles, to string) (*oldCluster, error) {
 		}
 		return pgx.ConnectConfig(ctx, cfg)
 	}
+	inDatabase := func(db string, f func(*pgx.Conn) error) error {
+		dc, err := connect(db)
+		if err != nil {
+			return fmt.Errorf("connecting to database %s of the old server: %w", db, err)
+		}
+		defer dc.Close(context.Background())
+		return f(dc)
+	}
 	c, err := connect("template1")
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the old server: %w", err)
@@ -506,33 +519,38 @@ func (a *Agent) inspectOld(f upgradeFiles, to string) (*oldCluster, error) {
 	}
 	var problems []string
 	for _, db := range dbs {
-		dc, err := connect(db)
-		if err != nil {
-			return nil, fmt.Errorf("connecting to database %s of the old server: %w", db, err)
-		}
-		p, n, err := checkOldDatabase(ctx, dc, db, to)
-		dc.Close(context.Background())
+		err := inDatabase(db, func(dc *pgx.Conn) error {
+			p, err := checkOldDatabase(ctx, dc, db, to)
+			problems = append(problems, p...)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
-		problems = append(problems, p...)
-		old.stripped += n
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("PostgreSQL %s cannot take what PostgreSQL %s holds: %s", to, a.cfg.UpgradeFrom, strings.Join(problems, "; "))
+	}
+	for _, db := range dbs {
+		err := inDatabase(db, func(dc *pgx.Conn) error {
+			n, err := removeAttver(ctx, dc, db)
+			old.stripped += n
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	return old, nil
 }
 
 // checkOldDatabase is the checks of one database that pg_upgrade does not
 // make: every extension must have a build for the new major (its control
-// file in the new image). It removes the Debian packages' pg_attver
-// column option from user columns, which PostgreSQL 18 refuses when
-// pg_upgrade restores the schema; it returns how many columns it changed.
-func checkOldDatabase(ctx context.Context, c *pgx.Conn, db, to string) ([]string, int, error) {
+// file in the new image).
+func checkOldDatabase(ctx context.Context, c *pgx.Conn, db, to string) ([]string, error) {
 	rows, err := c.Query(ctx, `SELECT extname, extversion FROM pg_extension ORDER BY extname`)
 	if err != nil {
-		return nil, 0, fmt.Errorf("reading the extensions of database %s: %w", db, err)
+		return nil, fmt.Errorf("reading the extensions of database %s: %w", db, err)
 	}
 	type ext struct{ name, version string }
 	exts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ext, error) {
@@ -540,7 +558,7 @@ func checkOldDatabase(ctx context.Context, c *pgx.Conn, db, to string) ([]string
 		return e, r.Scan(&e.name, &e.version)
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	var problems []string
 	for _, e := range exts {
@@ -548,14 +566,21 @@ func checkOldDatabase(ctx context.Context, c *pgx.Conn, db, to string) ([]string
 			problems = append(problems, fmt.Sprintf("database %s uses extension %s %s, which this image has no build of for PostgreSQL %s (drop it, or use an image that has it in spec.image)", db, e.name, e.version, to))
 		}
 	}
-	sort.Strings(problems)
+	return problems, nil
+}
+
+// removeAttver removes the Debian packages' pg_attver column option from
+// the user columns of one database: PostgreSQL 18 refuses it when
+// pg_upgrade restores the schema (pg_upgrade's checks do not see it). It
+// returns how many columns it changed.
+func removeAttver(ctx context.Context, c *pgx.Conn, db string) (int, error) {
 	tag, err := c.Exec(ctx, `UPDATE pg_catalog.pg_attribute
 		SET attoptions = NULLIF(ARRAY(SELECT o FROM unnest(attoptions) o WHERE o NOT LIKE 'pg\_attver=%'), '{}')
 		WHERE attrelid >= 16384 AND attoptions IS NOT NULL AND EXISTS (SELECT FROM unnest(attoptions) o WHERE o LIKE 'pg\_attver=%')`)
 	if err != nil {
-		return nil, 0, fmt.Errorf("removing the pg_attver column option in database %s: %w", db, err)
+		return 0, fmt.Errorf("removing the pg_attver column option in database %s: %w", db, err)
 	}
-	return problems, int(tag.RowsAffected()), nil
+	return int(tag.RowsAffected()), nil
 }
 
 // parseSize reads a size setting as SHOW prints it (16MB).

@@ -103,7 +103,7 @@ func TestUpgradeFailure(t *testing.T) {
 	out := "Performing Consistency Checks\n-----------------------------\nChecking cluster versions                                     ok\n" +
 		"Checking data type usage                                      fatal\n\n" +
 		"Your installation contains one of the reg* data types in user tables.\nA list of the problem columns is in the file:\n    " + report + "\nFailure, exiting\n"
-	got := upgradeFailure(upgradeFiles{}, out)
+	got := upgradeFailure(out)
 	assert.Equal(t, "Checking data type usage                                      fatal "+
 		"Your installation contains one of the reg* data types in user tables. A list of the problem columns is in the file: tables_using_reg.txt Failure, exiting "+
 		"[tables_using_reg.txt: In database: app public.procs.p]", got)
