@@ -39,7 +39,24 @@ func (v *view) majorUpgrading() bool {
 		return mu.Phase == dbv1.MajorUpgradeRunning ||
 			mu.Phase == dbv1.MajorUpgradeFailed && prim != nil && prim.Name == mu.Primary && dataVersionOf(prim) == mu.To
 	}
-	return prim != nil && dataVersionOf(prim) == in.UpgradeFrom
+	// not recorded yet: the primary's data is still of the old major, or
+	// it upgraded already (a manager killed between the primary's
+	// deletion and the record), which its agent's report says
+	return prim != nil && (dataVersionOf(prim) == in.UpgradeFrom || upgradedItself(prim, in.UpgradeFrom, in.EngineVersion))
+}
+
+// upgradedItself says inst's agent reports that it upgraded its data
+// directory from from to to.
+func upgradedItself(inst *Instance, from, to string) bool {
+	a := inst.Agent
+	if a == nil {
+		a = inst.LastAnswer
+	}
+	if a == nil || a.DataVersion != to || a.MajorUpgrade == nil {
+		return false
+	}
+	r := a.MajorUpgrade
+	return r.From == from && r.To == to && r.Phase != agentapi.UpgradeFailed
 }
 
 // dataVersionOf is the major of inst's data directory as its agent last

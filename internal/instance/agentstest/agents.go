@@ -22,6 +22,8 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -47,6 +49,18 @@ type cluster struct {
 	instances map[string]*member
 	// parameters are the parameters each pod's agent was sent last.
 	parameters map[string]map[string]string
+	// major is the major of the cluster's data directories, "" when
+	// unset; upgrade the in-place major upgrade pods of its revision run
+	// (SetMajorUpgrade).
+	major   string
+	upgrade *majorUpgrade
+}
+
+// majorUpgrade is what the agents of pods of revision do when they start
+// on a data directory of from: the primary's upgrades to to (or fails
+// with failure), a standby's is emptied once the primary runs to.
+type majorUpgrade struct {
+	from, to, revision, failure string
 }
 
 type member struct {
@@ -82,6 +96,10 @@ type member struct {
 	// answer 409.
 	build        *agentapi.BuildInfo
 	refuseBinary bool
+	// dataVersion is the major of the member's data directory, report
+	// its last major upgrade (SetMajorUpgrade).
+	dataVersion string
+	report      *agentapi.MajorUpgradeReport
 }
 
 // renews says the member, as the lease's holder, keeps renewing it.
@@ -128,7 +146,7 @@ func (c *cluster) status(pod string) agentapi.Status {
 		c.takeOver(pod, m)
 	}
 	s := agentapi.Status{Pod: pod, State: agentapi.StateRunning, Role: m.role, SystemID: c.systemID, Timeline: m.timeline, Ready: true,
-		VolumeFull: m.volumeFull, LastRewind: m.lastRewind, Agent: m.build,
+		VolumeFull: m.volumeFull, LastRewind: m.lastRewind, Agent: m.build, DataVersion: m.dataVersion, MajorUpgrade: m.report,
 		Lease: &agentapi.LeaseStatus{Holder: c.holder, Held: c.holder == pod && m.renews(), ConfirmedFailsafeOf: m.confirms,
 			UnchangedFor: metav1.Duration{Duration: m.leaseUnchanged}}}
 	if m.volumeFull {
@@ -182,6 +200,55 @@ func (c *cluster) takeOver(pod string, m *member) {
 	c.timeline++
 	c.wal = m.replayed + 0x60
 	m.promoting, m.role, m.timeline, m.paused = false, agentapi.RolePrimary, c.timeline, false
+}
+
+// SetMajorUpgrade makes every instance's data directory of major from, and
+// the agents of pods of the StatefulSet's revision upgrade it in place
+// to major to as dbkeeper's do (docs/design/major-upgrades.md): the
+// primary's at its first status on such a pod (a new system identifier;
+// failure, when set, fails it instead and it serves from), a standby's is
+// emptied to be cloned again once the primary runs to.
+func (a *Agents) SetMajorUpgrade(db *dbv1.Database, from, to, revision, failure string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.cluster(db)
+	c.major, c.upgrade = from, &majorUpgrade{from: from, to: to, revision: revision, failure: failure}
+	for _, m := range c.instances {
+		m.dataVersion = from
+	}
+}
+
+// DataVersions is each instance's data directory's major.
+func (a *Agents) DataVersions(db *dbv1.Database) map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]string{}
+	for n, m := range a.cluster(db).instances {
+		out[n] = m.dataVersion
+	}
+	return out
+}
+
+// started plays what the agent of pod does at its start on a pod of the
+// upgrade's revision (SetMajorUpgrade).
+func (c *cluster) started(pod *corev1.Pod) {
+	u, m := c.upgrade, c.instances[pod.Name]
+	if u == nil || m == nil || m.role == "" || m.dataVersion != u.from || pod.Labels[appsv1.ControllerRevisionHashLabelKey] != u.revision {
+		return
+	}
+	if m.role == agentapi.RolePrimary {
+		if u.failure != "" {
+			m.report = &agentapi.MajorUpgradeReport{From: u.from, To: u.to, Phase: agentapi.UpgradeFailed, Message: u.failure}
+			return
+		}
+		m.dataVersion, c.major = u.to, u.to
+		c.systemID += "-" + u.to
+		m.report = &agentapi.MajorUpgradeReport{From: u.from, To: u.to, Phase: agentapi.UpgradeSucceeded, Method: "link"}
+		return
+	}
+	if _, p := c.primary(); p != nil && p.dataVersion == u.to {
+		delete(c.instances, pod.Name) // emptied, to be cloned again
+	}
 }
 
 // SetAgentVersion makes the agent of pod report build version at the

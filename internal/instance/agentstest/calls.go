@@ -36,6 +36,7 @@ func (a *Agents) Status(_ context.Context, db *dbv1.Database, pod *corev1.Pod) (
 	if err != nil {
 		return agentapi.Status{}, err
 	}
+	c.started(pod)
 	return c.status(pod.Name), nil
 }
 
@@ -58,14 +59,14 @@ func (a *Agents) Bootstrap(_ context.Context, db *dbv1.Database, pod *corev1.Pod
 			c.systemID = fmt.Sprintf("74%017d", len(a.clusters))
 		}
 		c.wal, c.timeline = 0x3000060, 1
-		c.instances[pod.Name] = &member{role: agentapi.RolePrimary, timeline: 1, unreachable: c.instances[pod.Name] != nil && c.instances[pod.Name].unreachable}
+		c.instances[pod.Name] = &member{role: agentapi.RolePrimary, timeline: 1, unreachable: c.instances[pod.Name] != nil && c.instances[pod.Name].unreachable, dataVersion: c.major}
 		c.holder = pod.Name
 	case agentapi.BootstrapClone:
 		if _, p := c.primary(); p == nil {
 			return agentapi.Status{}, refused(http.StatusServiceUnavailable, "no primary to clone")
 		}
 		c.wal += 0x1000
-		c.instances[pod.Name] = &member{role: agentapi.RoleReplica, timeline: c.timeline, replayed: c.wal}
+		c.instances[pod.Name] = &member{role: agentapi.RoleReplica, timeline: c.timeline, replayed: c.wal, dataVersion: c.major}
 	default:
 		return agentapi.Status{}, refused(http.StatusBadRequest, "unknown mode %q", mode)
 	}
