@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -91,6 +92,9 @@ func newNamespace(t *testing.T) string {
 	t.Helper()
 	ns := dbtest.NewNamespace(t, k8s, "real-")
 	t.Cleanup(func() {
+		if t.Failed() {
+			keepPodLogs(t, ns)
+		}
 		if t.Failed() && os.Getenv("DBKEEPER_KEEP_CLUSTER") == "1" {
 			return
 		}
@@ -99,6 +103,40 @@ func newNamespace(t *testing.T) string {
 		}
 	})
 	return ns
+}
+
+// keepPodLogs writes the logs of every container of the pods of
+// namespace, and of their previous runs, into a directory it names, for a
+// failure seen once in CI to be read whole afterwards (the cluster is gone
+// by then).
+func keepPodLogs(t *testing.T, namespace string) {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "dbkeeper-pod-logs-"+namespace+"-")
+	if err != nil {
+		t.Logf("keeping the pods' logs: %v", err)
+		return
+	}
+	pods := &corev1.PodList{}
+	if err := k8s.List(ctx, pods, client.InNamespace(namespace)); err != nil {
+		t.Logf("keeping the pods' logs: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+			for _, previous := range []bool{false, true} {
+				raw, err := psql.Clientset.CoreV1().Pods(namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, Previous: previous}).DoRaw(ctx)
+				if err != nil || len(raw) == 0 {
+					continue
+				}
+				name := fmt.Sprintf("%s-%s.log", p.Name, c.Name)
+				if previous {
+					name = fmt.Sprintf("%s-%s-previous.log", p.Name, c.Name)
+				}
+				_ = os.WriteFile(filepath.Join(dir, name), raw, 0o600)
+			}
+		}
+	}
+	t.Logf("the logs of the pods of namespace %s are in %s", namespace, dir)
 }
 
 // dropNamespace deletes namespace without waiting for it to go: the
