@@ -165,7 +165,6 @@ func TestMajorUpgradeKilledAfterAnyWrite(t *testing.T) {
 	t.Logf("an uninterrupted upgrade of three instances makes %d writes", n)
 	for k := range n {
 		t.Run(fmt.Sprintf("killed-after-write-%d", k+1), func(t *testing.T) {
-			t.Parallel()
 			f, _ := run(t, "", int64(k+1))
 			db := f.get()
 			mu := db.Status.Replication.MajorUpgrade
@@ -176,7 +175,6 @@ func TestMajorUpgradeKilledAfterAnyWrite(t *testing.T) {
 			assert.Contains(t, db.Status.Replication.SystemID, "-18", "the upgraded cluster's system identifier")
 		})
 		t.Run(fmt.Sprintf("failing-killed-after-write-%d", k+1), func(t *testing.T) {
-			t.Parallel()
 			f, _ := run(t, "pg_upgrade's checks refused the upgrade: reg* data types", int64(k+1))
 			db := f.get()
 			mu := db.Status.Replication.MajorUpgrade
