@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	dbv1 "github.com/dbkeeper/dbkeeper/apis/database/v1"
 	"github.com/dbkeeper/dbkeeper/internal/controller/facet"
@@ -22,81 +23,66 @@ import (
 // errKilled is what a killed manager's writes get.
 var errKilled = errors.New("the manager was killed")
 
-// killingClient refuses every write after its first n (a manager killed
-// right after its n-th write: nothing of it reaches the API server).
-type killingClient struct {
-	client.Client
-	left *atomic.Int64
-}
-
-func (k killingClient) write() error {
-	if k.left.Add(-1) < 0 {
-		return errKilled
+// killingClient is f.c refusing every write after the first left (a
+// manager killed right after its left-th write: nothing later reaches the
+// API server).
+func killingClient(f *fixture, left *atomic.Int64) client.Client {
+	write := func() error {
+		if left.Add(-1) < 0 {
+			return errKilled
+		}
+		return nil
 	}
-	return nil
-}
-
-func (k killingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	if err := k.write(); err != nil {
-		return err
-	}
-	return k.Client.Create(ctx, obj, opts...)
-}
-
-func (k killingClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	if err := k.write(); err != nil {
-		return err
-	}
-	return k.Client.Update(ctx, obj, opts...)
-}
-
-func (k killingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	if err := k.write(); err != nil {
-		return err
-	}
-	return k.Client.Patch(ctx, obj, patch, opts...)
-}
-
-func (k killingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-	if err := k.write(); err != nil {
-		return err
-	}
-	return k.Client.Apply(ctx, obj, opts...)
-}
-
-func (k killingClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	if err := k.write(); err != nil {
-		return err
-	}
-	return k.Client.Delete(ctx, obj, opts...)
-}
-
-func (k killingClient) Status() client.SubResourceWriter { return killingStatus{k.Client.Status(), k} }
-
-type killingStatus struct {
-	client.SubResourceWriter
-	k killingClient
-}
-
-func (s killingStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	if err := s.k.write(); err != nil {
-		return err
-	}
-	return s.SubResourceWriter.Update(ctx, obj, opts...)
-}
-
-func (s killingStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	if err := s.k.write(); err != nil {
-		return err
-	}
-	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
-}
-
-func (s killingStatus) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
-	if err := s.k.write(); err != nil {
-		return err
-	}
-	return s.SubResourceWriter.Apply(ctx, obj, opts...)
+	return interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := write(); err != nil {
+				return err
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := write(); err != nil {
+				return err
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if err := write(); err != nil {
+				return err
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if err := write(); err != nil {
+				return err
+			}
+			return c.Apply(ctx, obj, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if err := write(); err != nil {
+				return err
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if err := write(); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if err := write(); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			if err := write(); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Apply(ctx, obj, opts...)
+		},
+	})
 }
 
 // raiseMajor plays the statefulset controller after spec.version went
@@ -117,7 +103,7 @@ func raiseMajor(t *testing.T, f *fixture, failure string) {
 // stepKilled is one reconcile of a new manager whose writes stop after
 // left.
 func (f *fixture) stepKilled(left *atomic.Int64) error {
-	kc := killingClient{Client: f.c, left: left}
+	kc := killingClient(f, left)
 	s := &syncer{client: &deleteRecorder{Client: kc, f: f}, reader: f.c, writer: facet.WriterFor(kc, f.events, Name),
 		agents: f.agents, instances: f.servers, now: f.syncer().now}
 	r := facet.NewReconciler(kc, s.writer, dbv1.ConditionReplicationReady, s, facet.Options{})
