@@ -48,10 +48,7 @@ func (v *view) majorUpgrading() bool {
 // upgradedItself says inst's agent reports that it upgraded its data
 // directory from from to to.
 func upgradedItself(inst *Instance, from, to string) bool {
-	a := inst.Agent
-	if a == nil {
-		a = inst.LastAnswer
-	}
+	a := inst.lastAnswer()
 	if a == nil || a.DataVersion != to || a.MajorUpgrade == nil {
 		return false
 	}
@@ -62,11 +59,8 @@ func upgradedItself(inst *Instance, from, to string) bool {
 // dataVersionOf is the major of inst's data directory as its agent last
 // said, "" when unknown.
 func dataVersionOf(inst *Instance) string {
-	if inst.Agent != nil {
-		return inst.Agent.DataVersion
-	}
-	if inst.LastAnswer != nil {
-		return inst.LastAnswer.DataVersion
+	if a := inst.lastAnswer(); a != nil {
+		return a.DataVersion
 	}
 	return ""
 }
