@@ -191,7 +191,7 @@ func dataVersion(pgdata string) string {
 	if pgdata == "" {
 		return ""
 	}
-	b, err := os.ReadFile(filepath.Join(pgdata, "PG_VERSION"))
+	b, err := os.ReadFile(filepath.Join(pgdata, versionFile))
 	if err != nil {
 		return ""
 	}

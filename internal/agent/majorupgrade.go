@@ -132,25 +132,26 @@ func (a *Agent) writeUpgradeReport(r *upgradeRecord) {
 	}
 }
 
-// writeFileSynced writes b to path through a synced temporary file.
+// writeFileSynced replaces path with b through a synced temporary file
+// (writeSynced), the rename synced too.
 func writeFileSynced(path string, b []byte) error {
 	tmp := path + ".tmp"
-	fh, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
+	if err := writeSynced(tmp, b); err != nil {
 		return err
 	}
-	if _, err := fh.Write(b); err != nil {
-		fh.Close()
+	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
-	if err := fh.Sync(); err != nil {
-		fh.Close()
-		return err
+	return syncDir(filepath.Dir(path))
+}
+
+// needOldEngine is an error when the init container copied no old
+// server into the pod, which a data directory of the old major needs.
+func (a *Agent) needOldEngine() error {
+	if _, err := os.Stat(filepath.Join(oldBinDir(a.cfg.UpgradeFrom), "postgres")); err != nil {
+		return fmt.Errorf("the data directory is of PostgreSQL %s and this image runs %s: %w", a.cfg.UpgradeFrom, a.cfg.UpgradeTo, errNoOldEngine)
 	}
-	if err := fh.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return nil
 }
 
 // prepareMajor (under a.op, holding the lease, before the primary's
@@ -179,8 +180,8 @@ func (a *Agent) prepareMajor() error {
 	default:
 		return nil
 	}
-	if _, err := os.Stat(filepath.Join(oldBinDir(from), "postgres")); err != nil {
-		return fmt.Errorf("the data directory is of PostgreSQL %s and this image runs %s: %w", from, to, errNoOldEngine)
+	if err := a.needOldEngine(); err != nil {
+		return err
 	}
 	if r, _ := readUpgradeReport(f.report()); r != nil && r.Phase == agentapi.UpgradeFailed && r.From == from && r.To == to && r.PodUID == a.cfg.PodUID {
 		a.log.Info("The major upgrade failed in this pod before: serving the old major; a new pod tries again", "from", from, "to", to, "why", r.Message)
@@ -605,8 +606,8 @@ func (a *Agent) oldEngineEnv() ([]string, error) {
 	if from == "" || a.cfg.UpgradeTo == "" || dataVersion(a.cfg.PGData) != from {
 		return nil, nil
 	}
-	if _, err := os.Stat(filepath.Join(oldBinDir(from), "postgres")); err != nil {
-		return nil, fmt.Errorf("the data directory is of PostgreSQL %s and this image runs %s: %w", from, a.cfg.UpgradeTo, errNoOldEngine)
+	if err := a.needOldEngine(); err != nil {
+		return nil, err
 	}
 	f := a.upgradeFiles()
 	if err := os.MkdirAll(f.work, 0o700); err != nil {
